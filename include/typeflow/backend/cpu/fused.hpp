@@ -1,0 +1,185 @@
+// Fused elementwise loops: one loop per region, instantiated from the region's functor types.
+// Every member of the region is computed once per element into a local (per-element common
+// subexpressions); no intermediate buffer exists. Inputs are mapped into the output's index space
+// by broadcasting strides; adjacent axes are coalesced, and the innermost axis runs as a
+// contiguous, vectorizable loop over blocks (a broadcast input is splatted into a small block).
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <tuple>
+#include <type_traits>
+
+#include "../../graph/node.hpp"
+#include "../../ops/leaves.hpp"
+#include "../../runtime/value.hpp"
+#include "thread_pool.hpp"
+
+namespace typeflow::cpu_backend {
+
+namespace detail {
+template <class N, class... L>
+constexpr std::size_t position() {
+  std::size_t i = 0, r = static_cast<std::size_t>(-1);
+  ((std::is_same_v<N, L> ? (r = i, ++i) : ++i), ...);
+  return r;
+}
+
+template <class Op, class... Cs>
+struct compute_of {
+  using type = compute_type<Cs...>;
+};
+template <class Op, class... Cs>
+  requires requires { typename Op::template compute<Cs...>; }
+struct compute_of<Op, Cs...> {
+  using type = typename Op::template compute<Cs...>;
+};
+
+/// Broadcasting strides of each input in the output's index space, coalesced.
+template <std::size_t NIn>
+struct loop_geometry {
+  std::size_t groups = 0;
+  std::array<std::int64_t, max_rank> dims{};
+  std::array<std::array<std::int64_t, max_rank>, NIn> strides{};
+
+  loop_geometry(const runtime::rt_dims& out, const std::array<const runtime::rt_dims*, NIn>& in) {
+    const std::size_t R = out.rank;
+    std::array<std::array<std::int64_t, max_rank>, NIn> raw{};
+    for (std::size_t k = 0; k < NIn; ++k) {
+      const auto& d = *in[k];
+      std::int64_t s = 1;
+      for (std::size_t a = R; a-- > 0;) {
+        const std::ptrdiff_t ia = static_cast<std::ptrdiff_t>(a) - static_cast<std::ptrdiff_t>(R - d.rank);
+        if (ia < 0) {
+          raw[k][a] = 0;
+        } else {
+          raw[k][a] = (d.d[ia] == 1 && out.d[a] != 1) ? 0 : s;
+          s *= d.d[ia];
+        }
+      }
+    }
+    // Coalesce from the innermost axis outwards, dropping extent-1 axes.
+    std::array<std::int64_t, max_rank> gd{};
+    std::array<std::array<std::int64_t, max_rank>, NIn> gs{};
+    std::size_t g = 0;
+    for (std::size_t a = R; a-- > 0;) {
+      if (out.d[a] == 1) continue;
+      bool merge = g > 0;
+      for (std::size_t k = 0; k < NIn && merge; ++k)
+        merge = raw[k][a] == gs[k][g - 1] * gd[g - 1];
+      if (merge) {
+        gd[g - 1] *= out.d[a];
+      } else {
+        gd[g] = out.d[a];
+        for (std::size_t k = 0; k < NIn; ++k) gs[k][g] = raw[k][a];
+        ++g;
+      }
+    }
+    groups = g;  // gd/gs are innermost-first; store outermost-first
+    for (std::size_t i = 0; i < g; ++i) {
+      dims[i] = gd[g - 1 - i];
+      for (std::size_t k = 0; k < NIn; ++k) strides[k][i] = gs[k][g - 1 - i];
+    }
+  }
+};
+}  // namespace detail
+
+template <class Root, class Members, class Inputs>
+struct fused_region;
+
+template <class Root, class... Ms, class... Is>
+struct fused_region<Root, type_list<Ms...>, type_list<Is...>> {
+  using out_t = typename Root::value_type;
+  static constexpr std::size_t n_in = sizeof...(Is);
+  static constexpr std::int64_t block = 256;
+  using in_tuple = std::tuple<typename Is::value_type...>;
+  using val_tuple = std::tuple<typename Ms::value_type...>;
+
+  template <class C>
+  static auto value_of(const val_tuple& v, const in_tuple& in) {
+    if constexpr (is_constant<C>) {
+      return static_cast<typename C::value_type>(C::op::value);
+    } else if constexpr (detail::position<C, Ms...>() != static_cast<std::size_t>(-1)) {
+      return std::get<detail::position<C, Ms...>()>(v);
+    } else {
+      return std::get<detail::position<C, Is...>()>(in);
+    }
+  }
+  template <class Op, class... Cs>
+  static typename expr<Op, Cs...>::value_type compute(expr<Op, Cs...>*, const val_tuple& v,
+                                                      const in_tuple& in) {
+    using C = typename detail::compute_of<Op, Cs...>::type;
+    return static_cast<typename expr<Op, Cs...>::value_type>(
+        Op::template eval<C>(value_of<Cs>(v, in)...));
+  }
+  template <std::size_t... M>
+  static out_t eval_members(const in_tuple& in, std::index_sequence<M...>) {
+    val_tuple v{};
+    ((std::get<M>(v) = compute(static_cast<Ms*>(nullptr), v, in)), ...);
+    return std::get<sizeof...(Ms) - 1>(v);
+  }
+  /// The value of the root at one element, given the inputs' values there.
+  static out_t eval(typename Is::value_type... x) {
+    return eval_members(in_tuple{x...}, std::index_sequence_for<Ms...>{});
+  }
+
+  template <std::size_t... K>
+  static void inner(out_t* __restrict out, std::int64_t len,
+                    const std::tuple<const typename Is::value_type*...>& p,
+                    std::index_sequence<K...>) {
+    for (std::int64_t j = 0; j < len; ++j) out[j] = eval(std::get<K>(p)[j]...);
+  }
+
+  /// out (dims `od`) = root, reading `in[k]` with its run-time dims.
+  static void run(thread_pool& pool, out_t* out, const runtime::rt_dims& od,
+                  const std::array<const runtime::rt_value*, n_in>& in) {
+    std::array<const runtime::rt_dims*, n_in> in_dims{};
+    for (std::size_t k = 0; k < n_in; ++k) in_dims[k] = &in[k]->dims;
+    const detail::loop_geometry<n_in> geo(od, in_dims);
+    const std::int64_t total = od.numel();
+    if (total == 0) return;
+    const std::int64_t inner_n = geo.groups ? geo.dims[geo.groups - 1] : 1;
+    const std::int64_t blocks_per_row = (inner_n + block - 1) / block;
+    const std::int64_t rows = total / inner_n;
+    const std::int64_t n_blocks = rows * blocks_per_row;
+    auto body = [&](std::int64_t b0, std::int64_t b1) {
+      std::tuple<std::array<typename Is::value_type, block>...> splat;
+      for (std::int64_t b = b0; b < b1; ++b) {
+        const std::int64_t row = b / blocks_per_row, j0 = (b % blocks_per_row) * block;
+        const std::int64_t len = std::min(block, inner_n - j0);
+        std::array<std::int64_t, n_in> off{};
+        std::int64_t r = row;
+        for (std::size_t gi = geo.groups > 0 ? geo.groups - 1 : 0; gi-- > 0;) {
+          const std::int64_t idx = r % geo.dims[gi];
+          r /= geo.dims[gi];
+          for (std::size_t k = 0; k < n_in; ++k) off[k] += idx * geo.strides[k][gi];
+        }
+        auto ptrs = make_ptrs(in, off, geo, j0, len, splat, std::index_sequence_for<Is...>{});
+        inner(out + row * inner_n + j0, len, ptrs, std::index_sequence_for<Is...>{});
+      }
+    };
+    const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / block);
+    pool.parallel_for(n_blocks, grain, body);
+  }
+
+ private:
+  template <class Splat, std::size_t... K>
+  static std::tuple<const typename Is::value_type*...> make_ptrs(
+      const std::array<const runtime::rt_value*, n_in>& in,
+      const std::array<std::int64_t, n_in>& off, const detail::loop_geometry<n_in>& geo,
+      std::int64_t j0, std::int64_t len, Splat& splat, std::index_sequence<K...>) {
+    const std::size_t last = geo.groups ? geo.groups - 1 : 0;
+    auto one = [&]<std::size_t k>(std::integral_constant<std::size_t, k>) {
+      using T = std::tuple_element_t<k, in_tuple>;
+      const T* base = static_cast<const T*>(in[k]->data) + off[k];
+      const std::int64_t s = geo.groups ? geo.strides[k][last] : 0;
+      if (s == 1) return base + j0;
+      auto& buf = std::get<k>(splat);
+      std::fill_n(buf.data(), len, base[0]);
+      return static_cast<const T*>(buf.data());
+    };
+    return {one(std::integral_constant<std::size_t, K>{})...};
+  }
+};
+
+}  // namespace typeflow::cpu_backend

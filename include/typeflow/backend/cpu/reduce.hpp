@@ -1,0 +1,242 @@
+// Reductions: the input's axes are coalesced into alternating kept/reduced groups; contiguous
+// inner reductions run with independent accumulator lanes (vectorizable), outer reductions
+// vectorize along the kept axis, and any other pattern walks the reduced sub-space. Partial sums
+// use fixed chunks, so results do not depend on the thread count.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "../../core/error.hpp"
+#include "../../ops/reduce.hpp"
+#include "../../runtime/value.hpp"
+#include "thread_pool.hpp"
+
+namespace typeflow::cpu_backend {
+
+namespace detail {
+template <class T>
+using accum_t = std::conditional_t<std::is_same_v<T, float>, double,
+                                   std::conditional_t<std::is_integral_v<T>, std::int64_t, T>>;
+
+template <class R, class T>
+inline T combine(T acc, T v) {
+  if constexpr (std::is_same_v<R, ops::reducers::max>)
+    return (acc >= v || acc != acc) ? acc : v;  // NaN propagates
+  else if constexpr (std::is_same_v<R, ops::reducers::min>)
+    return (acc <= v || acc != acc) ? acc : v;
+  else
+    return acc + v;
+}
+
+/// Reduce n contiguous elements.
+template <class R, class T>
+inline accum_t<T> reduce_contiguous(const T* p, std::int64_t n) {
+  constexpr int lanes = 16;
+  if constexpr (std::is_same_v<R, ops::reducers::max> || std::is_same_v<R, ops::reducers::min>) {
+    T acc[lanes];
+    for (auto& a : acc) a = R::template identity<T>();
+    std::int64_t i = 0;
+    for (; i + lanes <= n; i += lanes)
+      for (int l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], p[i + l]);
+    T r = R::template identity<T>();
+    for (; i < n; ++i) r = combine<R>(r, p[i]);
+    for (auto a : acc) r = combine<R>(r, a);
+    return r;
+  } else {
+    // Sums: lanes in T over short chunks, chunk results in the wider accumulator.
+    accum_t<T> total = 0;
+    constexpr std::int64_t chunk = 1024;
+    for (std::int64_t c = 0; c < n; c += chunk) {
+      const std::int64_t m = std::min(chunk, n - c);
+      T acc[lanes] = {};
+      std::int64_t i = 0;
+      for (; i + lanes <= m; i += lanes)
+        for (int l = 0; l < lanes; ++l) acc[l] += p[c + i + l];
+      accum_t<T> s = 0;
+      for (; i < m; ++i) s += p[c + i];
+      for (auto a : acc) s += a;
+      total += s;
+    }
+    return total;
+  }
+}
+
+struct reduce_geometry {
+  // Groups outermost-first; reduced[g] says whether group g is reduced.
+  std::size_t groups = 0;
+  std::array<std::int64_t, max_rank> dims{};
+  std::array<bool, max_rank> reduced{};
+  std::int64_t out_n = 1, red_n = 1;
+  template <std::size_t R>
+  reduce_geometry(const runtime::rt_dims& in, const std::array<bool, R>& mask) {
+    for (std::size_t a = 0; a < in.rank; ++a) {
+      (mask[a] ? red_n : out_n) *= in.d[a];
+      if (in.d[a] == 1) continue;
+      if (groups > 0 && reduced[groups - 1] == mask[a]) {
+        dims[groups - 1] *= in.d[a];
+      } else {
+        dims[groups] = in.d[a];
+        reduced[groups] = mask[a];
+        ++groups;
+      }
+    }
+  }
+};
+}  // namespace detail
+
+/// out = reduce(in) over the axes in `mask` (already validated by the op's rule).
+template <class R, class T, class Out, std::size_t Rank>
+void reduce(thread_pool& pool, const T* in, const runtime::rt_dims& in_dims,
+            const std::array<bool, Rank>& mask, Out* out) {
+  using acc_t = detail::accum_t<T>;
+  const detail::reduce_geometry g(in_dims, mask);
+  constexpr bool is_mean = std::is_same_v<R, ops::reducers::mean>;
+  constexpr bool is_argmax = std::is_same_v<R, ops::reducers::argmax>;
+  using base_r = std::conditional_t<is_mean, ops::reducers::sum, R>;
+  if (g.out_n == 0) return;
+  if (g.red_n == 0) {
+    if constexpr (is_argmax) {
+      throw error("argmax: reduction over an empty axis: " + in_dims.str());
+    } else {
+      Out v;
+      if constexpr (is_mean)
+        v = std::numeric_limits<Out>::has_quiet_NaN ? std::numeric_limits<Out>::quiet_NaN() : Out(0);
+      else
+        v = base_r::template identity<Out>();
+      std::fill_n(out, g.out_n, v);
+      return;
+    }
+  }
+  auto finish = [&](acc_t v) -> Out {
+    if constexpr (is_mean)
+      return static_cast<Out>(v / static_cast<acc_t>(g.red_n));
+    else
+      return static_cast<Out>(v);
+  };
+
+  // Express the pattern as [outer kept, reduced, inner kept] when it has that form.
+  std::int64_t k1 = 1, rn = 1, k2 = 1;
+  bool simple = true;
+  {
+    int phase = 0;  // 0: leading kept, 1: reduced, 2: trailing kept
+    for (std::size_t i = 0; i < g.groups; ++i) {
+      if (g.reduced[i]) {
+        if (phase == 2) simple = false;
+        phase = 1;
+        rn *= g.dims[i];
+      } else if (phase == 0) {
+        k1 *= g.dims[i];
+      } else {
+        phase = 2;
+        k2 *= g.dims[i];
+      }
+    }
+  }
+
+  if constexpr (is_argmax) {
+    // argmax has one axis, so the pattern is always simple.
+    const std::int64_t tiles = k1 * ((k2 + 255) / 256);
+    pool.parallel_for(tiles, 4, [&](std::int64_t t0, std::int64_t t1) {
+      for (std::int64_t t = t0; t < t1; ++t) {
+        const std::int64_t a = t / ((k2 + 255) / 256), c0 = (t % ((k2 + 255) / 256)) * 256;
+        const std::int64_t c1 = std::min(k2, c0 + 256);
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const T* p = in + a * rn * k2 + c;
+          T best = p[0];
+          std::int64_t arg = 0;
+          for (std::int64_t r = 1; r < rn; ++r) {
+            const T v = p[r * k2];
+            if (v > best || (v != v && best == best)) {
+              best = v;
+              arg = r;
+            }
+          }
+          out[a * k2 + c] = static_cast<Out>(arg);
+        }
+      }
+    });
+    return;
+  } else {
+    if (simple && k2 == 1) {
+      // Contiguous inner reduction, chunked so long rows split across threads.
+      constexpr std::int64_t chunk = 1 << 16;
+      const std::int64_t per_row = (rn + chunk - 1) / chunk;
+      if (per_row == 1) {
+        pool.parallel_for(k1, std::max<std::int64_t>(1, chunk / rn), [&](std::int64_t a, std::int64_t b) {
+          for (std::int64_t o = a; o < b; ++o)
+            out[o] = finish(detail::reduce_contiguous<base_r>(in + o * rn, rn));
+        });
+      } else {
+        std::vector<acc_t> part(static_cast<std::size_t>(k1 * per_row));
+        pool.parallel_for(k1 * per_row, 1, [&](std::int64_t a, std::int64_t b) {
+          for (std::int64_t t = a; t < b; ++t) {
+            const std::int64_t o = t / per_row, c = (t % per_row) * chunk;
+            part[t] = detail::reduce_contiguous<base_r>(in + o * rn + c, std::min(chunk, rn - c));
+          }
+        });
+        for (std::int64_t o = 0; o < k1; ++o) {
+          acc_t acc = part[o * per_row];
+          for (std::int64_t c = 1; c < per_row; ++c)
+            acc = detail::combine<base_r>(acc, part[o * per_row + c]);
+          out[o] = finish(acc);
+        }
+      }
+      return;
+    }
+    if (simple) {
+      // [k1, rn, k2]: accumulate rows, vectorized along k2.
+      const std::int64_t tile = 512, tiles_per = (k2 + tile - 1) / tile;
+      pool.parallel_for(k1 * tiles_per, 1, [&](std::int64_t t0, std::int64_t t1) {
+        std::array<acc_t, tile> acc;
+        for (std::int64_t t = t0; t < t1; ++t) {
+          const std::int64_t a = t / tiles_per, c0 = (t % tiles_per) * tile;
+          const std::int64_t m = std::min(tile, k2 - c0);
+          const T* base = in + a * rn * k2 + c0;
+          for (std::int64_t c = 0; c < m; ++c) acc[c] = static_cast<acc_t>(base[c]);
+          for (std::int64_t r = 1; r < rn; ++r) {
+            const T* row = base + r * k2;
+            for (std::int64_t c = 0; c < m; ++c)
+              acc[c] = detail::combine<base_r>(acc[c], static_cast<acc_t>(row[c]));
+          }
+          for (std::int64_t c = 0; c < m; ++c) out[a * k2 + c0 + c] = finish(acc[c]);
+        }
+      });
+      return;
+    }
+    // General pattern: walk the reduced sub-space for each output element.
+    std::array<std::int64_t, max_rank> stride{};
+    std::int64_t s = 1;
+    for (std::size_t i = g.groups; i-- > 0;) {
+      stride[i] = s;
+      s *= g.dims[i];
+    }
+    pool.parallel_for(g.out_n, 64, [&](std::int64_t o0, std::int64_t o1) {
+      for (std::int64_t o = o0; o < o1; ++o) {
+        std::int64_t base = 0, rest = o;
+        for (std::size_t i = g.groups; i-- > 0;)
+          if (!g.reduced[i]) {
+            base += (rest % g.dims[i]) * stride[i];
+            rest /= g.dims[i];
+          }
+        acc_t acc = base_r::template identity<acc_t>();
+        for (std::int64_t r = 0; r < g.red_n; ++r) {
+          std::int64_t off = base, q = r;
+          for (std::size_t i = g.groups; i-- > 0;)
+            if (g.reduced[i]) {
+              off += (q % g.dims[i]) * stride[i];
+              q /= g.dims[i];
+            }
+          acc = detail::combine<base_r>(acc, static_cast<acc_t>(in[off]));
+        }
+        out[o] = finish(acc);
+      }
+    });
+  }
+}
+
+}  // namespace typeflow::cpu_backend

@@ -1,0 +1,125 @@
+// A persistent fork-join thread pool: parallel_for splits [0, n) into tasks that the caller and
+// the workers take from one atomic counter.
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace typeflow::cpu_backend {
+
+class thread_pool {
+ public:
+  /// threads <= 0: all hardware threads.
+  explicit thread_pool(int threads = 0) {
+    int n = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+    n_ = std::max(1, n);
+    for (int i = 1; i < n_; ++i) workers_.emplace_back([this] { work_loop(); });
+  }
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+  ~thread_pool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  int size() const { return n_; }
+
+  /// Calls fn(begin, end) on disjoint chunks covering [0, n), each at least `grain` long
+  /// (except the last). Runs inline when there is one chunk, one thread, or when nested.
+  void parallel_for(std::int64_t n, std::int64_t grain,
+                    const std::function<void(std::int64_t, std::int64_t)>& fn) {
+    if (n <= 0) return;
+    grain = std::max<std::int64_t>(1, grain);
+    const std::int64_t max_chunks = (n + grain - 1) / grain;
+    const std::int64_t chunks = std::min<std::int64_t>(max_chunks, std::int64_t{n_} * 4);
+    if (chunks <= 1 || n_ == 1 || in_parallel_) {
+      fn(0, n);
+      return;
+    }
+    std::unique_lock run_lock(run_mu_);
+    job j;
+    j.fn = &fn;
+    j.n = n;
+    j.chunks = chunks;
+    {
+      std::lock_guard lock(mu_);
+      job_ = &j;
+      ++generation_;
+    }
+    cv_.notify_all();
+    run_chunks(j);
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return j.finished.load() == chunks && active_ == 0; });
+    job_ = nullptr;
+    if (j.error) std::rethrow_exception(j.error);
+  }
+
+ private:
+  struct job {
+    const std::function<void(std::int64_t, std::int64_t)>* fn = nullptr;
+    std::int64_t n = 0, chunks = 0;
+    std::atomic<std::int64_t> next{0}, finished{0};
+    std::exception_ptr error;
+    std::mutex error_mu;
+  };
+
+  void run_chunks(job& j) {
+    in_parallel_ = true;
+    for (;;) {
+      const std::int64_t c = j.next.fetch_add(1);
+      if (c >= j.chunks) break;
+      const std::int64_t b = j.n * c / j.chunks, e = j.n * (c + 1) / j.chunks;
+      try {
+        (*j.fn)(b, e);
+      } catch (...) {
+        std::lock_guard lock(j.error_mu);
+        if (!j.error) j.error = std::current_exception();
+      }
+      j.finished.fetch_add(1);
+    }
+    in_parallel_ = false;
+  }
+
+  void work_loop() {
+    std::uint64_t seen = 0;
+    for (;;) {
+      job* j;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || (job_ && generation_ != seen); });
+        if (stop_) return;
+        seen = generation_;
+        j = job_;
+        ++active_;
+      }
+      run_chunks(*j);
+      {
+        std::lock_guard lock(mu_);
+        --active_;
+      }
+      done_cv_.notify_all();
+    }
+  }
+
+  int n_ = 1;
+  std::vector<std::thread> workers_;
+  std::mutex mu_, run_mu_;
+  std::condition_variable cv_, done_cv_;
+  job* job_ = nullptr;
+  std::uint64_t generation_ = 0;
+  int active_ = 0;
+  bool stop_ = false;
+  static inline thread_local bool in_parallel_ = false;
+};
+
+}  // namespace typeflow::cpu_backend

@@ -1,0 +1,53 @@
+// Element types: float, double, int32, int64, bool, each with the name used in messages.
+#pragma once
+#include <concepts>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+namespace typeflow {
+
+template <class T>
+struct dtype_traits;  // only the five dtypes below are defined
+
+template <>
+struct dtype_traits<float> {
+  static constexpr std::string_view name = "float32";
+};
+template <>
+struct dtype_traits<double> {
+  static constexpr std::string_view name = "float64";
+};
+template <>
+struct dtype_traits<std::int32_t> {
+  static constexpr std::string_view name = "int32";
+};
+template <>
+struct dtype_traits<std::int64_t> {
+  static constexpr std::string_view name = "int64";
+};
+template <>
+struct dtype_traits<bool> {
+  static constexpr std::string_view name = "bool";
+};
+
+/// One of the supported element types.
+template <class T>
+concept dtype = requires { dtype_traits<T>::name; };
+
+template <class T>
+inline constexpr std::string_view dtype_name = dtype_traits<T>::name;
+
+template <class T>
+inline constexpr bool is_floating = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+template <class T>
+inline constexpr bool is_integral_dtype =
+    std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+
+using int32 = std::int32_t;
+using int64 = std::int64_t;
+using float32 = float;
+using float64 = double;
+
+}  // namespace typeflow

@@ -1,0 +1,80 @@
+// Compile-time strings: names of placeholders and variables, and compile-time error messages.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace typeflow {
+
+/// A string usable as a template argument: `placeholder<"images", ...>`.
+template <std::size_t N>
+struct fixed_string {
+  char data[N + 1]{};
+  constexpr fixed_string() = default;
+  constexpr fixed_string(const char (&s)[N + 1]) {  // NOLINT: implicit on purpose
+    for (std::size_t i = 0; i <= N; ++i) data[i] = s[i];
+  }
+  static constexpr std::size_t size() { return N; }
+  constexpr std::string_view view() const { return {data, N}; }
+  template <std::size_t M>
+  constexpr bool operator==(const fixed_string<M>& o) const {
+    return view() == o.view();
+  }
+};
+template <std::size_t N>
+fixed_string(const char (&)[N]) -> fixed_string<N - 1>;
+
+namespace detail {
+
+/// A bounded constexpr string builder for compile-time messages.
+struct msg_buf {
+  char data[512]{};
+  std::size_t n = 0;
+  constexpr msg_buf& operator<<(std::string_view s) {
+    for (char c : s)
+      if (n < sizeof(data) - 1) data[n++] = c;
+    return *this;
+  }
+  constexpr msg_buf& operator<<(std::int64_t v) {
+    if (v < 0) {
+      *this << std::string_view("-");
+      v = -v;
+    }
+    char tmp[24]{};
+    int k = 0;
+    do {
+      tmp[k++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v != 0);
+    while (k > 0) data[n < sizeof(data) - 1 ? n++ : n] = tmp[--k];
+    return *this;
+  }
+};
+
+template <std::size_t N>
+constexpr fixed_string<N> shrink(const msg_buf& b) {
+  fixed_string<N> s;
+  for (std::size_t i = 0; i < N; ++i) s.data[i] = b.data[i];
+  return s;
+}
+
+}  // namespace detail
+
+/// Instantiated only to fail: the compiler prints Msg (op name and shapes) in the
+/// "In instantiation of 'struct typeflow::compile_error<...>'" line right above the assertion.
+template <fixed_string Msg>
+struct compile_error {
+  static_assert(Msg.size() == 0,
+                "typeflow: invalid model; the message is the argument of compile_error above");
+};
+
+namespace detail {
+template <class Builder>
+constexpr void fail() {
+  constexpr msg_buf b = Builder::message();
+  [[maybe_unused]] compile_error<shrink<b.n>(b)> e;
+}
+}  // namespace detail
+
+}  // namespace typeflow

@@ -1,0 +1,170 @@
+// Node types: an expression is an empty literal type `expr<Op, Children...>`; its op, attributes,
+// children, dtype and static shape are all template parameters (DESIGN.md, principle 1).
+#pragma once
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "../core/dtype.hpp"
+#include "../core/fixed_string.hpp"
+#include "../core/shape.hpp"
+
+namespace typeflow {
+
+/// What the transformation stage needs to know of an op.
+enum class node_kind {
+  leaf,         // placeholder, variable, constant
+  elementwise,  // fused into loops
+  reduction,    // region boundary
+  matmul,       // region boundary (BLAS)
+  layout,       // reshape, transpose, concat, slice: region boundary
+  group,        // no value: runs its children
+};
+
+template <class... T>
+struct type_list {
+  static constexpr std::size_t size = sizeof...(T);
+};
+
+/// Result of an op's shape rule; the same constexpr rule runs at compile time (with `dyn`)
+/// and at run time (with the fed extents).
+template <std::size_t R>
+struct rule_result {
+  std::string_view error{};
+  dims_t<R> dims{};
+  constexpr bool ok() const { return error.empty(); }
+};
+
+struct expr_tag {};
+
+/// A node of the graph. Empty, literal, and fully described by its type.
+template <class Op, class... Cs>
+struct expr : expr_tag {
+  using op = Op;
+  using children = type_list<Cs...>;
+  using value_type = typename Op::template value_type<Cs...>;
+  static constexpr auto dims = Op::rule(Cs::dims...).dims;
+  static constexpr std::size_t rank = dims.size();
+  using shape_type = shape_from<dims>;
+  static constexpr node_kind kind = Op::kind;
+};
+
+/// Any graph node.
+template <class T>
+concept expression = std::derived_from<std::remove_cvref_t<T>, expr_tag> &&
+                     requires { typename std::remove_cvref_t<T>::op; };
+
+/// Returned by a factory whose static_assert failed, so that one mistake gives one error.
+struct invalid_expr : expr_tag {};
+
+namespace detail {
+
+template <class Op>
+concept has_weak = requires { Op::weak; };
+
+template <class E>
+inline constexpr bool is_weak = [] {
+  if constexpr (has_weak<typename E::op>)
+    return E::op::weak;
+  else
+    return false;
+}();
+
+template <class Op>
+concept has_attrs_message = requires(msg_buf& b) { Op::attrs_message(b); };
+
+template <class Op, class... Cs>
+struct shape_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << Op::name << std::string_view(": ") << Op::rule(Cs::dims...).error;
+    if constexpr (sizeof...(Cs) > 0) {
+      b << std::string_view(": ");
+      bool first = true;
+      ((b << std::string_view(first ? "" : " x "), append_dims(b, Cs::dims), first = false), ...);
+    }
+    if constexpr (has_attrs_message<Op>) Op::attrs_message(b);
+    return b;
+  }
+};
+
+template <class Op, class... Cs>
+struct dtype_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << Op::name << std::string_view(": ") << Op::template dtype_error<Cs...>();
+    if constexpr (sizeof...(Cs) > 0) {
+      b << std::string_view(": ");
+      bool first = true;
+      ((b << std::string_view(first ? "" : ", ") << dtype_name<typename Cs::value_type>,
+        first = false),
+       ...);
+    }
+    return b;
+  }
+};
+
+}  // namespace detail
+
+/// The one place where nodes are made: checks the op's dtype and shape rules and fails with a
+/// message naming the op, the problem and the offending shapes.
+template <class Op, class... Cs>
+constexpr auto make_node() {
+  if constexpr ((std::is_same_v<Cs, invalid_expr> || ...)) {
+    return invalid_expr{};
+  } else if constexpr (!Op::template dtype_error<Cs...>().empty()) {
+    detail::fail<detail::dtype_message<Op, Cs...>>();
+    return invalid_expr{};
+  } else if constexpr (!Op::rule(Cs::dims...).ok()) {
+    detail::fail<detail::shape_message<Op, Cs...>>();
+    return invalid_expr{};
+  } else {
+    return expr<Op, Cs...>{};
+  }
+}
+
+/// Default for ops with no dtype constraint.
+struct no_dtype_rule {
+  template <class...>
+  static constexpr std::string_view dtype_error() {
+    return {};
+  }
+};
+
+/// All strongly typed children share one dtype (weakly typed scalar literals adopt it).
+template <class... Cs>
+constexpr bool same_dtype() {
+  std::string_view name{};
+  bool ok = true;
+  auto visit = [&](bool weak, std::string_view n) {
+    if (weak) return;
+    if (name.empty())
+      name = n;
+    else if (name != n)
+      ok = false;
+  };
+  (visit(detail::is_weak<Cs>, dtype_name<typename Cs::value_type>), ...);
+  return ok;
+}
+
+namespace detail {
+template <class... Cs>
+struct first_strong {
+  using type = double;  // all weak: double
+};
+template <class C, class... Cs>
+struct first_strong<C, Cs...> {
+  using type = std::conditional_t<is_weak<C>, typename first_strong<Cs...>::type,
+                                  typename C::value_type>;
+};
+}  // namespace detail
+
+/// The dtype in which an elementwise op computes: that of its strongly typed children.
+template <class... Cs>
+using compute_type = typename detail::first_strong<Cs...>::type;
+
+}  // namespace typeflow

@@ -1,0 +1,275 @@
+// The compiled plan of a set of fetches: topological order, fusion regions and memory plan.
+//
+// The traversal yields the node types; everything after it is plain constexpr computation over
+// node indices (children lists, consumers, roots, last uses), linear in nodes plus edges, and the
+// results are turned back into types only where a kernel needs them.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "../ops/leaves.hpp"
+#include "../ops/state.hpp"
+#include "print.hpp"
+#include "traverse.hpp"
+
+namespace typeflow::graph {
+
+namespace detail {
+template <class N, std::size_t I>
+struct indexed {};
+
+template <class List, class Seq>
+struct index_map;
+template <class... Ns, std::size_t... I>
+struct index_map<type_list<Ns...>, std::index_sequence<I...>> : indexed<Ns, I>... {};
+
+template <class N, std::size_t I>
+constexpr std::size_t index_of(const indexed<N, I>*) {
+  return I;
+}
+template <std::size_t I, class N>
+N node_at(const indexed<N, I>*);
+
+template <class N>
+struct arity;
+template <class Op, class... Cs>
+struct arity<expr<Op, Cs...>> {
+  static constexpr std::size_t value = sizeof...(Cs);
+};
+}  // namespace detail
+
+/// Analysis of the subgraph that `Fetches` (a type_list) need.
+template <class Fetches>
+struct plan;
+
+template <class... Fetches>
+struct plan<type_list<Fetches...>> {
+  using nodes = topological_order<Fetches...>;
+  static constexpr std::size_t size = nodes::size;
+
+ private:
+  using map = detail::index_map<nodes, std::make_index_sequence<size>>;
+
+ public:
+  /// Position of node N in the topological order.
+  template <class N>
+  static constexpr std::size_t index = detail::index_of<N>(static_cast<const map*>(nullptr));
+  /// The node at position I.
+  template <std::size_t I>
+  using node = decltype(detail::node_at<I>(static_cast<const map*>(nullptr)));
+
+ private:
+  template <class L>
+  struct edge_count;
+  template <class... Ns>
+  struct edge_count<type_list<Ns...>> {
+    static constexpr std::size_t value = (std::size_t{0} + ... + detail::arity<Ns>::value);
+  };
+  static constexpr std::size_t n_edges = edge_count<nodes>::value;
+
+  template <class N>
+  struct child_indices;
+  template <class Op, class... Cs>
+  struct child_indices<expr<Op, Cs...>> {
+    static constexpr std::array<std::size_t, sizeof...(Cs)> value{index<Cs>...};
+  };
+
+  struct node_facts {
+    std::array<std::size_t, size + 1> edge_begin{};
+    std::array<std::size_t, n_edges + 1> edges{};
+    std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{};
+  };
+
+  template <std::size_t... I>
+  static constexpr node_facts facts(std::index_sequence<I...>) {
+    node_facts f;
+    std::size_t e = 0;
+    auto add = [&](std::size_t i, auto kids, bool ew, bool c, bool force, bool nobuf) {
+      f.edge_begin[i] = e;
+      for (auto k : kids) f.edges[e++] = k;
+      f.elementwise[i] = ew;
+      f.constant[i] = c;
+      f.force_root[i] = force;
+      f.no_buffer[i] = nobuf;
+    };
+    (add(I, child_indices<node<I>>::value, node<I>::kind == node_kind::elementwise,
+         is_constant<node<I>>, is_state_op<node<I>>,
+         is_placeholder<node<I>> || is_variable<node<I>> || node<I>::kind == node_kind::group),
+     ...);
+    f.edge_begin[size] = e;
+    ((f.fetched[index<Fetches>] = true), ...);
+    return f;
+  }
+
+ public:
+  static constexpr node_facts fact = facts(std::make_index_sequence<size>{});
+
+  /// Fusion and memory plan, all indices into `nodes`.
+  struct layout_t {
+    /// root[i] == i: node i is materialized (a step); root[i] == r: node i is computed inside
+    /// the fused loop of region r; root[i] == none: an inlined constant.
+    std::array<std::size_t, size> root{};
+    /// Last step that reads node i's buffer (size for never, or for fetched nodes).
+    std::array<std::size_t, size> last_use{};
+    /// Region r's members are region_members[member_begin[r] .. member_begin[r+1]) (topological).
+    std::array<std::size_t, size + 1> member_begin{};
+    std::array<std::size_t, size + 1> members{};
+    /// Region r's inputs (materialized nodes it reads), deduplicated.
+    std::array<std::size_t, size + 1> input_begin{};
+    std::array<std::size_t, n_edges + 1> inputs{};
+    /// Buffers dropped after step s: releases[release_begin[s] .. release_begin[s+1]).
+    std::array<std::size_t, size + 1> release_begin{};
+    std::array<std::size_t, size + 1> releases{};
+    std::size_t steps = 0, fused = 0;
+  };
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+ private:
+  static constexpr layout_t compute_layout() {
+    const node_facts& f = fact;
+    layout_t L;
+    constexpr std::size_t no_consumer = none, conflict = none - 1;
+    std::array<std::size_t, size> consumer_root{};
+    std::array<bool, size> boundary{};
+    consumer_root.fill(no_consumer);
+    // Reverse topological order: every consumer is decided before its children.
+    for (std::size_t j = size; j-- > 0;) {
+      if (f.constant[j]) {
+        L.root[j] = (f.fetched[j] || boundary[j]) ? j : none;
+      } else if (f.elementwise[j] && !f.fetched[j] && !f.force_root[j] && !boundary[j] &&
+                 consumer_root[j] != no_consumer && consumer_root[j] != conflict) {
+        L.root[j] = consumer_root[j];
+      } else {
+        L.root[j] = j;
+      }
+      for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
+        const std::size_t k = f.edges[e];
+        if (f.elementwise[j] && L.root[j] != none) {
+          if (consumer_root[k] == no_consumer)
+            consumer_root[k] = L.root[j];
+          else if (consumer_root[k] != L.root[j])
+            consumer_root[k] = conflict;
+        } else {
+          boundary[k] = true;
+        }
+      }
+    }
+    // Group members by region (counting sort keeps topological order within a region).
+    std::array<std::size_t, size + 1> count{};
+    for (std::size_t i = 0; i < size; ++i)
+      if (L.root[i] != none) ++count[L.root[i]];
+    std::size_t acc = 0;
+    for (std::size_t r = 0; r < size; ++r) {
+      L.member_begin[r] = acc;
+      acc += count[r];
+    }
+    L.member_begin[size] = acc;
+    std::array<std::size_t, size + 1> fill = L.member_begin;
+    for (std::size_t i = 0; i < size; ++i)
+      if (L.root[i] != none) L.members[fill[L.root[i]]++] = i;
+    // Region inputs and last uses.
+    std::array<std::size_t, size> mark{};
+    mark.fill(none);
+    L.last_use.fill(none);
+    std::size_t in = 0;
+    for (std::size_t r = 0; r < size; ++r) {
+      L.input_begin[r] = in;
+      if (L.root[r] != r) continue;
+      ++L.steps;
+      for (std::size_t m = L.member_begin[r]; m < L.member_begin[r + 1]; ++m) {
+        const std::size_t i = L.members[m];
+        if (i != r) ++L.fused;
+        for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e) {
+          const std::size_t k = f.edges[e];
+          if (L.root[k] == none || L.root[k] == r) continue;
+          if (mark[k] != r) {
+            mark[k] = r;
+            L.inputs[in++] = k;
+          }
+          L.last_use[k] = (L.last_use[k] == none || L.last_use[k] < r) ? r : L.last_use[k];
+        }
+      }
+    }
+    L.input_begin[size] = in;
+    // Fetched values and assignments (committed at the end) live to the end of the run.
+    for (std::size_t i = 0; i < size; ++i)
+      if (f.fetched[i] || f.force_root[i]) L.last_use[i] = none;
+    std::array<std::size_t, size + 1> per{};
+    for (std::size_t i = 0; i < size; ++i)
+      if (L.last_use[i] != none) ++per[L.last_use[i]];
+    std::size_t run = 0;
+    for (std::size_t s = 0; s < size; ++s) {
+      L.release_begin[s] = run;
+      run += per[s];
+    }
+    L.release_begin[size] = run;
+    std::array<std::size_t, size + 1> pos = L.release_begin;
+    for (std::size_t i = 0; i < size; ++i)
+      if (L.last_use[i] != none) L.releases[pos[L.last_use[i]]++] = i;
+    return L;
+  }
+
+ public:
+  static constexpr layout_t layout = compute_layout();
+  static constexpr std::size_t none_v = none;
+
+  /// Number of kernels (materialized nodes) and of nodes fused into them.
+  static constexpr std::size_t steps = layout.steps;
+  static constexpr std::size_t fused_nodes = layout.fused;
+
+  template <std::size_t R, class Seq>
+  struct region_types;
+  template <std::size_t R, std::size_t... M>
+  struct region_types<R, std::index_sequence<M...>> {
+    using type = type_list<node<layout.members[layout.member_begin[R] + M]>...>;
+  };
+  template <std::size_t R, class Seq>
+  struct input_types;
+  template <std::size_t R, std::size_t... K>
+  struct input_types<R, std::index_sequence<K...>> {
+    using type = type_list<node<layout.inputs[layout.input_begin[R] + K]>...>;
+  };
+
+  /// The nodes computed in region R's fused loop (R last), and the buffers it reads.
+  template <std::size_t R>
+  using region_members = typename region_types<
+      R, std::make_index_sequence<layout.member_begin[R + 1] - layout.member_begin[R]>>::type;
+  template <std::size_t R>
+  using region_inputs = typename input_types<
+      R, std::make_index_sequence<layout.input_begin[R + 1] - layout.input_begin[R]>>::type;
+
+  /// A readable listing: one line per step, fused members in braces.
+  static std::string describe() {
+    std::string s;
+    describe_steps(s, std::make_index_sequence<size>{});
+    return s;
+  }
+
+ private:
+  template <std::size_t... I>
+  static void describe_steps(std::string& s, std::index_sequence<I...>) {
+    auto line = [&](std::size_t i, std::string text, std::string kind) {
+      if (layout.root[i] != i) return;
+      s += "%" + std::to_string(i) + " = " + kind + " " + text;
+      const std::size_t fused = layout.member_begin[i + 1] - layout.member_begin[i] - 1;
+      if (fused) s += "  [fused " + std::to_string(fused + 1) + " ops]";
+      s += "\n";
+    };
+    (line(I, to_string(node<I>{}), kind_name(node<I>::kind)), ...);
+  }
+  static std::string kind_name(node_kind k) {
+    switch (k) {
+      case node_kind::leaf: return "leaf";
+      case node_kind::elementwise: return "fused";
+      case node_kind::reduction: return "reduce";
+      case node_kind::matmul: return "matmul";
+      case node_kind::layout: return "layout";
+      case node_kind::group: return "group";
+    }
+    return "?";
+  }
+};
+
+}  // namespace typeflow::graph

@@ -1,0 +1,42 @@
+// to_string(expr): a readable form of any expression, e.g. `relu(add(matmul(x, W), b))`.
+#pragma once
+#include <string>
+
+#include "../ops/leaves.hpp"
+#include "node.hpp"
+
+namespace typeflow {
+
+namespace detail {
+template <class Op>
+concept has_attrs = requires { Op::attrs(); };
+
+template <class E>
+struct printer;
+
+template <class Op, class... Cs>
+struct printer<expr<Op, Cs...>> {
+  static std::string str() {
+    if constexpr (sizeof...(Cs) == 0 && requires { Op::to_string(); }) {
+      return Op::to_string();
+    } else {
+      std::string s = std::string(Op::name) + "(";
+      bool first = true;
+      ((s += (first ? "" : ", ") + printer<Cs>::str(), first = false), ...);
+      if constexpr (has_attrs<Op>) {
+        const std::string a = Op::attrs();
+        if (!a.empty()) s += (first ? "" : ", ") + a;
+      }
+      return s + ")";
+    }
+  }
+};
+}  // namespace detail
+
+/// The readable form of an expression: ops as calls, leaves by name, attributes last.
+template <expression E>
+std::string to_string(E) {
+  return detail::printer<E>::str();
+}
+
+}  // namespace typeflow

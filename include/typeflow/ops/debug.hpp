@@ -1,0 +1,35 @@
+// Instrumentation: probe<"tag">(x) is x, and counts how many elements it computed.
+#pragma once
+#include <atomic>
+#include <cstdint>
+
+#include "elementwise.hpp"
+
+namespace typeflow {
+namespace debug {
+
+/// Elements computed so far by every probe<Tag>.
+template <fixed_string Tag>
+inline std::atomic<std::int64_t> probe_count{0};
+
+template <fixed_string Tag>
+struct probe_op : ops::elementwise_base, no_dtype_rule {
+  static constexpr std::string_view name = "probe";
+  template <class A>
+  using value_type = typename A::value_type;
+  static std::string attrs() { return "\"" + std::string(Tag.view()) + "\""; }
+  template <class C, class A>
+  static A eval(A a) {
+    probe_count<Tag>.fetch_add(1, std::memory_order_relaxed);
+    return a;
+  }
+};
+
+/// probe<"tag">(x): identity that counts evaluations per element (for tests and debugging).
+template <fixed_string Tag, expression A>
+constexpr auto probe(A) {
+  return make_node<probe_op<Tag>, A>();
+}
+
+}  // namespace debug
+}  // namespace typeflow

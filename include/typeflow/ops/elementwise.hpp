@@ -1,0 +1,279 @@
+// Elementwise ops with NumPy broadcasting. Each op is one scalar functor (`eval`); the backends
+// instantiate fused loops from the functor types (DESIGN.md, principle 3).
+#pragma once
+#include <cmath>
+#include <cstdlib>
+#include <type_traits>
+
+#include "broadcast.hpp"
+#include "leaves.hpp"
+
+namespace typeflow {
+
+namespace ops {
+
+/// Shared by all elementwise ops: NumPy broadcasting of the children's shapes.
+struct elementwise_base {
+  static constexpr node_kind kind = node_kind::elementwise;
+  template <std::size_t... R>
+  static constexpr auto rule(const dims_t<R>&... d) {
+    return detail::broadcast_rule(d...);
+  }
+};
+
+/// Arithmetic on numbers (not bool); all strongly typed operands share one dtype.
+struct arith_base : elementwise_base {
+  template <class... Cs>
+  using value_type = compute_type<Cs...>;
+  template <class... Cs>
+  static constexpr std::string_view dtype_error() {
+    if (!same_dtype<Cs...>()) return "operand dtypes differ";
+    if (std::is_same_v<compute_type<Cs...>, bool>) return "arithmetic on bool";
+    return {};
+  }
+};
+
+/// Functions defined on floating-point tensors only.
+struct float_base : arith_base {
+  template <class... Cs>
+  static constexpr std::string_view dtype_error() {
+    if (!same_dtype<Cs...>()) return "operand dtypes differ";
+    if (!is_floating<compute_type<Cs...>>) return "requires a floating-point dtype";
+    return {};
+  }
+};
+
+/// Comparisons: operands share one dtype; the result is bool.
+struct compare_base : elementwise_base {
+  template <class...>
+  using value_type = bool;
+  template <class... Cs>
+  static constexpr std::string_view dtype_error() {
+    return same_dtype<Cs...>() ? std::string_view{} : std::string_view{"operand dtypes differ"};
+  }
+};
+
+#define TYPEFLOW_UNARY(NAME, BASE, EXPR)       \
+  struct NAME : BASE {                         \
+    static constexpr std::string_view name = #NAME; \
+    template <class C, class A>                \
+    static C eval(A a_) {                      \
+      const C x = static_cast<C>(a_);          \
+      return EXPR;                             \
+    }                                          \
+  };
+TYPEFLOW_UNARY(neg, arith_base, -x)
+TYPEFLOW_UNARY(abs, arith_base, x < C(0) ? C(-x) : x)
+TYPEFLOW_UNARY(square, arith_base, x* x)
+// relu'(0) = 0; NaN propagates.
+TYPEFLOW_UNARY(relu, arith_base, x < C(0) ? C(0) : x)
+TYPEFLOW_UNARY(exp, float_base, std::exp(x))
+TYPEFLOW_UNARY(log, float_base, std::log(x))
+TYPEFLOW_UNARY(sqrt, float_base, std::sqrt(x))
+TYPEFLOW_UNARY(rsqrt, float_base, C(1) / std::sqrt(x))
+TYPEFLOW_UNARY(sin, float_base, std::sin(x))
+TYPEFLOW_UNARY(cos, float_base, std::cos(x))
+TYPEFLOW_UNARY(tanh, float_base, std::tanh(x))
+TYPEFLOW_UNARY(sigmoid, float_base, C(1) / (C(1) + std::exp(-x)))
+#undef TYPEFLOW_UNARY
+
+#define TYPEFLOW_BINARY(NAME, BASE, RESULT, EXPR) \
+  struct NAME : BASE {                            \
+    static constexpr std::string_view name = #NAME; \
+    template <class C, class A, class B>          \
+    static RESULT eval(A a_, B b_) {              \
+      const C a = static_cast<C>(a_);             \
+      const C b = static_cast<C>(b_);             \
+      return EXPR;                                \
+    }                                             \
+  };
+TYPEFLOW_BINARY(add, arith_base, C, a + b)
+TYPEFLOW_BINARY(sub, arith_base, C, a - b)
+TYPEFLOW_BINARY(mul, arith_base, C, a* b)
+// Integer division truncates toward zero; an integer divided by zero gives 0 (no trap).
+TYPEFLOW_BINARY(div, arith_base, C, (std::is_integral_v<C> && b == C(0)) ? C(0) : C(a / b))
+TYPEFLOW_BINARY(pow, float_base, C, std::pow(a, b))
+// Ties go to the first operand (documented for the gradient).
+TYPEFLOW_BINARY(maximum, arith_base, C, a < b ? b : a)
+TYPEFLOW_BINARY(minimum, arith_base, C, b < a ? b : a)
+TYPEFLOW_BINARY(equal, compare_base, bool, a == b)
+TYPEFLOW_BINARY(not_equal, compare_base, bool, a != b)
+TYPEFLOW_BINARY(less, compare_base, bool, a < b)
+TYPEFLOW_BINARY(less_equal, compare_base, bool, a <= b)
+TYPEFLOW_BINARY(greater, compare_base, bool, a > b)
+TYPEFLOW_BINARY(greater_equal, compare_base, bool, a >= b)
+#undef TYPEFLOW_BINARY
+
+/// where(cond, a, b): cond is bool; a and b share one dtype.
+struct where : elementwise_base {
+  static constexpr std::string_view name = "where";
+  template <class Cond, class A, class B>
+  using value_type = compute_type<A, B>;
+  template <class Cond, class A, class B>
+  static constexpr std::string_view dtype_error() {
+    if (!std::is_same_v<typename Cond::value_type, bool>) return "condition must be bool";
+    if (!same_dtype<A, B>()) return "operand dtypes differ";
+    return {};
+  }
+  template <class C, class Cond, class A, class B>
+  static C eval(Cond c, A a, B b) {
+    return c ? static_cast<C>(a) : static_cast<C>(b);
+  }
+};
+
+template <dtype U>
+struct cast : elementwise_base, no_dtype_rule {
+  static constexpr std::string_view name = "cast";
+  template <class...>
+  using value_type = U;
+  static std::string attrs() { return std::string(dtype_name<U>); }
+  template <class C, class A>
+  static U eval(A a) {
+    if constexpr (std::is_same_v<U, bool>)
+      return a != A(0);
+    else
+      return static_cast<U>(a);
+  }
+};
+
+/// broadcast_to<shape<...>>(x): NumPy's broadcast_to, fused like any elementwise op.
+template <class Shape>
+struct broadcast_to : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::elementwise;
+  static constexpr std::string_view name = "broadcast_to";
+  template <class A>
+  using value_type = typename A::value_type;
+  static std::string attrs() { return dims_string(Shape::dims); }
+  static constexpr void attrs_message(detail::msg_buf& b) {
+    b << std::string_view(" to ");
+    append_dims(b, Shape::dims);
+  }
+  template <std::size_t R>
+  static constexpr rule_result<Shape::rank> rule(const dims_t<R>& d) {
+    rule_result<Shape::rank> r{{}, Shape::dims};
+    if (R > Shape::rank) {
+      r.error = "rank above the target rank";
+      return r;
+    }
+    auto b = detail::broadcast_rule(d, Shape::dims);
+    if (!b.ok()) r.error = "shape cannot be broadcast";
+    for (std::size_t i = 0; i < Shape::rank && b.ok(); ++i)
+      if (b.dims[i] != Shape::dims[i] && Shape::dims[i] != dyn)
+        r.error = "shape cannot be broadcast";
+    return r;
+  }
+  template <class C, class A>
+  static A eval(A a) {
+    return a;
+  }
+};
+
+}  // namespace ops
+
+#define TYPEFLOW_UNARY_FN(NAME)            \
+  template <expression A>                  \
+  constexpr auto NAME(A) {                 \
+    return make_node<ops::NAME, A>();      \
+  }
+TYPEFLOW_UNARY_FN(abs)
+TYPEFLOW_UNARY_FN(square)
+TYPEFLOW_UNARY_FN(relu)
+TYPEFLOW_UNARY_FN(exp)
+TYPEFLOW_UNARY_FN(log)
+TYPEFLOW_UNARY_FN(sqrt)
+TYPEFLOW_UNARY_FN(rsqrt)
+TYPEFLOW_UNARY_FN(sin)
+TYPEFLOW_UNARY_FN(cos)
+TYPEFLOW_UNARY_FN(tanh)
+TYPEFLOW_UNARY_FN(sigmoid)
+#undef TYPEFLOW_UNARY_FN
+
+#define TYPEFLOW_BINARY_FN(NAME)           \
+  template <expression A, expression B>    \
+  constexpr auto NAME(A, B) {              \
+    return make_node<ops::NAME, A, B>();   \
+  }
+TYPEFLOW_BINARY_FN(add)
+TYPEFLOW_BINARY_FN(sub)
+TYPEFLOW_BINARY_FN(mul)
+TYPEFLOW_BINARY_FN(div)
+TYPEFLOW_BINARY_FN(pow)
+TYPEFLOW_BINARY_FN(maximum)
+TYPEFLOW_BINARY_FN(minimum)
+TYPEFLOW_BINARY_FN(equal)
+TYPEFLOW_BINARY_FN(not_equal)
+TYPEFLOW_BINARY_FN(less)
+TYPEFLOW_BINARY_FN(less_equal)
+TYPEFLOW_BINARY_FN(greater)
+TYPEFLOW_BINARY_FN(greater_equal)
+#undef TYPEFLOW_BINARY_FN
+
+template <expression A>
+constexpr auto negate(A) {
+  return make_node<ops::neg, A>();
+}
+
+template <expression A>
+constexpr auto operator-(A) {
+  return make_node<ops::neg, A>();
+}
+template <expression A, expression B>
+constexpr auto operator+(A, B) {
+  return make_node<ops::add, A, B>();
+}
+template <expression A, expression B>
+constexpr auto operator-(A, B) {
+  return make_node<ops::sub, A, B>();
+}
+template <expression A, expression B>
+constexpr auto operator*(A, B) {
+  return make_node<ops::mul, A, B>();
+}
+template <expression A, expression B>
+constexpr auto operator/(A, B) {
+  return make_node<ops::div, A, B>();
+}
+template <expression A, expression B>
+constexpr auto operator==(A, B) {
+  return make_node<ops::equal, A, B>();
+}
+template <expression A, expression B>
+constexpr auto operator!=(A, B) {
+  return make_node<ops::not_equal, A, B>();
+}
+template <expression A, expression B>
+constexpr auto operator<(A, B) {
+  return make_node<ops::less, A, B>();
+}
+template <expression A, expression B>
+constexpr auto operator<=(A, B) {
+  return make_node<ops::less_equal, A, B>();
+}
+template <expression A, expression B>
+constexpr auto operator>(A, B) {
+  return make_node<ops::greater, A, B>();
+}
+template <expression A, expression B>
+constexpr auto operator>=(A, B) {
+  return make_node<ops::greater_equal, A, B>();
+}
+
+/// where(cond, a, b): elementwise choice, broadcasting all three.
+template <expression Cond, expression A, expression B>
+constexpr auto where(Cond, A, B) {
+  return make_node<ops::where, Cond, A, B>();
+}
+
+/// cast<U>(x): convert the dtype (to bool: x != 0).
+template <dtype U, expression A>
+constexpr auto cast(A) {
+  return make_node<ops::cast<U>, A>();
+}
+
+/// broadcast_to<shape<...>>(x)
+template <class Shape, expression A>
+constexpr auto broadcast_to(A) {
+  return make_node<ops::broadcast_to<Shape>, A>();
+}
+
+}  // namespace typeflow

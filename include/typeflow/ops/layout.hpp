@@ -1,0 +1,237 @@
+// Layout ops (region boundaries): reshape, transpose, concat, slice.
+#pragma once
+#include <string>
+
+#include "../graph/node.hpp"
+
+namespace typeflow {
+namespace ops {
+
+namespace detail_layout {
+inline std::string join(std::initializer_list<std::int64_t> v) {
+  std::string s = "[";
+  bool first = true;
+  for (auto x : v) {
+    s += (first ? "" : ",") + std::to_string(x);
+    first = false;
+  }
+  return s + "]";
+}
+}  // namespace detail_layout
+
+/// reshape<dims...>: at most one extent may be -1 (`dyn`), inferred from the element count.
+template <std::int64_t... Dims>
+struct reshape : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::layout;
+  static constexpr std::string_view name = "reshape";
+  static constexpr std::size_t out_rank = sizeof...(Dims);
+  template <class A>
+  using value_type = typename A::value_type;
+  static std::string attrs() { return detail_layout::join({Dims...}); }
+  static constexpr void attrs_message(detail::msg_buf& b) {
+    b << std::string_view(" into [");
+    bool first = true;
+    ((b << std::string_view(first ? "" : ",") << Dims, first = false), ...);
+    b << std::string_view("]");
+  }
+  template <std::size_t R>
+  static constexpr rule_result<out_rank> rule(const dims_t<R>& d) {
+    rule_result<out_rank> r{{}, {Dims...}};
+    int inferred = -1, count = 0;
+    std::int64_t known = 1;
+    for (std::size_t i = 0; i < out_rank; ++i) {
+      if (r.dims[i] == -1) {
+        inferred = static_cast<int>(i);
+        ++count;
+      } else if (r.dims[i] < 0) {
+        r.error = "negative extent";
+        return r;
+      } else {
+        known *= r.dims[i];
+      }
+    }
+    if (count > 1) {
+      r.error = "more than one inferred extent";
+      return r;
+    }
+    if (!is_static(d)) return r;  // checked again when fed; the inferred extent stays dyn
+    const std::int64_t total = numel(d);
+    if (inferred >= 0) {
+      if (known == 0 || total % known != 0) {
+        r.error = "element count does not divide";
+        return r;
+      }
+      r.dims[inferred] = total / known;
+    } else if (known != total) {
+      r.error = "element counts differ";
+    }
+    return r;
+  }
+};
+
+/// transpose<perm...>: output axis i is input axis perm[i].
+template <std::int64_t... Perm>
+struct transpose : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::layout;
+  static constexpr std::string_view name = "transpose";
+  static constexpr std::array<std::int64_t, sizeof...(Perm)> perm{Perm...};
+  template <class A>
+  using value_type = typename A::value_type;
+  static std::string attrs() { return "perm=" + detail_layout::join({Perm...}); }
+  static constexpr void attrs_message(detail::msg_buf& b) {
+    b << std::string_view(" (perm");
+    ((b << std::string_view(" ") << Perm), ...);
+    b << std::string_view(")");
+  }
+  template <std::size_t R>
+  static constexpr rule_result<sizeof...(Perm)> rule(const dims_t<R>& d) {
+    rule_result<sizeof...(Perm)> r;
+    if (R != sizeof...(Perm)) {
+      r.error = "permutation length differs from the rank";
+      return r;
+    }
+    std::array<bool, sizeof...(Perm)> seen{};
+    for (std::size_t i = 0; i < R; ++i) {
+      const auto p = perm[i];
+      if (p < 0 || p >= static_cast<std::int64_t>(R) || seen[p]) {
+        r.error = "not a permutation";
+        return r;
+      }
+      seen[p] = true;
+      r.dims[i] = d[p];
+    }
+    return r;
+  }
+};
+
+/// concat<axis>(a, b, ...): equal ranks and extents except along the axis.
+template <std::int64_t Axis>
+struct concat {
+  static constexpr node_kind kind = node_kind::layout;
+  static constexpr std::string_view name = "concat";
+  template <class A, class...>
+  using value_type = typename A::value_type;
+  template <class... Cs>
+  static constexpr std::string_view dtype_error() {
+    return same_dtype<Cs...>() ? std::string_view{} : std::string_view{"operand dtypes differ"};
+  }
+  static std::string attrs() { return "axis=" + std::to_string(Axis); }
+  static constexpr void attrs_message(detail::msg_buf& b) {
+    b << std::string_view(" (axis ") << Axis << std::string_view(")");
+  }
+  template <std::size_t R, std::size_t... Rs>
+  static constexpr rule_result<R> rule(const dims_t<R>& first, const dims_t<Rs>&... rest) {
+    rule_result<R> r{{}, first};
+    const std::int64_t axis = Axis < 0 ? Axis + static_cast<std::int64_t>(R) : Axis;
+    if (axis < 0 || axis >= static_cast<std::int64_t>(R)) {
+      r.error = "axis out of range";
+      return r;
+    }
+    if (((Rs != R) || ...)) {
+      r.error = "ranks differ";
+      return r;
+    }
+    auto add = [&](const auto& d) {
+      for (std::size_t i = 0; i < R; ++i) {
+        if (static_cast<std::int64_t>(i) == axis) {
+          r.dims[i] = (r.dims[i] == dyn || d[i] == dyn) ? dyn : r.dims[i] + d[i];
+        } else if (d[i] != r.dims[i] && d[i] != dyn && r.dims[i] != dyn) {
+          r.error = "extents differ off the concatenation axis";
+        } else if (r.dims[i] == dyn) {
+          r.dims[i] = d[i];
+        }
+      }
+    };
+    (add(rest), ...);
+    return r;
+  }
+};
+
+/// slice<ints<begin...>, ints<size...>>: a size of -1 runs to the end of the axis.
+template <class Begin, class Size>
+struct slice : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::layout;
+  static constexpr std::string_view name = "slice";
+  static constexpr auto begin = Begin::values;
+  static constexpr auto size = Size::values;
+  template <class A>
+  using value_type = typename A::value_type;
+  static std::string attrs() {
+    std::string b = "begin=[", s = "size=[";
+    for (std::size_t i = 0; i < Begin::size; ++i)
+      b += (i ? "," : "") + std::to_string(begin[i]);
+    for (std::size_t i = 0; i < Size::size; ++i) s += (i ? "," : "") + std::to_string(size[i]);
+    return b + "], " + s + "]";
+  }
+  static constexpr void attrs_message(detail::msg_buf& b) {
+    b << std::string_view(" (begin");
+    for (auto v : begin) b << std::string_view(" ") << v;
+    b << std::string_view(", size");
+    for (auto v : size) b << std::string_view(" ") << v;
+    b << std::string_view(")");
+  }
+  template <std::size_t R>
+  static constexpr rule_result<Size::size> rule(const dims_t<R>& d) {
+    rule_result<Size::size> r;
+    if (Begin::size != R || Size::size != R) {
+      r.error = "begin and size must have one entry per axis";
+      return r;
+    }
+    for (std::size_t i = 0; i < R; ++i) {
+      if (begin[i] < 0 || size[i] < -1) {
+        r.error = "negative begin or size";
+        return r;
+      }
+      if (d[i] == dyn) {
+        r.dims[i] = size[i] == -1 ? dyn : size[i];
+        continue;
+      }
+      const std::int64_t n = size[i] == -1 ? d[i] - begin[i] : size[i];
+      if (begin[i] > d[i] || n < 0 || begin[i] + n > d[i]) {
+        r.error = "slice out of bounds";
+        return r;
+      }
+      r.dims[i] = n;
+    }
+    return r;
+  }
+};
+
+}  // namespace ops
+
+/// reshape<dims...>(x); one extent may be -1 (`dyn`) and is inferred.
+template <std::int64_t... Dims, expression A>
+constexpr auto reshape(A) {
+  return make_node<ops::reshape<Dims...>, A>();
+}
+
+namespace detail {
+template <class A, std::size_t... I>
+constexpr auto reversed_transpose(std::index_sequence<I...>) {
+  return make_node<ops::transpose<static_cast<std::int64_t>(A::rank - 1 - I)...>, A>();
+}
+}  // namespace detail
+
+/// transpose<perm...>(x); transpose(x) reverses the axes.
+template <std::int64_t... Perm, expression A>
+constexpr auto transpose(A) {
+  if constexpr (sizeof...(Perm) == 0)
+    return detail::reversed_transpose<A>(std::make_index_sequence<A::rank>{});
+  else
+    return make_node<ops::transpose<Perm...>, A>();
+}
+
+/// concat<axis>(a, b, ...)
+template <std::int64_t Axis, expression... A>
+constexpr auto concat(A...) {
+  static_assert(sizeof...(A) >= 1, "concat: needs at least one operand");
+  return make_node<ops::concat<Axis>, A...>();
+}
+
+/// slice<ints<begin...>, ints<size...>>(x)
+template <class Begin, class Size, expression A>
+constexpr auto slice(A) {
+  return make_node<ops::slice<Begin, Size>, A>();
+}
+
+}  // namespace typeflow

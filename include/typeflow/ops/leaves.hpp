@@ -1,0 +1,187 @@
+// Leaves: placeholders (fed), variables (kept by the session), constants and fills.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "../graph/node.hpp"
+
+namespace typeflow {
+
+enum class leaf_kind { placeholder, variable, constant };
+
+namespace detail {
+template <class T, class Shape>
+struct leaf_base : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::leaf;
+  template <class...>
+  using value_type = T;
+  static constexpr rule_result<Shape::rank> rule() { return {{}, Shape::dims}; }
+};
+
+inline std::string format_number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+/// splitmix64: seeds per-variable generators from (session seed, variable name).
+constexpr std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+constexpr std::uint64_t hash_name(std::string_view s, std::uint64_t seed) {
+  std::uint64_t h = mix(seed);
+  for (char c : s) h = mix(h ^ static_cast<unsigned char>(c));
+  return h;
+}
+
+/// Uniform double in [0, 1) from 53 random bits.
+inline double uniform01(std::mt19937_64& g) { return static_cast<double>(g() >> 11) * 0x1.0p-53; }
+inline double standard_normal(std::mt19937_64& g) {
+  // Box-Muller, portable across standard libraries (std::normal_distribution is not).
+  double u1 = 0;
+  while (u1 <= 0) u1 = uniform01(g);
+  const double u2 = uniform01(g);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+}  // namespace detail
+
+/// Initializers: how the session fills a variable's storage. A user initializer is any type with
+/// `template <class T> static void init(T* data, std::int64_t n, std::mt19937_64& rng)`.
+template <auto V>
+struct fill {
+  static constexpr double value = static_cast<double>(V);
+  template <class T>
+  static void init(T* data, std::int64_t n, std::mt19937_64&) {
+    for (std::int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(value);
+  }
+  static std::string describe() { return "fill(" + detail::format_number(value) + ")"; }
+};
+using zeros = fill<0>;
+using ones = fill<1>;
+
+/// Uniform in [Lo, Hi).
+template <auto Lo, auto Hi>
+struct uniform {
+  template <class T>
+  static void init(T* data, std::int64_t n, std::mt19937_64& g) {
+    for (std::int64_t i = 0; i < n; ++i)
+      data[i] = static_cast<T>(Lo + (Hi - Lo) * detail::uniform01(g));
+  }
+  static std::string describe() {
+    return "uniform(" + detail::format_number(Lo) + ", " + detail::format_number(Hi) + ")";
+  }
+};
+
+/// Normal with the given mean and standard deviation.
+template <auto Mean, auto Stddev>
+struct normal {
+  template <class T>
+  static void init(T* data, std::int64_t n, std::mt19937_64& g) {
+    for (std::int64_t i = 0; i < n; ++i)
+      data[i] = static_cast<T>(Mean + Stddev * detail::standard_normal(g));
+  }
+  static std::string describe() {
+    return "normal(" + detail::format_number(Mean) + ", " + detail::format_number(Stddev) + ")";
+  }
+};
+
+/// TensorFlow's truncated normal: draws beyond two standard deviations are redrawn.
+template <auto Stddev, auto Mean = 0.0>
+struct truncated_normal {
+  template <class T>
+  static void init(T* data, std::int64_t n, std::mt19937_64& g) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      double z = detail::standard_normal(g);
+      while (std::abs(z) > 2.0) z = detail::standard_normal(g);
+      data[i] = static_cast<T>(Mean + Stddev * z);
+    }
+  }
+  static std::string describe() {
+    return "truncated_normal(" + detail::format_number(Stddev) + ")";
+  }
+};
+
+namespace ops {
+
+template <fixed_string Name, dtype T, class Shape>
+struct placeholder : detail::leaf_base<T, Shape> {
+  static constexpr leaf_kind leaf = leaf_kind::placeholder;
+  static constexpr std::string_view name = Name.view();
+  static std::string to_string() { return std::string(name); }
+};
+
+template <fixed_string Name, dtype T, class Shape, class Init>
+struct variable : detail::leaf_base<T, Shape> {
+  static_assert(is_static(Shape::dims), "variable: every extent of a variable must be static");
+  static constexpr leaf_kind leaf = leaf_kind::variable;
+  static constexpr std::string_view name = Name.view();
+  using initializer = Init;
+  static std::string to_string() { return std::string(name); }
+};
+
+/// A weakly typed scalar: it adopts the dtype of the tensor it meets (`x * constant<2>`).
+template <double V>
+struct literal : detail::leaf_base<double, shape<>> {
+  static constexpr leaf_kind leaf = leaf_kind::constant;
+  static constexpr bool weak = true;
+  static constexpr double value = V;
+  static constexpr std::string_view name = "constant";
+  static std::string to_string() { return detail::format_number(V); }
+};
+
+/// A typed tensor of one value.
+template <double V, dtype T, class Shape>
+struct full : detail::leaf_base<T, Shape> {
+  static_assert(is_static(Shape::dims), "full: every extent must be static");
+  static constexpr leaf_kind leaf = leaf_kind::constant;
+  static constexpr double value = V;
+  static constexpr std::string_view name = "full";
+  static std::string to_string() {
+    return "full(" + detail::format_number(V) + ", " + std::string(dtype_name<T>) + ", " +
+           dims_string(Shape::dims) + ")";
+  }
+};
+
+}  // namespace ops
+
+/// A fed input: `placeholder<"images", float, shape<dyn, 28, 28, 1>>`.
+template <fixed_string Name, dtype T, class Shape>
+inline constexpr expr<ops::placeholder<Name, T, Shape>> placeholder{};
+
+/// A variable kept by the session; its identity is its name.
+template <fixed_string Name, dtype T, class Shape, class Init = zeros>
+inline constexpr expr<ops::variable<Name, T, Shape, Init>> variable{};
+
+/// A compile-time scalar that adopts the dtype of the other operand.
+template <auto V>
+inline constexpr expr<ops::literal<static_cast<double>(V)>> constant{};
+
+/// A compile-time tensor filled with one value: `full<0, float, shape<3, 4>>`.
+template <auto V, dtype T, class Shape>
+inline constexpr expr<ops::full<static_cast<double>(V), T, Shape>> full{};
+
+template <class E>
+inline constexpr bool is_leaf = E::kind == node_kind::leaf;
+
+template <class E, leaf_kind K>
+inline constexpr bool is_leaf_of = [] {
+  if constexpr (E::kind == node_kind::leaf)
+    return E::op::leaf == K;
+  else
+    return false;
+}();
+
+template <class E>
+inline constexpr bool is_placeholder = is_leaf_of<E, leaf_kind::placeholder>;
+template <class E>
+inline constexpr bool is_variable = is_leaf_of<E, leaf_kind::variable>;
+template <class E>
+inline constexpr bool is_constant = is_leaf_of<E, leaf_kind::constant>;
+
+}  // namespace typeflow

@@ -1,0 +1,67 @@
+// matmul: 2-D and batched (equal leading batch extents), with transpose flags.
+#pragma once
+#include <string>
+
+#include "../graph/node.hpp"
+
+namespace typeflow {
+namespace ops {
+
+template <bool TA, bool TB>
+struct matmul {
+  static constexpr node_kind kind = node_kind::matmul;
+  static constexpr std::string_view name = "matmul";
+  static constexpr bool transpose_a = TA, transpose_b = TB;
+  template <class A, class B>
+  using value_type = typename A::value_type;
+  template <class A, class B>
+  static constexpr std::string_view dtype_error() {
+    if (!std::is_same_v<typename A::value_type, typename B::value_type>)
+      return "operand dtypes differ";
+    if (std::is_same_v<typename A::value_type, bool>) return "arithmetic on bool";
+    return {};
+  }
+  template <std::size_t RA, std::size_t RB>
+  static constexpr rule_result<RA> rule(const dims_t<RA>& a, const dims_t<RB>& b) {
+    rule_result<RA> r;
+    if (RA < 2 || RB < 2) {
+      r.error = "operands must have rank 2 or more";
+      return r;
+    }
+    if (RA != RB) {
+      r.error = "ranks differ";
+      return r;
+    }
+    for (std::size_t i = 0; i + 2 < RA; ++i) {
+      if (a[i] != b[i] && a[i] != dyn && b[i] != dyn) {
+        r.error = "batch dimensions differ";
+        return r;
+      }
+      r.dims[i] = a[i] == dyn ? b[i] : a[i];
+    }
+    const std::int64_t m = TA ? a[RA - 1] : a[RA - 2], ka = TA ? a[RA - 2] : a[RA - 1];
+    const std::int64_t kb = TB ? b[RB - 1] : b[RB - 2], n = TB ? b[RB - 2] : b[RB - 1];
+    if (ka != kb && ka != dyn && kb != dyn) r.error = "inner dimensions differ";
+    r.dims[RA - 2] = m;
+    r.dims[RA - 1] = n;
+    return r;
+  }
+  static constexpr void attrs_message(detail::msg_buf& b) {
+    if (TA) b << std::string_view(" (transpose_a)");
+    if (TB) b << std::string_view(" (transpose_b)");
+  }
+  static std::string attrs() {
+    return std::string(TA ? "transpose_a" : "") + (TA && TB ? ", " : "") +
+           (TB ? "transpose_b" : "");
+  }
+};
+
+}  // namespace ops
+
+/// matmul<transpose_a, transpose_b>(a, b): [..., m, k] x [..., k, n] -> [..., m, n].
+template <bool TA = false, bool TB = false, expression A, expression B>
+constexpr auto matmul(A, B) {
+  return make_node<ops::matmul<TA, TB>, A, B>();
+}
+
+}  // namespace typeflow

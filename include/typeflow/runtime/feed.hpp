@@ -1,0 +1,73 @@
+// fetch(...) and feed(...): what a run computes and what it is given.
+#pragma once
+#include <type_traits>
+
+#include "../core/tensor.hpp"
+#include "../graph/node.hpp"
+#include "../ops/leaves.hpp"
+#include "value.hpp"
+
+namespace typeflow {
+
+/// The nodes a run computes and returns (groups run but return nothing).
+template <class... E>
+struct fetch_t {};
+
+template <expression... E>
+constexpr fetch_t<E...> fetch(E...) {
+  return {};
+}
+
+/// One fed placeholder: a non-owning view of host memory.
+template <class P>
+struct feed_t {
+  using placeholder = P;
+  using value_type = typename P::value_type;
+  const value_type* data = nullptr;
+  runtime::rt_dims dims;
+};
+
+namespace detail {
+template <class P, class U>
+struct feed_dtype_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("feed: placeholder \"") << P::op::name
+      << std::string_view("\" has dtype ") << dtype_name<typename P::value_type>
+      << std::string_view(", fed ") << dtype_name<U>;
+    return b;
+  }
+};
+
+template <class P, class U>
+feed_t<P> make_feed(const U* data, const std::vector<std::int64_t>& dims) {
+  static_assert(is_placeholder<P>, "feed: only placeholders can be fed");
+  if constexpr (!std::is_same_v<U, typename P::value_type>) {
+    fail<feed_dtype_message<P, U>>();
+    return {};
+  } else {
+    if (dims.size() > max_rank)
+      throw error("feed: placeholder \"" + std::string(P::op::name) + "\" expects " +
+                  dims_string(P::dims) + ", fed " + dims_string(dims));
+    feed_t<P> f;
+    f.data = data;
+    f.dims.rank = dims.size();
+    for (std::size_t i = 0; i < dims.size(); ++i) f.dims.d[i] = dims[i];
+    return f;
+  }
+}
+}  // namespace detail
+
+/// feed(placeholder, tensor): the tensor must outlive the run.
+template <expression P, dtype U>
+feed_t<P> feed(P, const tensor<U>& t) {
+  return detail::make_feed<P, U>(t.data(), t.shape());
+}
+
+/// feed(placeholder, view): a non-owning view of user memory.
+template <expression P, dtype U>
+feed_t<P> feed(P, const tensor_view<U>& v) {
+  return detail::make_feed<P, U>(v.data, v.dims);
+}
+
+}  // namespace typeflow

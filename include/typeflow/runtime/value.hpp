@@ -1,0 +1,114 @@
+// Run-time values of plan nodes and the buffer pool behind the memory plan.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../core/shape.hpp"
+#include "../core/tensor.hpp"
+
+namespace typeflow::runtime {
+
+/// Run-time extents of a node (rank fixed by its type).
+struct rt_dims {
+  std::array<std::int64_t, max_rank> d{};
+  std::size_t rank = 0;
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (std::size_t i = 0; i < rank; ++i) n *= d[i];
+    return n;
+  }
+  template <std::size_t R>
+  dims_t<R> fixed() const {
+    dims_t<R> a{};
+    for (std::size_t i = 0; i < R; ++i) a[i] = d[i];
+    return a;
+  }
+  template <std::size_t R>
+  static rt_dims from(const dims_t<R>& a) {
+    rt_dims r;
+    r.rank = R;
+    for (std::size_t i = 0; i < R; ++i) r.d[i] = a[i];
+    return r;
+  }
+  std::string str() const { return dims_string(d.begin(), d.begin() + rank); }
+  std::vector<std::int64_t> vec() const { return {d.begin(), d.begin() + rank}; }
+};
+
+/// A node's value during a run: data (owned through `owner` when it is a pool buffer) and dims.
+struct rt_value {
+  std::shared_ptr<void> owner;
+  void* data = nullptr;
+  rt_dims dims;
+};
+
+/// Statistics of the last run, the instrumentation behind the tests of the plan.
+struct run_stats {
+  std::size_t steps = 0;              // kernels executed (materialized nodes, leaves excluded)
+  std::size_t fused_nodes = 0;        // elementwise nodes computed inside fused loops
+  std::size_t buffers_allocated = 0;  // fresh heap allocations by the pool during the run
+  std::size_t buffers_reused = 0;     // buffers the pool handed out again
+  std::size_t peak_bytes = 0;         // peak bytes of live intermediate buffers
+  std::vector<std::string> trace;     // each executed step, as to_string (with options.trace)
+};
+
+/// Size-bucketed pool: a buffer goes back to its bucket when its last reference is dropped, so
+/// steady-state runs allocate nothing.
+class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
+ public:
+  ~buffer_pool() {
+    for (auto& [bytes, list] : free_)
+      for (void* p : list) std::free(p);
+  }
+  std::shared_ptr<void> acquire(std::size_t bytes, run_stats& stats) {
+    bytes = round(bytes);
+    void* p = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        p = it->second.back();
+        it->second.pop_back();
+        ++stats.buffers_reused;
+      }
+      live_ += bytes;
+      stats.peak_bytes = std::max(stats.peak_bytes, live_);
+    }
+    if (!p) {
+      p = detail::aligned_bytes(bytes);
+      ++stats.buffers_allocated;
+    }
+    std::weak_ptr<buffer_pool> self = weak_from_this();
+    return {p, [self, bytes](void* q) {
+              if (auto pool = self.lock())
+                pool->give_back(q, bytes);
+              else
+                std::free(q);
+            }};
+  }
+  void reset_live() {
+    std::lock_guard lock(mu_);
+    live_ = 0;
+  }
+
+ private:
+  static std::size_t round(std::size_t b) {
+    const std::size_t a = detail::buffer_alignment;
+    return (std::max<std::size_t>(b, 1) + a - 1) / a * a;
+  }
+  void give_back(void* p, std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    free_[bytes].push_back(p);
+    live_ -= std::min(live_, bytes);
+  }
+  std::mutex mu_;
+  std::map<std::size_t, std::vector<void*>> free_;
+  std::size_t live_ = 0;
+};
+
+}  // namespace typeflow::runtime
