@@ -16,7 +16,8 @@ int main() {
   ty::session s;
   ty::tensor<float> in({2, 3}, {1, 2, 3, 4, 5, 6});
   auto [out, t] = s.run(ty::fetch(y, total), ty::feed(x, in));
-  std::cout << out << "\n" << "sum = " << t.item() << "\n";
+  std::cout << out << "\n"
+            << "sum = " << t.item() << "\n";
 
   // A training-style step: assignments run as one group and persist in the session.
   s.run(ty::fetch(ty::group(ty::assign_add(b, ty::constant<1>))));

@@ -8,7 +8,7 @@
 namespace typeflow {
 
 template <class T>
-struct dtype_traits;  // only the five dtypes below are defined
+struct dtype_traits; // only the five dtypes below are defined
 
 template <>
 struct dtype_traits<float> {
@@ -33,7 +33,9 @@ struct dtype_traits<bool> {
 
 /// One of the supported element types.
 template <class T>
-concept dtype = requires { dtype_traits<T>::name; };
+concept dtype = requires {
+  dtype_traits<T>::name;
+};
 
 template <class T>
 inline constexpr std::string_view dtype_name = dtype_traits<T>::name;
@@ -50,4 +52,4 @@ using int64 = std::int64_t;
 using float32 = float;
 using float64 = double;
 
-}  // namespace typeflow
+} // namespace typeflow

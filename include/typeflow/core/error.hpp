@@ -8,8 +8,8 @@ namespace typeflow {
 
 /// Base of every exception the library throws for run-time misuse (bad feed, bad shape, ...).
 class error : public std::runtime_error {
- public:
+public:
   explicit error(const std::string& what) : std::runtime_error("typeflow: " + what) {}
 };
 
-}  // namespace typeflow
+} // namespace typeflow

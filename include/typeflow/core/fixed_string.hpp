@@ -12,8 +12,9 @@ template <std::size_t N>
 struct fixed_string {
   char data[N + 1]{};
   constexpr fixed_string() = default;
-  constexpr fixed_string(const char (&s)[N + 1]) {  // NOLINT: implicit on purpose
-    for (std::size_t i = 0; i <= N; ++i) data[i] = s[i];
+  constexpr fixed_string(const char (&s)[N + 1]) { // NOLINT: implicit on purpose
+    for (std::size_t i = 0; i <= N; ++i)
+      data[i] = s[i];
   }
   static constexpr std::size_t size() { return N; }
   constexpr std::string_view view() const { return {data, N}; }
@@ -33,7 +34,8 @@ struct msg_buf {
   std::size_t n = 0;
   constexpr msg_buf& operator<<(std::string_view s) {
     for (char c : s)
-      if (n < sizeof(data) - 1) data[n++] = c;
+      if (n < sizeof(data) - 1)
+        data[n++] = c;
     return *this;
   }
   constexpr msg_buf& operator<<(std::int64_t v) {
@@ -47,7 +49,8 @@ struct msg_buf {
       tmp[k++] = static_cast<char>('0' + v % 10);
       v /= 10;
     } while (v != 0);
-    while (k > 0) data[n < sizeof(data) - 1 ? n++ : n] = tmp[--k];
+    while (k > 0)
+      data[n < sizeof(data) - 1 ? n++ : n] = tmp[--k];
     return *this;
   }
 };
@@ -55,11 +58,12 @@ struct msg_buf {
 template <std::size_t N>
 constexpr fixed_string<N> shrink(const msg_buf& b) {
   fixed_string<N> s;
-  for (std::size_t i = 0; i < N; ++i) s.data[i] = b.data[i];
+  for (std::size_t i = 0; i < N; ++i)
+    s.data[i] = b.data[i];
   return s;
 }
 
-}  // namespace detail
+} // namespace detail
 
 /// Instantiated only to fail: the compiler prints Msg (op name and shapes) in the
 /// "In instantiation of 'struct typeflow::compile_error<...>'" line right above the assertion.
@@ -75,6 +79,6 @@ constexpr void fail() {
   constexpr msg_buf b = Builder::message();
   [[maybe_unused]] compile_error<shrink<b.n>(b)> e;
 }
-}  // namespace detail
+} // namespace detail
 
-}  // namespace typeflow
+} // namespace typeflow

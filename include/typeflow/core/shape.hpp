@@ -41,23 +41,26 @@ template <auto Dims, std::size_t... I>
 struct shape_from_impl<Dims, std::index_sequence<I...>> {
   using type = shape<Dims[I]...>;
 };
-}  // namespace detail
+} // namespace detail
 
 /// The `shape<...>` type of a constexpr dims array.
 template <auto Dims>
-using shape_from = typename detail::shape_from_impl<Dims, std::make_index_sequence<Dims.size()>>::type;
+using shape_from =
+    typename detail::shape_from_impl<Dims, std::make_index_sequence<Dims.size()>>::type;
 
 template <std::size_t R>
 constexpr bool is_static(const dims_t<R>& d) {
   for (auto e : d)
-    if (e == dyn) return false;
+    if (e == dyn)
+      return false;
   return true;
 }
 
 template <std::size_t R>
 constexpr std::int64_t numel(const dims_t<R>& d) {
   std::int64_t n = 1;
-  for (auto e : d) n *= e;
+  for (auto e : d)
+    n *= e;
   return n;
 }
 
@@ -66,7 +69,8 @@ template <std::size_t R>
 constexpr void append_dims(detail::msg_buf& b, const dims_t<R>& d) {
   b << std::string_view("[");
   for (std::size_t i = 0; i < R; ++i) {
-    if (i) b << std::string_view(",");
+    if (i)
+      b << std::string_view(",");
     if (d[i] == dyn)
       b << std::string_view("?");
     else
@@ -80,7 +84,8 @@ template <class It>
 std::string dims_string(It first, It last) {
   std::string s = "[";
   for (It i = first; i != last; ++i) {
-    if (i != first) s += ",";
+    if (i != first)
+      s += ",";
     s += *i == dyn ? std::string("?") : std::to_string(*i);
   }
   return s + "]";
@@ -90,4 +95,4 @@ std::string dims_string(const C& c) {
   return dims_string(std::begin(c), std::end(c));
 }
 
-}  // namespace typeflow
+} // namespace typeflow

@@ -30,19 +30,21 @@ inline void* aligned_bytes(std::size_t bytes) {
   std::size_t rounded = (std::max<std::size_t>(bytes, 1) + buffer_alignment - 1) /
                         buffer_alignment * buffer_alignment;
   void* p = std::aligned_alloc(buffer_alignment, rounded);
-  if (!p) throw std::bad_alloc();
+  if (!p)
+    throw std::bad_alloc();
   return p;
 }
 
 inline std::int64_t checked_numel(const std::vector<std::int64_t>& dims) {
   std::int64_t n = 1;
   for (auto d : dims) {
-    if (d < 0) throw error("tensor: negative extent in shape " + dims_string(dims));
+    if (d < 0)
+      throw error("tensor: negative extent in shape " + dims_string(dims));
     n *= d;
   }
   return n;
 }
-}  // namespace detail
+} // namespace detail
 
 /// A non-owning view of user memory in row-major order, usable as a feed.
 template <dtype T>
@@ -63,7 +65,7 @@ struct tensor_view {
 /// An owning, row-major host tensor: shape, dtype, element access, printing.
 template <dtype T>
 class tensor {
- public:
+public:
   using value_type = T;
 
   tensor() : tensor(std::vector<std::int64_t>{}) {}
@@ -83,7 +85,8 @@ class tensor {
   tensor(const tensor& o) : tensor(o.dims_) { std::copy_n(o.data(), size_, data_.get()); }
   tensor(tensor&&) noexcept = default;
   tensor& operator=(const tensor& o) {
-    if (this != &o) *this = tensor(o);
+    if (this != &o)
+      *this = tensor(o);
     return *this;
   }
   tensor& operator=(tensor&&) noexcept = default;
@@ -122,7 +125,7 @@ class tensor {
   }
 
   tensor_view<T> view() const { return {data(), dims_}; }
-  operator tensor_view<T>() const { return view(); }  // NOLINT: feeds accept tensors
+  operator tensor_view<T>() const { return view(); } // NOLINT: feeds accept tensors
 
   std::string to_string() const {
     std::ostringstream os;
@@ -132,14 +135,15 @@ class tensor {
 
   friend std::ostream& operator<<(std::ostream& os, const tensor& t) {
     os << "tensor<" << dtype_name<T> << ", " << dims_string(t.dims_) << ">";
-    if (t.rank() == 0) return os << "(" << print_value(t.data_.get()[0]) << ")";
+    if (t.rank() == 0)
+      return os << "(" << print_value(t.data_.get()[0]) << ")";
     os << "\n";
     std::int64_t idx = 0;
     t.print_level(os, 0, idx);
     return os;
   }
 
- private:
+private:
   static auto print_value(T v) {
     if constexpr (std::is_same_v<T, bool>)
       return v ? "true" : "false";
@@ -151,11 +155,13 @@ class tensor {
     os << "[";
     std::int64_t n = dims_[level];
     for (std::int64_t i = 0; i < n; ++i) {
-      if (i) os << (level + 1 == rank() ? ", " : ",\n" + std::string(level + 1, ' '));
+      if (i)
+        os << (level + 1 == rank() ? ", " : ",\n" + std::string(level + 1, ' '));
       if (n > limit && i == limit / 2) {
         os << "...";
         std::int64_t stride = 1;
-        for (std::size_t k = level + 1; k < rank(); ++k) stride *= dims_[k];
+        for (std::size_t k = level + 1; k < rank(); ++k)
+          stride *= dims_[k];
         idx += (n - limit) * stride;
         i = n - limit / 2 - 1;
         continue;
@@ -193,4 +199,4 @@ class tensor {
   std::unique_ptr<T[], detail::aligned_free> data_;
 };
 
-}  // namespace typeflow
+} // namespace typeflow

@@ -45,4 +45,4 @@ struct on {
 template <class P, class Node>
 concept placement_policy_for = device_tag<typename P::template device<Node>>;
 
-}  // namespace typeflow
+} // namespace typeflow

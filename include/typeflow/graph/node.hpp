@@ -17,12 +17,12 @@ namespace typeflow {
 
 /// What the transformation stage needs to know of an op.
 enum class node_kind {
-  leaf,         // placeholder, variable, constant
-  elementwise,  // fused into loops
-  reduction,    // region boundary
-  matmul,       // region boundary (BLAS)
-  layout,       // reshape, transpose, concat, slice: region boundary
-  group,        // no value: runs its children
+  leaf,        // placeholder, variable, constant
+  elementwise, // fused into loops
+  reduction,   // region boundary
+  matmul,      // region boundary (BLAS)
+  layout,      // reshape, transpose, concat, slice: region boundary
+  group,       // no value: runs its children
 };
 
 template <class... T>
@@ -55,8 +55,9 @@ struct expr : expr_tag {
 
 /// Any graph node.
 template <class T>
-concept expression = std::derived_from<std::remove_cvref_t<T>, expr_tag> &&
-                     requires { typename std::remove_cvref_t<T>::op; };
+concept expression = std::derived_from<std::remove_cvref_t<T>, expr_tag> && requires {
+  typename std::remove_cvref_t<T>::op;
+};
 
 /// Returned by a factory whose static_assert failed, so that one mistake gives one error.
 struct invalid_expr : expr_tag {};
@@ -64,7 +65,9 @@ struct invalid_expr : expr_tag {};
 namespace detail {
 
 template <class Op>
-concept has_weak = requires { Op::weak; };
+concept has_weak = requires {
+  Op::weak;
+};
 
 template <class E>
 inline constexpr bool is_weak = [] {
@@ -75,7 +78,9 @@ inline constexpr bool is_weak = [] {
 }();
 
 template <class Op>
-concept has_attrs_message = requires(msg_buf& b) { Op::attrs_message(b); };
+concept has_attrs_message = requires(msg_buf& b) {
+  Op::attrs_message(b);
+};
 
 template <class Op, class... Cs>
 struct shape_message {
@@ -87,7 +92,8 @@ struct shape_message {
       bool first = true;
       ((b << std::string_view(first ? "" : " x "), append_dims(b, Cs::dims), first = false), ...);
     }
-    if constexpr (has_attrs_message<Op>) Op::attrs_message(b);
+    if constexpr (has_attrs_message<Op>)
+      Op::attrs_message(b);
     return b;
   }
 };
@@ -108,7 +114,7 @@ struct dtype_message {
   }
 };
 
-}  // namespace detail
+} // namespace detail
 
 /// The one place where nodes are made: checks the op's dtype and shape rules and fails with a
 /// message naming the op, the problem and the offending shapes.
@@ -141,7 +147,8 @@ constexpr bool same_dtype() {
   std::string_view name{};
   bool ok = true;
   auto visit = [&](bool weak, std::string_view n) {
-    if (weak) return;
+    if (weak)
+      return;
     if (name.empty())
       name = n;
     else if (name != n)
@@ -154,17 +161,17 @@ constexpr bool same_dtype() {
 namespace detail {
 template <class... Cs>
 struct first_strong {
-  using type = double;  // all weak: double
+  using type = double; // all weak: double
 };
 template <class C, class... Cs>
 struct first_strong<C, Cs...> {
-  using type = std::conditional_t<is_weak<C>, typename first_strong<Cs...>::type,
-                                  typename C::value_type>;
+  using type =
+      std::conditional_t<is_weak<C>, typename first_strong<Cs...>::type, typename C::value_type>;
 };
-}  // namespace detail
+} // namespace detail
 
 /// The dtype in which an elementwise op computes: that of its strongly typed children.
 template <class... Cs>
 using compute_type = typename detail::first_strong<Cs...>::type;
 
-}  // namespace typeflow
+} // namespace typeflow

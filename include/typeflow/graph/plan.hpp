@@ -38,21 +38,26 @@ template <class Op, class... Cs>
 struct arity<expr<Op, Cs...>> {
   static constexpr std::size_t value = sizeof...(Cs);
 };
-}  // namespace detail
+} // namespace detail
+
+template <class... Fetches>
+struct plan_impl;
 
 /// Analysis of the subgraph that `Fetches` (a type_list) need.
 template <class Fetches>
 struct plan;
+template <class... Fetches>
+struct plan<type_list<Fetches...>> : plan_impl<std::remove_cvref_t<Fetches>...> {};
 
 template <class... Fetches>
-struct plan<type_list<Fetches...>> {
+struct plan_impl {
   using nodes = topological_order<Fetches...>;
   static constexpr std::size_t size = nodes::size;
 
- private:
+private:
   using map = detail::index_map<nodes, std::make_index_sequence<size>>;
 
- public:
+public:
   /// Position of node N in the topological order.
   template <class N>
   static constexpr std::size_t index = detail::index_of<N>(static_cast<const map*>(nullptr));
@@ -60,7 +65,7 @@ struct plan<type_list<Fetches...>> {
   template <std::size_t I>
   using node = decltype(detail::node_at<I>(static_cast<const map*>(nullptr)));
 
- private:
+private:
   template <class L>
   struct edge_count;
   template <class... Ns>
@@ -88,7 +93,8 @@ struct plan<type_list<Fetches...>> {
     std::size_t e = 0;
     auto add = [&](std::size_t i, auto kids, bool ew, bool c, bool force, bool nobuf) {
       f.edge_begin[i] = e;
-      for (auto k : kids) f.edges[e++] = k;
+      for (auto k : kids)
+        f.edges[e++] = k;
       f.elementwise[i] = ew;
       f.constant[i] = c;
       f.force_root[i] = force;
@@ -103,7 +109,7 @@ struct plan<type_list<Fetches...>> {
     return f;
   }
 
- public:
+public:
   static constexpr node_facts fact = facts(std::make_index_sequence<size>{});
 
   /// Fusion and memory plan, all indices into `nodes`.
@@ -126,7 +132,7 @@ struct plan<type_list<Fetches...>> {
   };
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
- private:
+private:
   static constexpr layout_t compute_layout() {
     const node_facts& f = fact;
     layout_t L;
@@ -159,7 +165,8 @@ struct plan<type_list<Fetches...>> {
     // Group members by region (counting sort keeps topological order within a region).
     std::array<std::size_t, size + 1> count{};
     for (std::size_t i = 0; i < size; ++i)
-      if (L.root[i] != none) ++count[L.root[i]];
+      if (L.root[i] != none)
+        ++count[L.root[i]];
     std::size_t acc = 0;
     for (std::size_t r = 0; r < size; ++r) {
       L.member_begin[r] = acc;
@@ -168,7 +175,8 @@ struct plan<type_list<Fetches...>> {
     L.member_begin[size] = acc;
     std::array<std::size_t, size + 1> fill = L.member_begin;
     for (std::size_t i = 0; i < size; ++i)
-      if (L.root[i] != none) L.members[fill[L.root[i]]++] = i;
+      if (L.root[i] != none)
+        L.members[fill[L.root[i]]++] = i;
     // Region inputs and last uses.
     std::array<std::size_t, size> mark{};
     mark.fill(none);
@@ -176,14 +184,18 @@ struct plan<type_list<Fetches...>> {
     std::size_t in = 0;
     for (std::size_t r = 0; r < size; ++r) {
       L.input_begin[r] = in;
-      if (L.root[r] != r) continue;
-      ++L.steps;
+      if (L.root[r] != r)
+        continue;
+      if (!f.no_buffer[r])
+        ++L.steps;
       for (std::size_t m = L.member_begin[r]; m < L.member_begin[r + 1]; ++m) {
         const std::size_t i = L.members[m];
-        if (i != r) ++L.fused;
+        if (i != r)
+          ++L.fused;
         for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e) {
           const std::size_t k = f.edges[e];
-          if (L.root[k] == none || L.root[k] == r) continue;
+          if (L.root[k] == none || L.root[k] == r)
+            continue;
           if (mark[k] != r) {
             mark[k] = r;
             L.inputs[in++] = k;
@@ -195,10 +207,12 @@ struct plan<type_list<Fetches...>> {
     L.input_begin[size] = in;
     // Fetched values and assignments (committed at the end) live to the end of the run.
     for (std::size_t i = 0; i < size; ++i)
-      if (f.fetched[i] || f.force_root[i]) L.last_use[i] = none;
+      if (f.fetched[i] || f.force_root[i])
+        L.last_use[i] = none;
     std::array<std::size_t, size + 1> per{};
     for (std::size_t i = 0; i < size; ++i)
-      if (L.last_use[i] != none) ++per[L.last_use[i]];
+      if (L.last_use[i] != none)
+        ++per[L.last_use[i]];
     std::size_t run = 0;
     for (std::size_t s = 0; s < size; ++s) {
       L.release_begin[s] = run;
@@ -207,15 +221,17 @@ struct plan<type_list<Fetches...>> {
     L.release_begin[size] = run;
     std::array<std::size_t, size + 1> pos = L.release_begin;
     for (std::size_t i = 0; i < size; ++i)
-      if (L.last_use[i] != none) L.releases[pos[L.last_use[i]]++] = i;
+      if (L.last_use[i] != none)
+        L.releases[pos[L.last_use[i]]++] = i;
     return L;
   }
 
- public:
+public:
   static constexpr layout_t layout = compute_layout();
   static constexpr std::size_t none_v = none;
 
-  /// Number of kernels (materialized nodes) and of nodes fused into them.
+  /// Number of kernels (materialized nodes other than placeholders and variables) and of nodes
+  /// fused into them.
   static constexpr std::size_t steps = layout.steps;
   static constexpr std::size_t fused_nodes = layout.fused;
 
@@ -247,29 +263,37 @@ struct plan<type_list<Fetches...>> {
     return s;
   }
 
- private:
+private:
   template <std::size_t... I>
   static void describe_steps(std::string& s, std::index_sequence<I...>) {
     auto line = [&](std::size_t i, std::string text, std::string kind) {
-      if (layout.root[i] != i) return;
+      if (layout.root[i] != i)
+        return;
       s += "%" + std::to_string(i) + " = " + kind + " " + text;
       const std::size_t fused = layout.member_begin[i + 1] - layout.member_begin[i] - 1;
-      if (fused) s += "  [fused " + std::to_string(fused + 1) + " ops]";
+      if (fused)
+        s += "  [fused " + std::to_string(fused + 1) + " ops]";
       s += "\n";
     };
     (line(I, to_string(node<I>{}), kind_name(node<I>::kind)), ...);
   }
   static std::string kind_name(node_kind k) {
     switch (k) {
-      case node_kind::leaf: return "leaf";
-      case node_kind::elementwise: return "fused";
-      case node_kind::reduction: return "reduce";
-      case node_kind::matmul: return "matmul";
-      case node_kind::layout: return "layout";
-      case node_kind::group: return "group";
+    case node_kind::leaf:
+      return "leaf";
+    case node_kind::elementwise:
+      return "fused";
+    case node_kind::reduction:
+      return "reduce";
+    case node_kind::matmul:
+      return "matmul";
+    case node_kind::layout:
+      return "layout";
+    case node_kind::group:
+      return "group";
     }
     return "?";
   }
 };
 
-}  // namespace typeflow::graph
+} // namespace typeflow::graph

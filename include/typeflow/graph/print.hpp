@@ -9,7 +9,9 @@ namespace typeflow {
 
 namespace detail {
 template <class Op>
-concept has_attrs = requires { Op::attrs(); };
+concept has_attrs = requires {
+  Op::attrs();
+};
 
 template <class E>
 struct printer;
@@ -25,13 +27,14 @@ struct printer<expr<Op, Cs...>> {
       ((s += (first ? "" : ", ") + printer<Cs>::str(), first = false), ...);
       if constexpr (has_attrs<Op>) {
         const std::string a = Op::attrs();
-        if (!a.empty()) s += (first ? "" : ", ") + a;
+        if (!a.empty())
+          s += (first ? "" : ", ") + a;
       }
       return s + ")";
     }
   }
 };
-}  // namespace detail
+} // namespace detail
 
 /// The readable form of an expression: ops as calls, leaves by name, attributes last.
 template <expression E>
@@ -39,4 +42,4 @@ std::string to_string(E) {
   return detail::printer<E>::str();
 }
 
-}  // namespace typeflow
+} // namespace typeflow

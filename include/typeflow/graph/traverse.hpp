@@ -46,11 +46,11 @@ struct dfs {
     }
   }
 };
-}  // namespace detail
+} // namespace detail
 
 /// `type_list` of the distinct nodes reachable from `Roots`, children before parents.
 template <class... Roots>
 using topological_order = typename decltype(hana::fold_left(
     hana::basic_tuple<hana::basic_type<Roots>...>{}, detail::visited<>{}, detail::dfs{}))::list;
 
-}  // namespace typeflow::graph
+} // namespace typeflow::graph

@@ -13,13 +13,15 @@ template <std::size_t... R>
 constexpr rule_result<std::max({std::size_t{0}, R...})> broadcast_rule(const dims_t<R>&... ds) {
   constexpr std::size_t out_rank = std::max({std::size_t{0}, R...});
   rule_result<out_rank> r;
-  for (std::size_t k = 0; k < out_rank; ++k) r.dims[k] = 1;
+  for (std::size_t k = 0; k < out_rank; ++k)
+    r.dims[k] = 1;
   auto merge = [&](const auto& d) {
     const std::size_t rank = d.size();
     for (std::size_t i = 0; i < rank; ++i) {
       std::int64_t& o = r.dims[out_rank - rank + i];
       const std::int64_t e = d[i];
-      if (e == o || e == 1) continue;
+      if (e == o || e == 1)
+        continue;
       if (o == 1) {
         o = e;
       } else if (e == dyn) {
@@ -35,4 +37,4 @@ constexpr rule_result<std::max({std::size_t{0}, R...})> broadcast_rule(const dim
   return r;
 }
 
-}  // namespace typeflow::detail
+} // namespace typeflow::detail

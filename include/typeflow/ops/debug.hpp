@@ -31,5 +31,5 @@ constexpr auto probe(A) {
   return make_node<probe_op<Tag>, A>();
 }
 
-}  // namespace debug
-}  // namespace typeflow
+} // namespace debug
+} // namespace typeflow

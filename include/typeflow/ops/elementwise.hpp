@@ -27,8 +27,10 @@ struct arith_base : elementwise_base {
   using value_type = compute_type<Cs...>;
   template <class... Cs>
   static constexpr std::string_view dtype_error() {
-    if (!same_dtype<Cs...>()) return "operand dtypes differ";
-    if (std::is_same_v<compute_type<Cs...>, bool>) return "arithmetic on bool";
+    if (!same_dtype<Cs...>())
+      return "operand dtypes differ";
+    if (std::is_same_v<compute_type<Cs...>, bool>)
+      return "arithmetic on bool";
     return {};
   }
 };
@@ -37,8 +39,10 @@ struct arith_base : elementwise_base {
 struct float_base : arith_base {
   template <class... Cs>
   static constexpr std::string_view dtype_error() {
-    if (!same_dtype<Cs...>()) return "operand dtypes differ";
-    if (!is_floating<compute_type<Cs...>>) return "requires a floating-point dtype";
+    if (!same_dtype<Cs...>())
+      return "operand dtypes differ";
+    if (!is_floating<compute_type<Cs...>>)
+      return "requires a floating-point dtype";
     return {};
   }
 };
@@ -53,14 +57,14 @@ struct compare_base : elementwise_base {
   }
 };
 
-#define TYPEFLOW_UNARY(NAME, BASE, EXPR)       \
-  struct NAME : BASE {                         \
-    static constexpr std::string_view name = #NAME; \
-    template <class C, class A>                \
-    static C eval(A a_) {                      \
-      const C x = static_cast<C>(a_);          \
-      return EXPR;                             \
-    }                                          \
+#define TYPEFLOW_UNARY(NAME, BASE, EXPR)                                                           \
+  struct NAME : BASE {                                                                             \
+    static constexpr std::string_view name = #NAME;                                                \
+    template <class C, class A>                                                                    \
+    static C eval(A a_) {                                                                          \
+      const C x = static_cast<C>(a_);                                                              \
+      return EXPR;                                                                                 \
+    }                                                                                              \
   };
 TYPEFLOW_UNARY(neg, arith_base, -x)
 TYPEFLOW_UNARY(abs, arith_base, x < C(0) ? C(-x) : x)
@@ -77,15 +81,15 @@ TYPEFLOW_UNARY(tanh, float_base, std::tanh(x))
 TYPEFLOW_UNARY(sigmoid, float_base, C(1) / (C(1) + std::exp(-x)))
 #undef TYPEFLOW_UNARY
 
-#define TYPEFLOW_BINARY(NAME, BASE, RESULT, EXPR) \
-  struct NAME : BASE {                            \
-    static constexpr std::string_view name = #NAME; \
-    template <class C, class A, class B>          \
-    static RESULT eval(A a_, B b_) {              \
-      const C a = static_cast<C>(a_);             \
-      const C b = static_cast<C>(b_);             \
-      return EXPR;                                \
-    }                                             \
+#define TYPEFLOW_BINARY(NAME, BASE, RESULT, EXPR)                                                  \
+  struct NAME : BASE {                                                                             \
+    static constexpr std::string_view name = #NAME;                                                \
+    template <class C, class A, class B>                                                           \
+    static RESULT eval(A a_, B b_) {                                                               \
+      const C a = static_cast<C>(a_);                                                              \
+      const C b = static_cast<C>(b_);                                                              \
+      return EXPR;                                                                                 \
+    }                                                                                              \
   };
 TYPEFLOW_BINARY(add, arith_base, C, a + b)
 TYPEFLOW_BINARY(sub, arith_base, C, a - b)
@@ -111,8 +115,10 @@ struct where : elementwise_base {
   using value_type = compute_type<A, B>;
   template <class Cond, class A, class B>
   static constexpr std::string_view dtype_error() {
-    if (!std::is_same_v<typename Cond::value_type, bool>) return "condition must be bool";
-    if (!same_dtype<A, B>()) return "operand dtypes differ";
+    if (!std::is_same_v<typename Cond::value_type, bool>)
+      return "condition must be bool";
+    if (!same_dtype<A, B>())
+      return "operand dtypes differ";
     return {};
   }
   template <class C, class Cond, class A, class B>
@@ -156,7 +162,8 @@ struct broadcast_to : no_dtype_rule {
       return r;
     }
     auto b = detail::broadcast_rule(d, Shape::dims);
-    if (!b.ok()) r.error = "shape cannot be broadcast";
+    if (!b.ok())
+      r.error = "shape cannot be broadcast";
     for (std::size_t i = 0; i < Shape::rank && b.ok(); ++i)
       if (b.dims[i] != Shape::dims[i] && Shape::dims[i] != dyn)
         r.error = "shape cannot be broadcast";
@@ -168,12 +175,12 @@ struct broadcast_to : no_dtype_rule {
   }
 };
 
-}  // namespace ops
+} // namespace ops
 
-#define TYPEFLOW_UNARY_FN(NAME)            \
-  template <expression A>                  \
-  constexpr auto NAME(A) {                 \
-    return make_node<ops::NAME, A>();      \
+#define TYPEFLOW_UNARY_FN(NAME)                                                                    \
+  template <expression A>                                                                          \
+  constexpr auto NAME(A) {                                                                         \
+    return make_node<ops::NAME, A>();                                                              \
   }
 TYPEFLOW_UNARY_FN(abs)
 TYPEFLOW_UNARY_FN(square)
@@ -188,10 +195,10 @@ TYPEFLOW_UNARY_FN(tanh)
 TYPEFLOW_UNARY_FN(sigmoid)
 #undef TYPEFLOW_UNARY_FN
 
-#define TYPEFLOW_BINARY_FN(NAME)           \
-  template <expression A, expression B>    \
-  constexpr auto NAME(A, B) {              \
-    return make_node<ops::NAME, A, B>();   \
+#define TYPEFLOW_BINARY_FN(NAME)                                                                   \
+  template <expression A, expression B>                                                            \
+  constexpr auto NAME(A, B) {                                                                      \
+    return make_node<ops::NAME, A, B>();                                                           \
   }
 TYPEFLOW_BINARY_FN(add)
 TYPEFLOW_BINARY_FN(sub)
@@ -276,4 +283,4 @@ constexpr auto broadcast_to(A) {
   return make_node<ops::broadcast_to<Shape>, A>();
 }
 
-}  // namespace typeflow
+} // namespace typeflow

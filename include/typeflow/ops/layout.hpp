@@ -17,7 +17,7 @@ inline std::string join(std::initializer_list<std::int64_t> v) {
   }
   return s + "]";
 }
-}  // namespace detail_layout
+} // namespace detail_layout
 
 /// reshape<dims...>: at most one extent may be -1 (`dyn`), inferred from the element count.
 template <std::int64_t... Dims>
@@ -54,7 +54,8 @@ struct reshape : no_dtype_rule {
       r.error = "more than one inferred extent";
       return r;
     }
-    if (!is_static(d)) return r;  // checked again when fed; the inferred extent stays dyn
+    if (!is_static(d))
+      return r; // checked again when fed; the inferred extent stays dyn
     const std::int64_t total = numel(d);
     if (inferred >= 0) {
       if (known == 0 || total % known != 0) {
@@ -160,14 +161,17 @@ struct slice : no_dtype_rule {
     std::string b = "begin=[", s = "size=[";
     for (std::size_t i = 0; i < Begin::size; ++i)
       b += (i ? "," : "") + std::to_string(begin[i]);
-    for (std::size_t i = 0; i < Size::size; ++i) s += (i ? "," : "") + std::to_string(size[i]);
+    for (std::size_t i = 0; i < Size::size; ++i)
+      s += (i ? "," : "") + std::to_string(size[i]);
     return b + "], " + s + "]";
   }
   static constexpr void attrs_message(detail::msg_buf& b) {
     b << std::string_view(" (begin");
-    for (auto v : begin) b << std::string_view(" ") << v;
+    for (auto v : begin)
+      b << std::string_view(" ") << v;
     b << std::string_view(", size");
-    for (auto v : size) b << std::string_view(" ") << v;
+    for (auto v : size)
+      b << std::string_view(" ") << v;
     b << std::string_view(")");
   }
   template <std::size_t R>
@@ -197,7 +201,7 @@ struct slice : no_dtype_rule {
   }
 };
 
-}  // namespace ops
+} // namespace ops
 
 /// reshape<dims...>(x); one extent may be -1 (`dyn`) and is inferred.
 template <std::int64_t... Dims, expression A>
@@ -210,7 +214,7 @@ template <class A, std::size_t... I>
 constexpr auto reversed_transpose(std::index_sequence<I...>) {
   return make_node<ops::transpose<static_cast<std::int64_t>(A::rank - 1 - I)...>, A>();
 }
-}  // namespace detail
+} // namespace detail
 
 /// transpose<perm...>(x); transpose(x) reverses the axes.
 template <std::int64_t... Perm, expression A>
@@ -234,4 +238,4 @@ constexpr auto slice(A) {
   return make_node<ops::slice<Begin, Size>, A>();
 }
 
-}  // namespace typeflow
+} // namespace typeflow

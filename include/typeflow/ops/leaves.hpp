@@ -36,20 +36,24 @@ constexpr std::uint64_t mix(std::uint64_t x) {
 }
 constexpr std::uint64_t hash_name(std::string_view s, std::uint64_t seed) {
   std::uint64_t h = mix(seed);
-  for (char c : s) h = mix(h ^ static_cast<unsigned char>(c));
+  for (char c : s)
+    h = mix(h ^ static_cast<unsigned char>(c));
   return h;
 }
 
 /// Uniform double in [0, 1) from 53 random bits.
-inline double uniform01(std::mt19937_64& g) { return static_cast<double>(g() >> 11) * 0x1.0p-53; }
+inline double uniform01(std::mt19937_64& g) {
+  return static_cast<double>(g() >> 11) * 0x1.0p-53;
+}
 inline double standard_normal(std::mt19937_64& g) {
   // Box-Muller, portable across standard libraries (std::normal_distribution is not).
   double u1 = 0;
-  while (u1 <= 0) u1 = uniform01(g);
+  while (u1 <= 0)
+    u1 = uniform01(g);
   const double u2 = uniform01(g);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
-}  // namespace detail
+} // namespace detail
 
 /// Initializers: how the session fills a variable's storage. A user initializer is any type with
 /// `template <class T> static void init(T* data, std::int64_t n, std::mt19937_64& rng)`.
@@ -58,7 +62,8 @@ struct fill {
   static constexpr double value = static_cast<double>(V);
   template <class T>
   static void init(T* data, std::int64_t n, std::mt19937_64&) {
-    for (std::int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(value);
+    for (std::int64_t i = 0; i < n; ++i)
+      data[i] = static_cast<T>(value);
   }
   static std::string describe() { return "fill(" + detail::format_number(value) + ")"; }
 };
@@ -98,7 +103,8 @@ struct truncated_normal {
   static void init(T* data, std::int64_t n, std::mt19937_64& g) {
     for (std::int64_t i = 0; i < n; ++i) {
       double z = detail::standard_normal(g);
-      while (std::abs(z) > 2.0) z = detail::standard_normal(g);
+      while (std::abs(z) > 2.0)
+        z = detail::standard_normal(g);
       data[i] = static_cast<T>(Mean + Stddev * z);
     }
   }
@@ -148,7 +154,7 @@ struct full : detail::leaf_base<T, Shape> {
   }
 };
 
-}  // namespace ops
+} // namespace ops
 
 /// A fed input: `placeholder<"images", float, shape<dyn, 28, 28, 1>>`.
 template <fixed_string Name, dtype T, class Shape>
@@ -184,4 +190,4 @@ inline constexpr bool is_variable = is_leaf_of<E, leaf_kind::variable>;
 template <class E>
 inline constexpr bool is_constant = is_leaf_of<E, leaf_kind::constant>;
 
-}  // namespace typeflow
+} // namespace typeflow

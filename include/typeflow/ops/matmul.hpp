@@ -18,7 +18,8 @@ struct matmul {
   static constexpr std::string_view dtype_error() {
     if (!std::is_same_v<typename A::value_type, typename B::value_type>)
       return "operand dtypes differ";
-    if (std::is_same_v<typename A::value_type, bool>) return "arithmetic on bool";
+    if (std::is_same_v<typename A::value_type, bool>)
+      return "arithmetic on bool";
     return {};
   }
   template <std::size_t RA, std::size_t RB>
@@ -41,14 +42,17 @@ struct matmul {
     }
     const std::int64_t m = TA ? a[RA - 1] : a[RA - 2], ka = TA ? a[RA - 2] : a[RA - 1];
     const std::int64_t kb = TB ? b[RB - 1] : b[RB - 2], n = TB ? b[RB - 2] : b[RB - 1];
-    if (ka != kb && ka != dyn && kb != dyn) r.error = "inner dimensions differ";
+    if (ka != kb && ka != dyn && kb != dyn)
+      r.error = "inner dimensions differ";
     r.dims[RA - 2] = m;
     r.dims[RA - 1] = n;
     return r;
   }
   static constexpr void attrs_message(detail::msg_buf& b) {
-    if (TA) b << std::string_view(" (transpose_a)");
-    if (TB) b << std::string_view(" (transpose_b)");
+    if (TA)
+      b << std::string_view(" (transpose_a)");
+    if (TB)
+      b << std::string_view(" (transpose_b)");
   }
   static std::string attrs() {
     return std::string(TA ? "transpose_a" : "") + (TA && TB ? ", " : "") +
@@ -56,7 +60,7 @@ struct matmul {
   }
 };
 
-}  // namespace ops
+} // namespace ops
 
 /// matmul<transpose_a, transpose_b>(a, b): [..., m, k] x [..., k, n] -> [..., m, n].
 template <bool TA = false, bool TB = false, expression A, expression B>
@@ -64,4 +68,4 @@ constexpr auto matmul(A, B) {
   return make_node<ops::matmul<TA, TB>, A, B>();
 }
 
-}  // namespace typeflow
+} // namespace typeflow

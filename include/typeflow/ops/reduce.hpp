@@ -51,7 +51,7 @@ struct min {
 struct argmax {
   static constexpr std::string_view name = "argmax";
 };
-}  // namespace reducers
+} // namespace reducers
 
 /// The reduced axes of a reduction over `Axes` (all when empty) of a rank-R input.
 template <std::size_t R, std::int64_t... Axes>
@@ -63,9 +63,11 @@ constexpr std::array<bool, R> reduced_mask(std::string_view* error = nullptr) {
     for (std::int64_t a : {Axes...}) {
       const std::int64_t k = a < 0 ? a + static_cast<std::int64_t>(R) : a;
       if (k < 0 || k >= static_cast<std::int64_t>(R)) {
-        if (error) *error = "axis out of range";
+        if (error)
+          *error = "axis out of range";
       } else if (m[k]) {
-        if (error) *error = "axis repeated";
+        if (error)
+          *error = "axis repeated";
       } else {
         m[k] = true;
       }
@@ -82,20 +84,22 @@ struct reduce {
   static constexpr bool keep = Keep;
 
   template <class A>
-  using value_type =
-      std::conditional_t<std::is_same_v<Reducer, reducers::argmax>, std::int64_t,
-                         typename A::value_type>;
+  using value_type = std::conditional_t<std::is_same_v<Reducer, reducers::argmax>, std::int64_t,
+                                        typename A::value_type>;
 
   template <class A>
   static constexpr std::string_view dtype_error() {
-    if (std::is_same_v<typename A::value_type, bool>) return "cannot reduce a bool tensor";
+    if (std::is_same_v<typename A::value_type, bool>)
+      return "cannot reduce a bool tensor";
     return {};
   }
 
   template <std::size_t R>
   static constexpr std::size_t out_rank() {
-    if constexpr (Keep) return R;
-    if constexpr (sizeof...(Axes) == 0) return 0;
+    if constexpr (Keep)
+      return R;
+    if constexpr (sizeof...(Axes) == 0)
+      return 0;
     return R >= sizeof...(Axes) ? R - sizeof...(Axes) : 0;
   }
 
@@ -107,7 +111,8 @@ struct reduce {
       return r;
     }
     const auto mask = reduced_mask<R, Axes...>(&r.error);
-    if (!r.ok()) return r;
+    if (!r.ok())
+      return r;
     std::size_t o = 0;
     for (std::size_t i = 0; i < R; ++i) {
       if (!mask[i])
@@ -136,21 +141,22 @@ struct reduce {
       ((s += (first ? "" : ",") + std::to_string(Axes), first = false), ...);
       s += "]";
     }
-    if (Keep) s += s.empty() ? "keepdims" : ", keepdims";
+    if (Keep)
+      s += s.empty() ? "keepdims" : ", keepdims";
     return s;
   }
 };
 
-}  // namespace ops
+} // namespace ops
 
-#define TYPEFLOW_REDUCTION(NAME)                                               \
-  template <std::int64_t... Axes, expression A>                                \
-  constexpr auto NAME(A) {                                                     \
-    return make_node<ops::reduce<ops::reducers::NAME, false, Axes...>, A>();   \
-  }                                                                            \
-  template <std::int64_t... Axes, expression A>                                \
-  constexpr auto NAME(A, keepdims_t) {                                         \
-    return make_node<ops::reduce<ops::reducers::NAME, true, Axes...>, A>();    \
+#define TYPEFLOW_REDUCTION(NAME)                                                                   \
+  template <std::int64_t... Axes, expression A>                                                    \
+  constexpr auto NAME(A) {                                                                         \
+    return make_node<ops::reduce<ops::reducers::NAME, false, Axes...>, A>();                       \
+  }                                                                                                \
+  template <std::int64_t... Axes, expression A>                                                    \
+  constexpr auto NAME(A, keepdims_t) {                                                             \
+    return make_node<ops::reduce<ops::reducers::NAME, true, Axes...>, A>();                        \
   }
 /// sum<axes...>(x[, keepdims]): all axes when none are given; negative axes count from the end.
 TYPEFLOW_REDUCTION(sum)
@@ -169,4 +175,4 @@ constexpr auto argmax(A, keepdims_t) {
   return make_node<ops::reduce<ops::reducers::argmax, true, Axis>, A>();
 }
 
-}  // namespace typeflow
+} // namespace typeflow

@@ -23,8 +23,10 @@ struct assign_op : elementwise_base {
   using value_type = typename V::value_type;
   template <class V, class X>
   static constexpr std::string_view dtype_error() {
-    if (!is_variable<V>) return "the target must be a variable";
-    if (!same_dtype<V, X>()) return "operand dtypes differ";
+    if (!is_variable<V>)
+      return "the target must be a variable";
+    if (!same_dtype<V, X>())
+      return "operand dtypes differ";
     if (Mode != assign_mode::set && std::is_same_v<typename V::value_type, bool>)
       return "arithmetic on bool";
     return {};
@@ -38,7 +40,8 @@ struct assign_op : elementwise_base {
       return r;
     }
     for (std::size_t i = 0; i < RV; ++i)
-      if (b.dims[i] != v[i]) r.error = "value shape does not match the variable";
+      if (b.dims[i] != v[i])
+        r.error = "value shape does not match the variable";
     return r;
   }
   /// The new value (what is fetched); for add/sub computed from the value at the start of the run.
@@ -64,10 +67,12 @@ struct group : no_dtype_rule {
   }
 };
 
-}  // namespace ops
+} // namespace ops
 
 template <class E>
-inline constexpr bool is_state_op = requires { E::op::is_state; };
+inline constexpr bool is_state_op = requires {
+  E::op::is_state;
+};
 
 /// assign(var, value): the variable takes the value (broadcast to its shape) at the end of the run.
 template <expression V, expression X>
@@ -91,4 +96,4 @@ constexpr auto group(E...) {
   return make_node<ops::group, E...>();
 }
 
-}  // namespace typeflow
+} // namespace typeflow

@@ -33,8 +33,8 @@ struct feed_dtype_message {
   static constexpr msg_buf message() {
     msg_buf b;
     b << std::string_view("feed: placeholder \"") << P::op::name
-      << std::string_view("\" has dtype ") << dtype_name<typename P::value_type>
-      << std::string_view(", fed ") << dtype_name<U>;
+      << std::string_view("\" has dtype ")
+      << dtype_name<typename P::value_type> << std::string_view(", fed ") << dtype_name<U>;
     return b;
   }
 };
@@ -52,11 +52,12 @@ feed_t<P> make_feed(const U* data, const std::vector<std::int64_t>& dims) {
     feed_t<P> f;
     f.data = data;
     f.dims.rank = dims.size();
-    for (std::size_t i = 0; i < dims.size(); ++i) f.dims.d[i] = dims[i];
+    for (std::size_t i = 0; i < dims.size(); ++i)
+      f.dims.d[i] = dims[i];
     return f;
   }
 }
-}  // namespace detail
+} // namespace detail
 
 /// feed(placeholder, tensor): the tensor must outlive the run.
 template <expression P, dtype U>
@@ -70,4 +71,4 @@ feed_t<P> feed(P, const tensor_view<U>& v) {
   return detail::make_feed<P, U>(v.data, v.dims);
 }
 
-}  // namespace typeflow
+} // namespace typeflow

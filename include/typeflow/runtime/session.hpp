@@ -27,9 +27,9 @@
 namespace typeflow {
 
 struct session_options {
-  int threads = 0;          ///< worker threads, BLAS included; 0: all hardware threads
-  std::uint64_t seed = 0;   ///< seeds every variable's initializer (with the variable's name)
-  bool trace = false;       ///< record each executed step in stats().trace
+  int threads = 0;        ///< worker threads, BLAS included; 0: all hardware threads
+  std::uint64_t seed = 0; ///< seeds every variable's initializer (with the variable's name)
+  bool trace = false;     ///< record each executed step in stats().trace
 };
 
 using runtime::run_stats;
@@ -66,16 +66,15 @@ struct duplicate_variable_message {
 template <class E>
 using fetch_result = std::conditional_t<E::kind == node_kind::group, std::tuple<>,
                                         std::tuple<tensor<typename E::value_type>>>;
-}  // namespace detail
+} // namespace detail
 
 /// Runs graphs. `Placement` maps each node to a device (for now every node is on `cpu<0>`).
 template <class Placement = on<cpu<0>>>
 class session {
- public:
+public:
   session() : session(session_options{}) {}
   explicit session(session_options o)
-      : opts_(o),
-        pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)),
+      : opts_(o), pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)),
         mem_(std::make_shared<runtime::buffer_pool>()) {
     cpu_backend::set_blas_threads(pool_->size());
   }
@@ -119,13 +118,13 @@ class session {
   template <expression V>
   void write(V, const tensor<typename V::value_type>& t) {
     static_assert(is_variable<V>, "session::write: not a variable");
-    if (!std::equal(t.shape().begin(), t.shape().end(), V::dims.begin(), V::dims.end()))
+    if (!same_dims(t.shape(), V::dims))
       throw error("session::write: variable \"" + std::string(V::op::name) + "\" has shape " +
                   dims_string(V::dims) + ", given " + dims_string(t.shape()));
     std::memcpy(bind_variable<V>(), t.data(), sizeof(typename V::value_type) * t.size());
   }
 
- private:
+private:
   template <class P>
   struct context {
     std::array<runtime::rt_value, P::size> vals;
@@ -136,6 +135,16 @@ class session {
     std::vector<std::int64_t> dims;
     std::unique_ptr<void, detail::aligned_free> data;
   };
+
+  template <std::size_t R>
+  static bool same_dims(const std::vector<std::int64_t>& a, const dims_t<R>& b) {
+    if (a.size() != R)
+      return false;
+    for (std::size_t i = 0; i < R; ++i)
+      if (a[i] != b[i])
+        return false;
+    return true;
+  }
 
   // ---- variables -------------------------------------------------------------------------
 
@@ -156,9 +165,7 @@ class session {
                          detail::aligned_bytes(sizeof(T) * numel(V::dims)))};
       initialize_into<V>(rec.data.get());
       it = vars_.emplace(std::string(V::op::name), std::move(rec)).first;
-    } else if (it->second.dtype != dtype_name<T> ||
-               !std::equal(it->second.dims.begin(), it->second.dims.end(), V::dims.begin(),
-                           V::dims.end())) {
+    } else if (it->second.dtype != dtype_name<T> || !same_dims(it->second.dims, V::dims)) {
       throw error("variable \"" + std::string(V::op::name) + "\" exists as " +
                   std::string(it->second.dtype) + " " + dims_string(it->second.dims) +
                   " but this graph declares it " + std::string(dtype_name<T>) + " " +
@@ -170,7 +177,8 @@ class session {
   template <class P, std::size_t... I>
   void init_all(std::index_sequence<I...>) {
     auto one = [&]<class N>(N*) {
-      if constexpr (is_variable<N>) initialize_into<N>(bind_variable<N>());
+      if constexpr (is_variable<N>)
+        initialize_into<N>(bind_variable<N>());
     };
     (one(static_cast<typename P::template node<I>*>(nullptr)), ...);
   }
@@ -185,7 +193,8 @@ class session {
        ...);
       for (std::size_t a = 0; a < P::size; ++a)
         for (std::size_t b = a + 1; b < P::size && var[a]; ++b)
-          if (var[b] && names[a] == names[b]) return a;
+          if (var[b] && names[a] == names[b])
+            return a;
       return P::size;
     }();
     if constexpr (first_clash < P::size)
@@ -212,7 +221,8 @@ class session {
         throw error("feed: placeholder \"" + name + "\" expects " + dims_string(Ph::dims) +
                     ", fed " + f.dims.str() + why);
       };
-      if (f.dims.rank != Ph::rank) fail(" (rank differs)");
+      if (f.dims.rank != Ph::rank)
+        fail(" (rank differs)");
       for (std::size_t i = 0; i < Ph::rank; ++i) {
         if (Ph::dims[i] == dyn) {
           if (batch < 0) {
@@ -255,8 +265,8 @@ class session {
       bool first = true;
       ((shapes += (first ? "" : " x ") + ctx.vals[P::template index<Cs>].dims.str(), first = false),
        ...);
-      throw error(std::string(Op::name) + ": " + std::string(r.error) + ": " + shapes +
-                  " (in " + to_string(expr<Op, Cs...>{}) + ")");
+      throw error(std::string(Op::name) + ": " + std::string(r.error) + ": " + shapes + " (in " +
+                  to_string(expr<Op, Cs...>{}) + ")");
     }
     return runtime::rt_dims::from(r.dims);
   }
@@ -316,7 +326,8 @@ class session {
   template <class N>
   void note_step() {
     ++stats_.steps;
-    if (opts_.trace) stats_.trace.push_back(to_string(N{}));
+    if (opts_.trace)
+      stats_.trace.push_back(to_string(N{}));
   }
 
   template <class T>
@@ -333,12 +344,12 @@ class session {
 
   // Elementwise region rooted at node I.
   template <class P, std::size_t I, class Op, class... Cs>
-    requires(Op::kind == node_kind::elementwise)
-  void execute(context<P>& ctx, expr<Op, Cs...>*) {
+  requires(Op::kind == node_kind::elementwise) void execute(context<P>& ctx, expr<Op, Cs...>*) {
     using N = expr<Op, Cs...>;
     using kernel = cpu_backend::fused_region<N, typename P::template region_members<I>,
                                              typename P::template region_inputs<I>>;
-    auto inputs = gather_inputs<P>(ctx, static_cast<typename P::template region_inputs<I>*>(nullptr));
+    auto inputs =
+        gather_inputs<P>(ctx, static_cast<typename P::template region_inputs<I>*>(nullptr));
     auto* out = allocate<typename N::value_type>(ctx.vals[I]);
     kernel::run(*pool_, out, ctx.vals[I].dims, inputs);
   }
@@ -367,17 +378,19 @@ class session {
     const std::int64_t m = o.dims.d[R - 2], n = o.dims.d[R - 1];
     const std::int64_t k = TA ? a.dims.d[R - 2] : a.dims.d[R - 1];
     std::int64_t batch = 1;
-    for (std::size_t i = 0; i + 2 < R; ++i) batch *= o.dims.d[i];
+    for (std::size_t i = 0; i + 2 < R; ++i)
+      batch *= o.dims.d[i];
     const T* pa = static_cast<const T*>(a.data);
     const T* pb = static_cast<const T*>(b.data);
     for (std::int64_t i = 0; i < batch; ++i)
-      cpu_backend::gemm<T>(*pool_, TA, TB, m, n, k, pa + i * m * k, pb + i * k * n, out + i * m * n);
+      cpu_backend::gemm<T>(*pool_, TA, TB, m, n, k, pa + i * m * k, pb + i * k * n,
+                           out + i * m * n);
   }
 
   template <class P, std::size_t I, std::int64_t... D, class A>
   void execute(context<P>& ctx, expr<ops::reshape<D...>, A>*) {
     const auto& in = val<P, A>(ctx);
-    ctx.vals[I].owner = in.owner;  // a view: shares the input's buffer
+    ctx.vals[I].owner = in.owner; // a view: shares the input's buffer
     ctx.vals[I].data = in.data;
   }
 
@@ -418,7 +431,8 @@ class session {
       using T = typename F::value_type;
       const auto& v = ctx.vals[P::template index<F>];
       tensor<T> t(v.dims.vec());
-      if (t.size() > 0) std::memcpy(t.data(), v.data, sizeof(T) * t.size());
+      if (t.size() > 0)
+        std::memcpy(t.data(), v.data, sizeof(T) * t.size());
       return std::tuple<tensor<T>>{std::move(t)};
     }
   }
@@ -447,4 +461,4 @@ class session {
   run_stats stats_;
 };
 
-}  // namespace typeflow
+} // namespace typeflow

@@ -20,20 +20,23 @@ struct rt_dims {
   std::size_t rank = 0;
   std::int64_t numel() const {
     std::int64_t n = 1;
-    for (std::size_t i = 0; i < rank; ++i) n *= d[i];
+    for (std::size_t i = 0; i < rank; ++i)
+      n *= d[i];
     return n;
   }
   template <std::size_t R>
   dims_t<R> fixed() const {
     dims_t<R> a{};
-    for (std::size_t i = 0; i < R; ++i) a[i] = d[i];
+    for (std::size_t i = 0; i < R; ++i)
+      a[i] = d[i];
     return a;
   }
   template <std::size_t R>
   static rt_dims from(const dims_t<R>& a) {
     rt_dims r;
     r.rank = R;
-    for (std::size_t i = 0; i < R; ++i) r.d[i] = a[i];
+    for (std::size_t i = 0; i < R; ++i)
+      r.d[i] = a[i];
     return r;
   }
   std::string str() const { return dims_string(d.begin(), d.begin() + rank); }
@@ -49,21 +52,22 @@ struct rt_value {
 
 /// Statistics of the last run, the instrumentation behind the tests of the plan.
 struct run_stats {
-  std::size_t steps = 0;              // kernels executed (materialized nodes, leaves excluded)
-  std::size_t fused_nodes = 0;        // elementwise nodes computed inside fused loops
-  std::size_t buffers_allocated = 0;  // fresh heap allocations by the pool during the run
-  std::size_t buffers_reused = 0;     // buffers the pool handed out again
-  std::size_t peak_bytes = 0;         // peak bytes of live intermediate buffers
-  std::vector<std::string> trace;     // each executed step, as to_string (with options.trace)
+  std::size_t steps = 0;             // kernels executed (materialized nodes, leaves excluded)
+  std::size_t fused_nodes = 0;       // elementwise nodes computed inside fused loops
+  std::size_t buffers_allocated = 0; // fresh heap allocations by the pool during the run
+  std::size_t buffers_reused = 0;    // buffers the pool handed out again
+  std::size_t peak_bytes = 0;        // peak bytes of live intermediate buffers
+  std::vector<std::string> trace;    // each executed step, as to_string (with options.trace)
 };
 
 /// Size-bucketed pool: a buffer goes back to its bucket when its last reference is dropped, so
 /// steady-state runs allocate nothing.
 class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
- public:
+public:
   ~buffer_pool() {
     for (auto& [bytes, list] : free_)
-      for (void* p : list) std::free(p);
+      for (void* p : list)
+        std::free(p);
   }
   std::shared_ptr<void> acquire(std::size_t bytes, run_stats& stats) {
     bytes = round(bytes);
@@ -96,7 +100,7 @@ class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
     live_ = 0;
   }
 
- private:
+private:
   static std::size_t round(std::size_t b) {
     const std::size_t a = detail::buffer_alignment;
     return (std::max<std::size_t>(b, 1) + a - 1) / a * a;
@@ -111,4 +115,4 @@ class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
   std::size_t live_ = 0;
 };
 
-}  // namespace typeflow::runtime
+} // namespace typeflow::runtime

@@ -30,7 +30,9 @@ struct compute_of {
   using type = compute_type<Cs...>;
 };
 template <class Op, class... Cs>
-  requires requires { typename Op::template compute<Cs...>; }
+requires requires {
+  typename Op::template compute<Cs...>;
+}
 struct compute_of<Op, Cs...> {
   using type = typename Op::template compute<Cs...>;
 };
@@ -49,7 +51,8 @@ struct loop_geometry {
       const auto& d = *in[k];
       std::int64_t s = 1;
       for (std::size_t a = R; a-- > 0;) {
-        const std::ptrdiff_t ia = static_cast<std::ptrdiff_t>(a) - static_cast<std::ptrdiff_t>(R - d.rank);
+        const std::ptrdiff_t ia =
+            static_cast<std::ptrdiff_t>(a) - static_cast<std::ptrdiff_t>(R - d.rank);
         if (ia < 0) {
           raw[k][a] = 0;
         } else {
@@ -63,7 +66,8 @@ struct loop_geometry {
     std::array<std::array<std::int64_t, max_rank>, NIn> gs{};
     std::size_t g = 0;
     for (std::size_t a = R; a-- > 0;) {
-      if (out.d[a] == 1) continue;
+      if (out.d[a] == 1)
+        continue;
       bool merge = g > 0;
       for (std::size_t k = 0; k < NIn && merge; ++k)
         merge = raw[k][a] == gs[k][g - 1] * gd[g - 1];
@@ -71,18 +75,20 @@ struct loop_geometry {
         gd[g - 1] *= out.d[a];
       } else {
         gd[g] = out.d[a];
-        for (std::size_t k = 0; k < NIn; ++k) gs[k][g] = raw[k][a];
+        for (std::size_t k = 0; k < NIn; ++k)
+          gs[k][g] = raw[k][a];
         ++g;
       }
     }
-    groups = g;  // gd/gs are innermost-first; store outermost-first
+    groups = g; // gd/gs are innermost-first; store outermost-first
     for (std::size_t i = 0; i < g; ++i) {
       dims[i] = gd[g - 1 - i];
-      for (std::size_t k = 0; k < NIn; ++k) strides[k][i] = gs[k][g - 1 - i];
+      for (std::size_t k = 0; k < NIn; ++k)
+        strides[k][i] = gs[k][g - 1 - i];
     }
   }
 };
-}  // namespace detail
+} // namespace detail
 
 template <class Root, class Members, class Inputs>
 struct fused_region;
@@ -127,17 +133,20 @@ struct fused_region<Root, type_list<Ms...>, type_list<Is...>> {
   static void inner(out_t* __restrict out, std::int64_t len,
                     const std::tuple<const typename Is::value_type*...>& p,
                     std::index_sequence<K...>) {
-    for (std::int64_t j = 0; j < len; ++j) out[j] = eval(std::get<K>(p)[j]...);
+    for (std::int64_t j = 0; j < len; ++j)
+      out[j] = eval(std::get<K>(p)[j]...);
   }
 
   /// out (dims `od`) = root, reading `in[k]` with its run-time dims.
   static void run(thread_pool& pool, out_t* out, const runtime::rt_dims& od,
                   const std::array<const runtime::rt_value*, n_in>& in) {
     std::array<const runtime::rt_dims*, n_in> in_dims{};
-    for (std::size_t k = 0; k < n_in; ++k) in_dims[k] = &in[k]->dims;
+    for (std::size_t k = 0; k < n_in; ++k)
+      in_dims[k] = &in[k]->dims;
     const detail::loop_geometry<n_in> geo(od, in_dims);
     const std::int64_t total = od.numel();
-    if (total == 0) return;
+    if (total == 0)
+      return;
     const std::int64_t inner_n = geo.groups ? geo.dims[geo.groups - 1] : 1;
     const std::int64_t blocks_per_row = (inner_n + block - 1) / block;
     const std::int64_t rows = total / inner_n;
@@ -152,7 +161,8 @@ struct fused_region<Root, type_list<Ms...>, type_list<Is...>> {
         for (std::size_t gi = geo.groups > 0 ? geo.groups - 1 : 0; gi-- > 0;) {
           const std::int64_t idx = r % geo.dims[gi];
           r /= geo.dims[gi];
-          for (std::size_t k = 0; k < n_in; ++k) off[k] += idx * geo.strides[k][gi];
+          for (std::size_t k = 0; k < n_in; ++k)
+            off[k] += idx * geo.strides[k][gi];
         }
         auto ptrs = make_ptrs(in, off, geo, j0, len, splat, std::index_sequence_for<Is...>{});
         inner(out + row * inner_n + j0, len, ptrs, std::index_sequence_for<Is...>{});
@@ -162,18 +172,19 @@ struct fused_region<Root, type_list<Ms...>, type_list<Is...>> {
     pool.parallel_for(n_blocks, grain, body);
   }
 
- private:
+private:
   template <class Splat, std::size_t... K>
-  static std::tuple<const typename Is::value_type*...> make_ptrs(
-      const std::array<const runtime::rt_value*, n_in>& in,
-      const std::array<std::int64_t, n_in>& off, const detail::loop_geometry<n_in>& geo,
-      std::int64_t j0, std::int64_t len, Splat& splat, std::index_sequence<K...>) {
+  static std::tuple<const typename Is::value_type*...>
+  make_ptrs(const std::array<const runtime::rt_value*, n_in>& in,
+            const std::array<std::int64_t, n_in>& off, const detail::loop_geometry<n_in>& geo,
+            std::int64_t j0, std::int64_t len, Splat& splat, std::index_sequence<K...>) {
     const std::size_t last = geo.groups ? geo.groups - 1 : 0;
     auto one = [&]<std::size_t k>(std::integral_constant<std::size_t, k>) {
       using T = std::tuple_element_t<k, in_tuple>;
       const T* base = static_cast<const T*>(in[k]->data) + off[k];
       const std::int64_t s = geo.groups ? geo.strides[k][last] : 0;
-      if (s == 1) return base + j0;
+      if (s == 1)
+        return base + j0;
       auto& buf = std::get<k>(splat);
       std::fill_n(buf.data(), len, base[0]);
       return static_cast<const T*>(buf.data());
@@ -182,4 +193,4 @@ struct fused_region<Root, type_list<Ms...>, type_list<Is...>> {
   }
 };
 
-}  // namespace typeflow::cpu_backend
+} // namespace typeflow::cpu_backend

@@ -33,7 +33,8 @@ inline void set_blas_threads([[maybe_unused]] int n) {
 template <class T>
 void gemm(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
           const T* a, const T* b, T* c) {
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0)
+    return;
   if (k == 0) {
     std::fill_n(c, m * n, T(0));
     return;
@@ -48,8 +49,8 @@ void gemm(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, s
                   0.0f, c, static_cast<int>(n));
     else
       cblas_dgemm(CblasRowMajor, TA, TB, static_cast<int>(m), static_cast<int>(n),
-                  static_cast<int>(k), 1.0, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-                  0.0, c, static_cast<int>(n));
+                  static_cast<int>(k), 1.0, a, static_cast<int>(lda), b, static_cast<int>(ldb), 0.0,
+                  c, static_cast<int>(n));
     return;
   }
 #endif
@@ -62,12 +63,14 @@ void gemm(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, s
                         for (std::int64_t p = 0; p < k; ++p) {
                           const T aip = ta ? a[p * lda + i] : a[i * lda + p];
                           if (tb)
-                            for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * b[j * ldb + p];
+                            for (std::int64_t j = 0; j < n; ++j)
+                              ci[j] += aip * b[j * ldb + p];
                           else
-                            for (std::int64_t j = 0; j < n; ++j) ci[j] += aip * b[p * ldb + j];
+                            for (std::int64_t j = 0; j < n; ++j)
+                              ci[j] += aip * b[p * ldb + j];
                         }
                       }
                     });
 }
 
-}  // namespace typeflow::cpu_backend
+} // namespace typeflow::cpu_backend

@@ -24,10 +24,12 @@ inline std::array<std::int64_t, max_rank> row_major_strides(const runtime::rt_di
 /// out[idx] = in[sum idx[i] * in_stride[i]] over the output's index space, innermost axis as a
 /// strided inner loop; rows run in parallel.
 template <class T>
-void strided_copy(thread_pool& pool, const T* in, const std::array<std::int64_t, max_rank>& in_stride,
-                  T* out, const runtime::rt_dims& od) {
+void strided_copy(thread_pool& pool, const T* in,
+                  const std::array<std::int64_t, max_rank>& in_stride, T* out,
+                  const runtime::rt_dims& od) {
   const std::int64_t total = od.numel();
-  if (total == 0) return;
+  if (total == 0)
+    return;
   if (od.rank == 0) {
     out[0] = in[0];
     return;
@@ -47,18 +49,20 @@ void strided_copy(thread_pool& pool, const T* in, const std::array<std::int64_t,
                         if (s_in == 1)
                           std::copy_n(src, inner, dst);
                         else
-                          for (std::int64_t j = 0; j < inner; ++j) dst[j] = src[j * s_in];
+                          for (std::int64_t j = 0; j < inner; ++j)
+                            dst[j] = src[j * s_in];
                       }
                     });
 }
-}  // namespace detail
+} // namespace detail
 
 template <class T, std::size_t R>
 void transpose(thread_pool& pool, const T* in, const runtime::rt_dims& id,
                const std::array<std::int64_t, R>& perm, T* out, const runtime::rt_dims& od) {
   const auto s = detail::row_major_strides(id);
   std::array<std::int64_t, max_rank> in_stride{};
-  for (std::size_t i = 0; i < R; ++i) in_stride[i] = s[perm[i]];
+  for (std::size_t i = 0; i < R; ++i)
+    in_stride[i] = s[perm[i]];
   detail::strided_copy(pool, in, in_stride, out, od);
 }
 
@@ -67,7 +71,8 @@ void slice(thread_pool& pool, const T* in, const runtime::rt_dims& id,
            const std::array<std::int64_t, R>& begin, T* out, const runtime::rt_dims& od) {
   const auto s = detail::row_major_strides(id);
   std::int64_t off = 0;
-  for (std::size_t i = 0; i < R; ++i) off += begin[i] * s[i];
+  for (std::size_t i = 0; i < R; ++i)
+    off += begin[i] * s[i];
   detail::strided_copy(pool, in + off, s, out, od);
 }
 
@@ -76,17 +81,20 @@ template <class T>
 void concat(const std::int64_t axis, const T* const* parts, const runtime::rt_dims* const* dims,
             std::size_t n_parts, T* out, const runtime::rt_dims& od) {
   std::int64_t outer = 1;
-  for (std::int64_t i = 0; i < axis; ++i) outer *= od.d[i];
+  for (std::int64_t i = 0; i < axis; ++i)
+    outer *= od.d[i];
   std::int64_t out_row = 1;
-  for (std::size_t i = static_cast<std::size_t>(axis); i < od.rank; ++i) out_row *= od.d[i];
+  for (std::size_t i = static_cast<std::size_t>(axis); i < od.rank; ++i)
+    out_row *= od.d[i];
   std::int64_t col = 0;
   for (std::size_t p = 0; p < n_parts; ++p) {
     std::int64_t row = 1;
-    for (std::size_t i = static_cast<std::size_t>(axis); i < dims[p]->rank; ++i) row *= dims[p]->d[i];
+    for (std::size_t i = static_cast<std::size_t>(axis); i < dims[p]->rank; ++i)
+      row *= dims[p]->d[i];
     for (std::int64_t o = 0; o < outer; ++o)
       std::copy_n(parts[p] + o * row, row, out + o * out_row + col);
     col += row;
   }
 }
 
-}  // namespace typeflow::cpu_backend
+} // namespace typeflow::cpu_backend

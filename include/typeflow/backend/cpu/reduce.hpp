@@ -26,7 +26,7 @@ using accum_t = std::conditional_t<std::is_same_v<T, float>, double,
 template <class R, class T>
 inline T combine(T acc, T v) {
   if constexpr (std::is_same_v<R, ops::reducers::max>)
-    return (acc >= v || acc != acc) ? acc : v;  // NaN propagates
+    return (acc >= v || acc != acc) ? acc : v; // NaN propagates
   else if constexpr (std::is_same_v<R, ops::reducers::min>)
     return (acc <= v || acc != acc) ? acc : v;
   else
@@ -39,13 +39,17 @@ inline accum_t<T> reduce_contiguous(const T* p, std::int64_t n) {
   constexpr int lanes = 16;
   if constexpr (std::is_same_v<R, ops::reducers::max> || std::is_same_v<R, ops::reducers::min>) {
     T acc[lanes];
-    for (auto& a : acc) a = R::template identity<T>();
+    for (auto& a : acc)
+      a = R::template identity<T>();
     std::int64_t i = 0;
     for (; i + lanes <= n; i += lanes)
-      for (int l = 0; l < lanes; ++l) acc[l] = combine<R>(acc[l], p[i + l]);
+      for (int l = 0; l < lanes; ++l)
+        acc[l] = combine<R>(acc[l], p[i + l]);
     T r = R::template identity<T>();
-    for (; i < n; ++i) r = combine<R>(r, p[i]);
-    for (auto a : acc) r = combine<R>(r, a);
+    for (; i < n; ++i)
+      r = combine<R>(r, p[i]);
+    for (auto a : acc)
+      r = combine<R>(r, a);
     return r;
   } else {
     // Sums: lanes in T over short chunks, chunk results in the wider accumulator.
@@ -56,10 +60,13 @@ inline accum_t<T> reduce_contiguous(const T* p, std::int64_t n) {
       T acc[lanes] = {};
       std::int64_t i = 0;
       for (; i + lanes <= m; i += lanes)
-        for (int l = 0; l < lanes; ++l) acc[l] += p[c + i + l];
+        for (int l = 0; l < lanes; ++l)
+          acc[l] += p[c + i + l];
       accum_t<T> s = 0;
-      for (; i < m; ++i) s += p[c + i];
-      for (auto a : acc) s += a;
+      for (; i < m; ++i)
+        s += p[c + i];
+      for (auto a : acc)
+        s += a;
       total += s;
     }
     return total;
@@ -76,7 +83,8 @@ struct reduce_geometry {
   reduce_geometry(const runtime::rt_dims& in, const std::array<bool, R>& mask) {
     for (std::size_t a = 0; a < in.rank; ++a) {
       (mask[a] ? red_n : out_n) *= in.d[a];
-      if (in.d[a] == 1) continue;
+      if (in.d[a] == 1)
+        continue;
       if (groups > 0 && reduced[groups - 1] == mask[a]) {
         dims[groups - 1] *= in.d[a];
       } else {
@@ -87,7 +95,7 @@ struct reduce_geometry {
     }
   }
 };
-}  // namespace detail
+} // namespace detail
 
 /// out = reduce(in) over the axes in `mask` (already validated by the op's rule).
 template <class R, class T, class Out, std::size_t Rank>
@@ -98,14 +106,16 @@ void reduce(thread_pool& pool, const T* in, const runtime::rt_dims& in_dims,
   constexpr bool is_mean = std::is_same_v<R, ops::reducers::mean>;
   constexpr bool is_argmax = std::is_same_v<R, ops::reducers::argmax>;
   using base_r = std::conditional_t<is_mean, ops::reducers::sum, R>;
-  if (g.out_n == 0) return;
+  if (g.out_n == 0)
+    return;
   if (g.red_n == 0) {
     if constexpr (is_argmax) {
       throw error("argmax: reduction over an empty axis: " + in_dims.str());
     } else {
       Out v;
       if constexpr (is_mean)
-        v = std::numeric_limits<Out>::has_quiet_NaN ? std::numeric_limits<Out>::quiet_NaN() : Out(0);
+        v = std::numeric_limits<Out>::has_quiet_NaN ? std::numeric_limits<Out>::quiet_NaN()
+                                                    : Out(0);
       else
         v = base_r::template identity<Out>();
       std::fill_n(out, g.out_n, v);
@@ -123,10 +133,11 @@ void reduce(thread_pool& pool, const T* in, const runtime::rt_dims& in_dims,
   std::int64_t k1 = 1, rn = 1, k2 = 1;
   bool simple = true;
   {
-    int phase = 0;  // 0: leading kept, 1: reduced, 2: trailing kept
+    int phase = 0; // 0: leading kept, 1: reduced, 2: trailing kept
     for (std::size_t i = 0; i < g.groups; ++i) {
       if (g.reduced[i]) {
-        if (phase == 2) simple = false;
+        if (phase == 2)
+          simple = false;
         phase = 1;
         rn *= g.dims[i];
       } else if (phase == 0) {
@@ -167,10 +178,11 @@ void reduce(thread_pool& pool, const T* in, const runtime::rt_dims& in_dims,
       constexpr std::int64_t chunk = 1 << 16;
       const std::int64_t per_row = (rn + chunk - 1) / chunk;
       if (per_row == 1) {
-        pool.parallel_for(k1, std::max<std::int64_t>(1, chunk / rn), [&](std::int64_t a, std::int64_t b) {
-          for (std::int64_t o = a; o < b; ++o)
-            out[o] = finish(detail::reduce_contiguous<base_r>(in + o * rn, rn));
-        });
+        pool.parallel_for(k1, std::max<std::int64_t>(1, chunk / rn),
+                          [&](std::int64_t a, std::int64_t b) {
+                            for (std::int64_t o = a; o < b; ++o)
+                              out[o] = finish(detail::reduce_contiguous<base_r>(in + o * rn, rn));
+                          });
       } else {
         std::vector<acc_t> part(static_cast<std::size_t>(k1 * per_row));
         pool.parallel_for(k1 * per_row, 1, [&](std::int64_t a, std::int64_t b) {
@@ -197,13 +209,15 @@ void reduce(thread_pool& pool, const T* in, const runtime::rt_dims& in_dims,
           const std::int64_t a = t / tiles_per, c0 = (t % tiles_per) * tile;
           const std::int64_t m = std::min(tile, k2 - c0);
           const T* base = in + a * rn * k2 + c0;
-          for (std::int64_t c = 0; c < m; ++c) acc[c] = static_cast<acc_t>(base[c]);
+          for (std::int64_t c = 0; c < m; ++c)
+            acc[c] = static_cast<acc_t>(base[c]);
           for (std::int64_t r = 1; r < rn; ++r) {
             const T* row = base + r * k2;
             for (std::int64_t c = 0; c < m; ++c)
               acc[c] = detail::combine<base_r>(acc[c], static_cast<acc_t>(row[c]));
           }
-          for (std::int64_t c = 0; c < m; ++c) out[a * k2 + c0 + c] = finish(acc[c]);
+          for (std::int64_t c = 0; c < m; ++c)
+            out[a * k2 + c0 + c] = finish(acc[c]);
         }
       });
       return;
@@ -239,4 +253,4 @@ void reduce(thread_pool& pool, const T* in, const runtime::rt_dims& in_dims,
   }
 }
 
-}  // namespace typeflow::cpu_backend
+} // namespace typeflow::cpu_backend

@@ -14,12 +14,13 @@
 namespace typeflow::cpu_backend {
 
 class thread_pool {
- public:
+public:
   /// threads <= 0: all hardware threads.
   explicit thread_pool(int threads = 0) {
     int n = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
     n_ = std::max(1, n);
-    for (int i = 1; i < n_; ++i) workers_.emplace_back([this] { work_loop(); });
+    for (int i = 1; i < n_; ++i)
+      workers_.emplace_back([this] { work_loop(); });
   }
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
@@ -29,7 +30,8 @@ class thread_pool {
       stop_ = true;
     }
     cv_.notify_all();
-    for (auto& t : workers_) t.join();
+    for (auto& t : workers_)
+      t.join();
   }
 
   int size() const { return n_; }
@@ -38,7 +40,8 @@ class thread_pool {
   /// (except the last). Runs inline when there is one chunk, one thread, or when nested.
   void parallel_for(std::int64_t n, std::int64_t grain,
                     const std::function<void(std::int64_t, std::int64_t)>& fn) {
-    if (n <= 0) return;
+    if (n <= 0)
+      return;
     grain = std::max<std::int64_t>(1, grain);
     const std::int64_t max_chunks = (n + grain - 1) / grain;
     const std::int64_t chunks = std::min<std::int64_t>(max_chunks, std::int64_t{n_} * 4);
@@ -61,10 +64,11 @@ class thread_pool {
     std::unique_lock lock(mu_);
     done_cv_.wait(lock, [&] { return j.finished.load() == chunks && active_ == 0; });
     job_ = nullptr;
-    if (j.error) std::rethrow_exception(j.error);
+    if (j.error)
+      std::rethrow_exception(j.error);
   }
 
- private:
+private:
   struct job {
     const std::function<void(std::int64_t, std::int64_t)>* fn = nullptr;
     std::int64_t n = 0, chunks = 0;
@@ -77,13 +81,15 @@ class thread_pool {
     in_parallel_ = true;
     for (;;) {
       const std::int64_t c = j.next.fetch_add(1);
-      if (c >= j.chunks) break;
+      if (c >= j.chunks)
+        break;
       const std::int64_t b = j.n * c / j.chunks, e = j.n * (c + 1) / j.chunks;
       try {
         (*j.fn)(b, e);
       } catch (...) {
         std::lock_guard lock(j.error_mu);
-        if (!j.error) j.error = std::current_exception();
+        if (!j.error)
+          j.error = std::current_exception();
       }
       j.finished.fetch_add(1);
     }
@@ -97,7 +103,8 @@ class thread_pool {
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return stop_ || (job_ && generation_ != seen); });
-        if (stop_) return;
+        if (stop_)
+          return;
         seen = generation_;
         j = job_;
         ++active_;
@@ -122,4 +129,4 @@ class thread_pool {
   static inline thread_local bool in_parallel_ = false;
 };
 
-}  // namespace typeflow::cpu_backend
+} // namespace typeflow::cpu_backend

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# typeflow's full check: deps, configure (Release, -Werror), build, format check, ctest.
+# Usage: bash scripts/test.sh        (from any directory)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUILD_DIR="${TYPEFLOW_BUILD_DIR:-build}"
+JOBS="${TYPEFLOW_JOBS:-2}"
+
+bash scripts/install-deps.sh
+
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTYPEFLOW_WERROR=ON
+cmake --build "$BUILD_DIR" -j"$JOBS"
+
+# Formatting: every .hpp/.cpp/.cu/.cuh under include test examples bench that git
+# tracks (or would track: untracked but not ignored).
+files=()
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  while IFS= read -r -d '' f; do
+    files+=("$f")
+  done < <(git ls-files -z --cached --others --exclude-standard -- include test examples bench |
+             grep -zE '\.(hpp|cpp|cu|cuh)$' || true)
+else
+  while IFS= read -r -d '' f; do
+    files+=("$f")
+  done < <(find include test examples bench -type f \
+             \( -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) -print0 2>/dev/null || true)
+fi
+existing=()
+for f in "${files[@]+"${files[@]}"}"; do
+  [[ -f "$f" ]] && existing+=("$f")
+done
+if [[ ${#existing[@]} -gt 0 ]]; then
+  echo "clang-format: checking ${#existing[@]} files"
+  clang-format --dry-run --Werror "${existing[@]}"
+else
+  echo "clang-format: no source files to check"
+fi
+
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS"

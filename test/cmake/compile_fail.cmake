@@ -1,0 +1,108 @@
+# compile_fail.cmake - driver for typeflow's negative ("must not compile") tests.
+#
+#   cmake -DCXX=<c++ compiler> -DFLAGS_FILE=<file with one compiler argument per line>
+#         -DSOURCE=<test/compile_fail/x.cpp> -DMODE=<fail|control> -P compile_fail.cmake
+#
+# The first line of SOURCE must be
+#     // expect: <CMake regex>
+# The regex is read from the source at test time, so editing it needs no re-configure.
+# Compiler output is produced with LC_ALL=C (plain ASCII quotes) and without colours.
+#
+# MODE=fail (CTest test `compile_fail.<name>`, registered with WILL_FAIL TRUE)
+#   !!! The exit status is deliberately INVERTED. !!!
+#   CMake scripts cannot choose their exit code except "0" or "1 via FATAL_ERROR",
+#   so this mode reports the GOOD outcome (the compile failed and the diagnostic
+#   matches the regex) with message(FATAL_ERROR "failed as expected: ..."), i.e. exit 1,
+#   which WILL_FAIL turns into a PASS. Every BAD outcome (the misuse compiled, the
+#   error does not match the regex, the script was called wrongly) prints the details
+#   and exits 0, which WILL_FAIL turns into a FAILED test.
+#
+# MODE=control (CTest test `compile_fail.<name>.control`, a normal test)
+#   Compiles the same file with -DTYPEFLOW_COMPILE_FAIL_CONTROL (the sources put the
+#   misuse inside `#ifndef TYPEFLOW_COMPILE_FAIL_CONTROL`). It must compile: success
+#   exits 0 (pass), failure is a FATAL_ERROR (fail). This proves the failure above
+#   comes from the misuse line and not from a broken test file.
+
+if(NOT DEFINED MODE)
+  set(MODE fail)
+endif()
+if(NOT MODE STREQUAL "fail" AND NOT MODE STREQUAL "control")
+  message(FATAL_ERROR "compile_fail.cmake: MODE must be 'fail' or 'control', got '${MODE}'")
+endif()
+
+# --- argument checks. In fail mode a problem must exit 0 (=> test FAILS). ---
+set(_problem "")
+foreach(_var IN ITEMS CXX FLAGS_FILE SOURCE)
+  if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
+    string(APPEND _problem "compile_fail.cmake: -D${_var}=... is required\n")
+  endif()
+endforeach()
+if(_problem STREQUAL "" AND NOT EXISTS "${SOURCE}")
+  string(APPEND _problem "compile_fail.cmake: source '${SOURCE}' does not exist\n")
+endif()
+if(_problem STREQUAL "" AND NOT EXISTS "${FLAGS_FILE}")
+  string(APPEND _problem "compile_fail.cmake: flags file '${FLAGS_FILE}' does not exist\n")
+endif()
+
+set(_expect "")
+if(_problem STREQUAL "")
+  file(STRINGS "${SOURCE}" _first_line LIMIT_COUNT 1)
+  if(_first_line MATCHES "^[ \t]*//[ \t]*expect:[ \t]*(.*[^ \t\r])[ \t\r]*$")
+    set(_expect "${CMAKE_MATCH_1}")
+  else()
+    string(APPEND _problem
+      "compile_fail.cmake: first line of ${SOURCE} must be '// expect: <regex>', got: '${_first_line}'\n")
+  endif()
+endif()
+
+if(NOT _problem STREQUAL "")
+  if(MODE STREQUAL "fail")
+    message("${_problem}(reported as a test failure)")
+    return() # exit 0 -> WILL_FAIL -> FAILED
+  else()
+    message(FATAL_ERROR "${_problem}")
+  endif()
+endif()
+
+file(STRINGS "${FLAGS_FILE}" _flags)
+list(FILTER _flags EXCLUDE REGEX "^[ \t]*$")
+
+set(_extra "")
+if(MODE STREQUAL "control")
+  set(_extra "-DTYPEFLOW_COMPILE_FAIL_CONTROL")
+endif()
+
+set(ENV{LC_ALL} C)
+set(ENV{LANG} C)
+set(ENV{GCC_COLORS} "")
+execute_process(
+  COMMAND "${CXX}" ${_flags} ${_extra} -fdiagnostics-color=never "${SOURCE}"
+  RESULT_VARIABLE _rc
+  OUTPUT_VARIABLE _out
+  ERROR_VARIABLE _out)
+
+string(REPLACE ";" " " _cmdline "${CXX} ${_flags} ${_extra} ${SOURCE}")
+
+if(MODE STREQUAL "control")
+  if(_rc EQUAL 0)
+    message(STATUS "control case compiles: ${SOURCE}")
+  else()
+    message(FATAL_ERROR
+      "control case (-DTYPEFLOW_COMPILE_FAIL_CONTROL) does NOT compile: ${SOURCE}\n"
+      "command: ${_cmdline}\nexit: ${_rc}\n--- compiler output ---\n${_out}")
+  endif()
+  return()
+endif()
+
+# MODE=fail -- remember: FATAL_ERROR here means "test PASSED" (see header).
+if(NOT _rc EQUAL 0 AND _out MATCHES "${_expect}")
+  message(FATAL_ERROR "failed as expected: ${SOURCE}\n  matched regex: ${_expect}")
+endif()
+
+if(_rc EQUAL 0)
+  message("UNEXPECTED: ${SOURCE} compiled successfully, but it must fail with an error matching:\n  ${_expect}")
+else()
+  message("UNEXPECTED: ${SOURCE} failed to compile (exit ${_rc}), but the output does not match the regex:\n  ${_expect}")
+endif()
+message("command: ${_cmdline}\n--- compiler output ---\n${_out}--- end of compiler output ---")
+# exit 0 -> WILL_FAIL -> FAILED

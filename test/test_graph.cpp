@@ -1,0 +1,187 @@
+// The compile-time plan: topological order, common subexpressions, pruning, fusion and the
+// memory plan, each proven by instrumentation of real runs.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <typeflow/typeflow.hpp>
+
+namespace ty = typeflow;
+
+namespace {
+constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 4>>;
+constexpr auto W = ty::variable<"W", float, ty::shape<4, 4>, ty::uniform<-1.0, 1.0>>;
+constexpr auto b = ty::variable<"b", float, ty::shape<4>, ty::fill<0.25>>;
+
+ty::tensor<float> input(std::int64_t rows) {
+  ty::tensor<float> t({rows, 4});
+  for (std::int64_t i = 0; i < t.size(); ++i)
+    t[i] = 0.1f * static_cast<float>(i % 13) - 0.5f;
+  return t;
+}
+
+std::size_t count(const std::vector<std::string>& trace, const std::string& s) {
+  return static_cast<std::size_t>(std::count(trace.begin(), trace.end(), s));
+}
+
+template <class P, std::size_t... I>
+constexpr bool children_first(std::index_sequence<I...>) {
+  bool ok = true;
+  auto check = [&]<class Op, class... Cs>([[maybe_unused]] std::size_t i, ty::expr<Op, Cs...>*) {
+    ((ok = ok && P::template index<Cs> < i), ...);
+  };
+  (check(I, static_cast<typename P::template node<I>*>(nullptr)), ...);
+  return ok;
+}
+} // namespace
+
+TEST_SUITE("graph") {
+  TEST_CASE("topological order: children first, each distinct node once") {
+    constexpr auto m = ty::matmul(x, W);
+    constexpr auto y = ty::relu(m + b) + ty::sigmoid(ty::matmul(x, W));
+    using P = ty::graph::plan<ty::type_list<decltype(y)>>;
+    // x, W, b, matmul, add, relu, sigmoid, add: the two matmuls are one node.
+    static_assert(P::size == 8);
+    static_assert(children_first<P>(std::make_index_sequence<P::size>{}));
+    static_assert(std::is_same_v<P::node<P::size - 1>, std::remove_const_t<decltype(y)>>);
+    CHECK(P::size == 8);
+  }
+
+  TEST_CASE("a common subexpression runs once") {
+    constexpr auto m = ty::matmul(x, W);
+    constexpr auto y1 = ty::sum(ty::relu(m));
+    constexpr auto y2 = ty::max(ty::matmul(x, W) * ty::constant<2>);
+    ty::session s(ty::session_options{.threads = 2, .seed = 3, .trace = true});
+    auto in = input(5);
+    auto [a, c] = s.run(ty::fetch(y1, y2), ty::feed(x, in));
+    CHECK(count(s.stats().trace, "matmul(x, W)") == 1);
+    // matmul, relu (fused region), sum, mul (fused region), max
+    CHECK(s.stats().steps == 5);
+    auto [mm] = s.run(ty::fetch(m), ty::feed(x, in));
+    double ref_sum = 0, ref_max = -1e30;
+    for (std::int64_t i = 0; i < mm.size(); ++i) {
+      ref_sum += std::max(0.0f, mm[i]);
+      ref_max = std::max(ref_max, 2.0 * mm[i]);
+    }
+    CHECK(a.item() == doctest::Approx(ref_sum).epsilon(1e-5));
+    CHECK(c.item() == doctest::Approx(ref_max).epsilon(1e-6));
+  }
+
+  TEST_CASE("an unfetched branch does not run") {
+    constexpr auto used = ty::debug::probe<"used">(x * ty::constant<3>);
+    constexpr auto unused = ty::debug::probe<"unused">(ty::exp(x));
+    constexpr auto both = used + unused;
+    (void)both;
+    ty::session s(ty::session_options{.threads = 1, .seed = 0, .trace = true});
+    auto in = input(3);
+    const auto used0 = ty::debug::probe_count<"used">.load();
+    const auto unused0 = ty::debug::probe_count<"unused">.load();
+    auto [r] = s.run(ty::fetch(used), ty::feed(x, in));
+    CHECK(ty::debug::probe_count<"used">.load() - used0 == in.size());
+    CHECK(ty::debug::probe_count<"unused">.load() == unused0);
+    CHECK(r(2, 3) == doctest::Approx(3 * in(2, 3)));
+    // The same through the plan: the unfetched exp is not a node of it.
+    using P = ty::graph::plan<ty::type_list<decltype(used)>>;
+    static_assert(P::size == 4); // x, 3, mul, probe
+  }
+
+  TEST_CASE("a fused region is one loop with no intermediate buffer") {
+    constexpr auto y = ty::relu(x * ty::constant<2> + b) - ty::sigmoid(x);
+    using P = ty::graph::plan<ty::type_list<decltype(y)>>;
+    static_assert(P::steps == 1);       // x and b are leaves; one kernel
+    static_assert(P::fused_nodes == 4); // mul, add, relu, sigmoid inside sub's loop
+    ty::session s;
+    auto in = input(1000);
+    auto [r] = s.run(ty::fetch(y), ty::feed(x, in));
+    CHECK(s.stats().steps == 1);
+    CHECK(s.stats().fused_nodes == 4);
+    CHECK(s.stats().buffers_allocated + s.stats().buffers_reused == 1); // the output only
+    for (std::int64_t i = 0; i < in.size(); i += 97) {
+      const double v = in[i];
+      const double ref = std::max(0.0, 2 * v + 0.25) - 1 / (1 + std::exp(-v));
+      CHECK(r[i] == doctest::Approx(ref).epsilon(1e-6));
+    }
+  }
+
+  TEST_CASE("a node used twice inside a region is computed once per element") {
+    constexpr auto t = ty::debug::probe<"t">(ty::exp(x));
+    constexpr auto y = t * t + t;
+    ty::session s;
+    auto in = input(7);
+    const auto before = ty::debug::probe_count<"t">.load();
+    auto [r] = s.run(ty::fetch(y), ty::feed(x, in));
+    CHECK(ty::debug::probe_count<"t">.load() - before == in.size());
+    CHECK(s.stats().steps == 1);
+    const double e = std::exp(static_cast<double>(in[5]));
+    CHECK(r[5] == doctest::Approx(e * e + e).epsilon(1e-6));
+  }
+
+  TEST_CASE("matmul, reductions and reshapes are region boundaries") {
+    constexpr auto t = ty::exp(x);
+    constexpr auto y = ty::exp(ty::sum<1>(t)) + ty::sum(ty::reshape<-1>(t * ty::constant<2>));
+    using P = ty::graph::plan<ty::type_list<decltype(y)>>;
+    // exp(x) feeds a reduction and a fused mul: it is materialized. Steps: exp, sum<1>,
+    // mul, reshape, sum, and the final exp+add region.
+    static_assert(P::steps == 6);
+    ty::session s(ty::session_options{.threads = 2, .seed = 0, .trace = true});
+    auto in = input(3);
+    auto [r] = s.run(ty::fetch(y), ty::feed(x, in));
+    CHECK(s.stats().steps == 6);
+    double total = 0;
+    for (std::int64_t i = 0; i < in.size(); ++i)
+      total += 2 * std::exp(double(in[i]));
+    for (std::int64_t i = 0; i < 3; ++i) {
+      double row = 0;
+      for (std::int64_t j = 0; j < 4; ++j)
+        row += std::exp(double(in(i, j)));
+      CHECK(r[i] == doctest::Approx(std::exp(row) + total).epsilon(1e-5));
+    }
+  }
+
+  TEST_CASE("memory plan: a buffer is reused once its last consumer has run") {
+    constexpr auto sq = ty::variable<"sq", float, ty::shape<64, 64>, ty::uniform<-0.1, 0.1>>;
+    constexpr auto in = ty::placeholder<"in", float, ty::shape<64, 64>>;
+    constexpr auto y = ty::matmul(
+        ty::matmul(ty::matmul(ty::matmul(ty::matmul(ty::matmul(in, sq), sq), sq), sq), sq), sq);
+    ty::session s(ty::session_options{.threads = 1, .seed = 0, .trace = false});
+    ty::tensor<float> v({64, 64});
+    for (std::int64_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<float>(i % 7) - 3;
+    auto [r1] = s.run(ty::fetch(y), ty::feed(in, v));
+    CHECK(s.stats().steps == 6);
+    // Six 16 KiB intermediates, but never more than two alive: two fresh buffers in all.
+    CHECK(s.stats().buffers_allocated == 2);
+    CHECK(s.stats().peak_bytes == 2 * 64 * 64 * sizeof(float));
+    auto [r2] = s.run(ty::fetch(y), ty::feed(in, v));
+    CHECK(s.stats().buffers_allocated == 0); // steady state: everything from the pool
+    CHECK(s.stats().buffers_reused == 6);
+    CHECK(std::equal(r1.begin(), r1.end(), r2.begin()));
+  }
+
+  TEST_CASE("reshape is a view of its input's buffer") {
+    constexpr auto y = ty::sum<0>(ty::reshape<2, -1>(ty::exp(x)));
+    ty::session s;
+    auto in = input(4);
+    auto [r] = s.run(ty::fetch(y), ty::feed(x, in));
+    CHECK(s.stats().steps == 3);
+    CHECK(s.stats().buffers_allocated + s.stats().buffers_reused == 2); // exp and the sum
+    CHECK(r.shape() == std::vector<std::int64_t>{8});
+    CHECK(r[1] == doctest::Approx(std::exp(double(in[1])) + std::exp(double(in[9]))));
+  }
+
+  TEST_CASE("every node's device comes from the placement policy") {
+    using policy = ty::on<ty::cpu<0>>;
+    using D = policy::device<decltype(ty::relu(x))>;
+    static_assert(std::is_same_v<D, ty::cpu<0>>);
+    CHECK(D::name() == "/job:localhost/replica:0/task:0/device:CPU:0");
+  }
+
+  TEST_CASE("plan description lists steps with their fused ops") {
+    constexpr auto y = ty::sum(ty::relu(ty::matmul(x, W) + b));
+    using P = ty::graph::plan<ty::type_list<decltype(y)>>;
+    const std::string d = P::describe();
+    CHECK(d.find("matmul matmul(x, W)") != std::string::npos);
+    CHECK(d.find("fused relu(add(matmul(x, W), b))  [fused 2 ops]") != std::string::npos);
+    CHECK(d.find("reduce sum(relu(add(matmul(x, W), b)))") != std::string::npos);
+  }
+}
