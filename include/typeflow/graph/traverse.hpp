@@ -1,18 +1,17 @@
 // Traversal: the nodes that the fetches need, each distinct node once, in a topological order
-// (children before parents). Depth-first with a visited set written with Boost.Hana; the set is a
-// type that inherits one tag per visited node, so a membership test is a base-class lookup and the
-// traversal instantiates one state per node (linear in the node count).
+// (children before parents): a depth-first walk with a visited set. The set is a type that
+// inherits one tag per visited node, so a membership test is one base-class lookup and the walk
+// instantiates one state per distinct node.
+//
+// The walk is written with plain class templates rather than hana::fold_left: every nested
+// instantiation counts against the compiler's depth limit (900 in g++), and Hana's fold added
+// three levels per graph level, so a 200-op chain did not compile. Here a graph level costs two.
 #pragma once
-#include <boost/hana/basic_tuple.hpp>
-#include <boost/hana/fold_left.hpp>
-#include <boost/hana/type.hpp>
 #include <type_traits>
 
 #include "node.hpp"
 
 namespace typeflow::graph {
-
-namespace hana = boost::hana;
 
 namespace detail {
 template <class N>
@@ -28,29 +27,30 @@ struct visited : tag<Ns>... {
   using push = visited<Ns..., N>;
 };
 
-template <class N>
-struct children_of;
-template <class Op, class... Cs>
-struct children_of<expr<Op, Cs...>> {
-  static constexpr hana::basic_tuple<hana::basic_type<Cs>...> value{};
+template <class V, class... Cs>
+struct visit_all;
+
+template <class V, class N, bool Seen = V::template contains<N>>
+struct visit {
+  using type = V;
+};
+template <class V, class Op, class... Cs>
+struct visit<V, expr<Op, Cs...>, false> {
+  using type = typename visit_all<V, Cs...>::type::template push<expr<Op, Cs...>>;
 };
 
-struct dfs {
-  template <class V, class N>
-  constexpr auto operator()(V, hana::basic_type<N>) const {
-    if constexpr (V::template contains<N>) {
-      return V{};
-    } else {
-      using after = decltype(hana::fold_left(children_of<N>::value, V{}, dfs{}));
-      return typename after::template push<N>{};
-    }
-  }
+template <class V, class... Cs>
+struct visit_all {
+  using type = V;
 };
-} // namespace detail
+template <class V, class C, class... Rest>
+struct visit_all<V, C, Rest...> {
+  using type = typename visit_all<typename visit<V, C>::type, Rest...>::type;
+};
+}  // namespace detail
 
 /// `type_list` of the distinct nodes reachable from `Roots`, children before parents.
 template <class... Roots>
-using topological_order = typename decltype(hana::fold_left(
-    hana::basic_tuple<hana::basic_type<Roots>...>{}, detail::visited<>{}, detail::dfs{}))::list;
+using topological_order = typename detail::visit_all<detail::visited<>, Roots...>::type::list;
 
-} // namespace typeflow::graph
+}  // namespace typeflow::graph

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Compile-time benchmark: a chain of N ops (alternating matmul and elementwise ops, with a
+variable per matmul) is generated, planned and run by a session; reports g++ wall seconds and peak
+compiler memory for each N. Usage: python3 bench/compile_time.py [N ...] (default 25 50 100 200).
+"""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ELEMENTWISE = ["ty::tanh({})", "{} + b", "ty::relu({})", "{} * ty::constant<0.5>", "ty::sigmoid({})"]
+
+
+def source(n: int) -> str:
+    lines = [
+        "#include <typeflow/typeflow.hpp>",
+        "namespace ty = typeflow;",
+        'constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 16>>;',
+        'constexpr auto b = ty::variable<"b", float, ty::shape<16>, ty::fill<0.1>>;',
+        "constexpr auto h0 = x;",
+    ]
+    for i in range(1, n + 1):
+        prev = f"h{i - 1}"
+        if i % 2 == 1:
+            lines.append(
+                f'constexpr auto W{i} = ty::variable<"W{i}", float, ty::shape<16, 16>, '
+                f"ty::uniform<-0.25, 0.25>>;"
+            )
+            lines.append(f"constexpr auto h{i} = ty::matmul({prev}, W{i});")
+        else:
+            op = ELEMENTWISE[(i // 2) % len(ELEMENTWISE)].format(prev)
+            lines.append(f"constexpr auto h{i} = {op};")
+    lines += [
+        "int main() {",
+        "  ty::session s;",
+        "  ty::tensor<float> in({4, 16});",
+        f"  auto [r] = s.run(ty::fetch(ty::sum(h{n})), ty::feed(x, in));",
+        "  return r.item() == r.item() ? 0 : 1;",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def measure(n: int, cxx: str) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp) / f"chain_{n}.cpp"
+        src.write_text(source(n))
+        cmd = ["/usr/bin/time", "-f", "%e %M", cxx, "-std=c++20", "-O2", f"-I{ROOT / 'include'}",
+               "-c", str(src), "-o", str(pathlib.Path(tmp) / "chain.o")]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"compile failed for N={n}:\n{done.stderr[-4000:]}")
+        secs, kb = done.stderr.strip().splitlines()[-1].split()
+        return float(secs), int(kb) / 1024
+
+
+def main() -> None:
+    sizes = [int(a) for a in sys.argv[1:]] or [25, 50, 100, 200]
+    cxx = os.environ.get("CXX", "g++")
+    print(f"| N ops | compile s ({cxx} -O2) | peak MiB |")
+    print("|---:|---:|---:|")
+    for n in sizes:
+        secs, mib = measure(n, cxx)
+        print(f"| {n} | {secs:.1f} | {mib:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
