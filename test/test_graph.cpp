@@ -28,7 +28,7 @@ template <class P, std::size_t... I>
 constexpr bool children_first(std::index_sequence<I...>) {
   bool ok = true;
   auto check = [&]<class Op, class... Cs>([[maybe_unused]] std::size_t i, ty::expr<Op, Cs...>*) {
-    ((ok = ok && P::template index<Cs> < i), ...);
+    ((ok = ok && P::template index_c<Cs>::value < i), ...);
   };
   (check(I, static_cast<typename P::template node<I>*>(nullptr)), ...);
   return ok;

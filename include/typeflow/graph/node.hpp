@@ -119,7 +119,7 @@ struct dtype_message {
 /// The one place where nodes are made: checks the op's dtype and shape rules and fails with a
 /// message naming the op, the problem and the offending shapes.
 template <class Op, class... Cs>
-constexpr auto make_node() {
+consteval auto make_node() {
   if constexpr ((std::is_same_v<Cs, invalid_expr> || ...)) {
     return invalid_expr{};
   } else if constexpr (!Op::template dtype_error<Cs...>().empty()) {
@@ -173,5 +173,24 @@ struct first_strong<C, Cs...> {
 /// The dtype in which an elementwise op computes: that of its strongly typed children.
 template <class... Cs>
 using compute_type = typename detail::first_strong<Cs...>::type;
+
+namespace detail {
+template <class Op, class... Cs>
+struct op_compute {
+  using type = compute_type<Cs...>;
+};
+template <class Op, class... Cs>
+requires requires {
+  typename Op::template compute<Cs...>;
+}
+struct op_compute<Op, Cs...> {
+  using type = typename Op::template compute<Cs...>;
+};
+} // namespace detail
+
+/// The dtype in which elementwise op `Op` computes on children `Cs` (an op may say otherwise
+/// with a member alias `compute<Cs...>`, as `where` does).
+template <class Op, class... Cs>
+using op_compute_type = typename detail::op_compute<Op, Cs...>::type;
 
 } // namespace typeflow

@@ -8,9 +8,11 @@
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "../ops/leaves.hpp"
 #include "../ops/state.hpp"
+#include "flat.hpp"
 #include "print.hpp"
 #include "traverse.hpp"
 
@@ -26,7 +28,7 @@ template <class... Ns, std::size_t... I>
 struct index_map<type_list<Ns...>, std::index_sequence<I...>> : indexed<Ns, I>... {};
 
 template <class N, std::size_t I>
-constexpr std::size_t index_of(const indexed<N, I>*) {
+consteval std::size_t index_of(const indexed<N, I>*) {
   return I;
 }
 template <std::size_t I, class N>
@@ -58,9 +60,20 @@ private:
   using map = detail::index_map<nodes, std::make_index_sequence<size>>;
 
 public:
-  /// Position of node N in the topological order.
+  // Members that depend on a node type are aliases to small types, never variables or
+  // functions: g++ mangles the name of every instantiated variable and function of the plan,
+  // and a name that holds both the plan and a node grows with the graph (cubic in all).
+
+  /// Position of node N in the topological order: index_c<N>::value.
   template <class N>
-  static constexpr std::size_t index = detail::index_of<N>(static_cast<const map*>(nullptr));
+  using index_c =
+      std::integral_constant<std::size_t, detail::index_of<N>(static_cast<const map*>(nullptr))>;
+  /// Whether N is a node of this plan: contains_c<N>::value.
+  template <class N>
+  using contains_c = std::bool_constant < requires {
+    detail::index_of<N>(static_cast<const map*>(nullptr));
+  }
+  > ;
   /// The node at position I.
   template <std::size_t I>
   using node = decltype(detail::node_at<I>(static_cast<const map*>(nullptr)));
@@ -74,24 +87,24 @@ private:
   };
   static constexpr std::size_t n_edges = edge_count<nodes>::value;
 
-  template <class N>
-  struct child_indices;
   template <class Op, class... Cs>
-  struct child_indices<expr<Op, Cs...>> {
-    static constexpr std::array<std::size_t, sizeof...(Cs)> value{index<Cs>...};
-  };
+  static consteval std::array<std::size_t, sizeof...(Cs)> child_indices(expr<Op, Cs...>*) {
+    return {index_c<Cs>::value...};
+  }
 
   struct node_facts {
     std::array<std::size_t, size + 1> edge_begin{};
     std::array<std::size_t, n_edges + 1> edges{};
-    std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{};
+    std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
+        placeholder{};
   };
 
   template <std::size_t... I>
-  static constexpr node_facts facts(std::index_sequence<I...>) {
+  static consteval node_facts facts(std::index_sequence<I...>) {
     node_facts f;
     std::size_t e = 0;
-    auto add = [&](std::size_t i, auto kids, bool ew, bool c, bool force, bool nobuf) {
+    auto add = [&](std::size_t i, auto kids, bool ew, bool c, bool force, bool nobuf, bool ph) {
+      f.placeholder[i] = ph;
       f.edge_begin[i] = e;
       for (auto k : kids)
         f.edges[e++] = k;
@@ -100,12 +113,13 @@ private:
       f.force_root[i] = force;
       f.no_buffer[i] = nobuf;
     };
-    (add(I, child_indices<node<I>>::value, node<I>::kind == node_kind::elementwise,
+    (add(I, child_indices(static_cast<node<I>*>(nullptr)), node<I>::kind == node_kind::elementwise,
          is_constant<node<I>>, is_state_op<node<I>>,
-         is_placeholder<node<I>> || is_variable<node<I>> || node<I>::kind == node_kind::group),
+         is_placeholder<node<I>> || is_variable<node<I>> || node<I>::kind == node_kind::group,
+         is_placeholder<node<I>>),
      ...);
     f.edge_begin[size] = e;
-    ((f.fetched[index<Fetches>] = true), ...);
+    ((f.fetched[index_c<Fetches>::value] = true), ...);
     return f;
   }
 
@@ -122,6 +136,8 @@ public:
     /// Region r's members are region_members[member_begin[r] .. member_begin[r+1]) (topological).
     std::array<std::size_t, size + 1> member_begin{};
     std::array<std::size_t, size + 1> members{};
+    /// Position of node i within its region's members.
+    std::array<std::size_t, size> local_pos{};
     /// Region r's inputs (materialized nodes it reads), deduplicated.
     std::array<std::size_t, size + 1> input_begin{};
     std::array<std::size_t, n_edges + 1> inputs{};
@@ -133,7 +149,7 @@ public:
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
 private:
-  static constexpr layout_t compute_layout() {
+  static consteval layout_t compute_layout() {
     const node_facts& f = fact;
     layout_t L;
     constexpr std::size_t no_consumer = none, conflict = none - 1;
@@ -175,8 +191,10 @@ private:
     L.member_begin[size] = acc;
     std::array<std::size_t, size + 1> fill = L.member_begin;
     for (std::size_t i = 0; i < size; ++i)
-      if (L.root[i] != none)
+      if (L.root[i] != none) {
+        L.local_pos[i] = fill[L.root[i]] - L.member_begin[L.root[i]];
         L.members[fill[L.root[i]]++] = i;
+      }
     // Region inputs and last uses.
     std::array<std::size_t, size> mark{};
     mark.fill(none);
@@ -235,49 +253,141 @@ public:
   static constexpr std::size_t steps = layout.steps;
   static constexpr std::size_t fused_nodes = layout.fused;
 
-  template <std::size_t R, class Seq>
-  struct region_types;
-  template <std::size_t R, std::size_t... M>
-  struct region_types<R, std::index_sequence<M...>> {
-    using type = type_list<node<layout.members[layout.member_begin[R] + M]>...>;
-  };
-  template <std::size_t R, class Seq>
-  struct input_types;
-  template <std::size_t R, std::size_t... K>
-  struct input_types<R, std::index_sequence<K...>> {
-    using type = type_list<node<layout.inputs[layout.input_begin[R] + K]>...>;
+private:
+  template <std::size_t I, class N = node<I>>
+  struct flat_of;
+  template <std::size_t I, class N>
+  static consteval step_kind kind_of() {
+    return is_placeholder<N>                          ? step_kind::placeholder
+           : is_variable<N>                           ? step_kind::variable
+           : is_constant<N> && layout.root[I] == none ? step_kind::inline_constant
+           : is_constant<N>                           ? step_kind::constant
+           : N::kind == node_kind::group              ? step_kind::group
+           : layout.root[I] != I                      ? step_kind::fused_member
+                                                      : step_kind::kernel;
+  }
+  template <std::size_t I, class Op, class... Cs>
+  struct flat_of<I, expr<Op, Cs...>> {
+    using type = flat_node<kind_of<I, expr<Op, Cs...>>(), Op, typename expr<Op, Cs...>::value_type,
+                           expr<Op, Cs...>::rank,
+                           ref<index_c<Cs>::value, typename Cs::value_type, Cs::rank>...>;
   };
 
-  /// The nodes computed in region R's fused loop (R last), and the buffers it reads.
-  template <std::size_t R>
-  using region_members = typename region_types<
-      R, std::make_index_sequence<layout.member_begin[R + 1] - layout.member_begin[R]>>::type;
-  template <std::size_t R>
-  using region_inputs = typename input_types<
-      R, std::make_index_sequence<layout.input_begin[R + 1] - layout.input_begin[R]>>::type;
+  template <std::size_t R, std::size_t K>
+  static consteval std::size_t input_position() {
+    for (std::size_t p = layout.input_begin[R]; p < layout.input_begin[R + 1]; ++p)
+      if (layout.inputs[p] == K)
+        return p - layout.input_begin[R];
+    return none;
+  }
+  template <std::size_t R, class C>
+  static auto operand() {
+    if constexpr (is_constant<C> && layout.root[index_c<C>::value] == none)
+      return ref_const<C::op::bits, typename C::value_type>{};
+    else if constexpr (layout.root[index_c<C>::value] == R)
+      return ref_local<layout.local_pos[index_c<C>::value]>{};
+    else
+      return ref_input<input_position<R, index_c<C>::value>()>{};
+  }
+  template <std::size_t R, class N>
+  struct member_of;
+  template <std::size_t R, class Op, class... Cs>
+  struct member_of<R, expr<Op, Cs...>> {
+    using type = member<Op, op_compute_type<Op, Cs...>, typename expr<Op, Cs...>::value_type,
+                        decltype(operand<R, Cs>())...>;
+  };
+  template <std::size_t R, class MSeq, class KSeq>
+  struct region_of;
+  template <std::size_t R, std::size_t... M, std::size_t... K>
+  struct region_of<R, std::index_sequence<M...>, std::index_sequence<K...>> {
+    using type = flat_region<
+        typename node<R>::value_type,
+        type_list<typename node<layout.inputs[layout.input_begin[R] + K]>::value_type...>,
+        type_list<typename member_of<R, node<layout.members[layout.member_begin[R] + M]>>::type...>,
+        std::array<std::size_t, sizeof...(K)>{layout.inputs[layout.input_begin[R] + K]...}>;
+  };
 
-  /// A readable listing: one line per step, fused members in braces.
-  static std::string describe() {
-    std::string s;
-    describe_steps(s, std::make_index_sequence<size>{});
-    return s;
+public:
+  /// The flat form of node I (see flat.hpp).
+  template <std::size_t I>
+  using flat = typename flat_of<I>::type;
+
+  /// The fused region rooted at elementwise node R, in flat form.
+  template <std::size_t R>
+  using region = typename region_of<
+      R, std::make_index_sequence<layout.member_begin[R + 1] - layout.member_begin[R]>,
+      std::make_index_sequence<layout.input_begin[R + 1] - layout.input_begin[R]>>::type;
+
+  /// The readable form of node i (as to_string), built once from a table of op names and
+  /// attributes: no per-node printing code is instantiated.
+  static const std::string& node_string(std::size_t i) {
+    static const std::vector<std::string> table = build_strings(std::make_index_sequence<size>{});
+    return table[i];
   }
 
-private:
-  template <std::size_t... I>
-  static void describe_steps(std::string& s, std::index_sequence<I...>) {
-    auto line = [&](std::size_t i, std::string text, std::string kind) {
+  /// A readable listing of the steps: `%index = kind text`, with the number of fused ops.
+  static std::string describe() {
+    std::string s;
+    for (std::size_t i = 0; i < size; ++i) {
       if (layout.root[i] != i)
-        return;
-      s += "%" + std::to_string(i) + " = " + kind + " " + text;
+        continue;
+      s += "%" + std::to_string(i) + " = " + std::string(kinds[i]) + " " + node_string(i);
       const std::size_t fused = layout.member_begin[i + 1] - layout.member_begin[i] - 1;
       if (fused)
         s += "  [fused " + std::to_string(fused + 1) + " ops]";
       s += "\n";
-    };
-    (line(I, to_string(node<I>{}), kind_name(node<I>::kind)), ...);
+    }
+    return s;
   }
-  static std::string kind_name(node_kind k) {
+
+private:
+  struct print_entry {
+    std::string_view name;
+    std::string (*leaf)();
+    std::string (*attrs)();
+  };
+  template <class Op>
+  static constexpr print_entry entry_for() {
+    print_entry e{};
+    if constexpr (requires { Op::to_string(); })
+      e.leaf = &Op::to_string;
+    else
+      e.name = Op::name;
+    if constexpr (requires { Op::attrs(); })
+      e.attrs = &Op::attrs;
+    return e;
+  }
+  template <std::size_t... I>
+  static std::vector<std::string> build_strings(std::index_sequence<I...>) {
+    static constexpr print_entry entries[] = {entry_for<typename node<I>::op>()...};
+    std::vector<std::string> out(size);
+    for (std::size_t i = 0; i < size; ++i) {
+      const print_entry& e = entries[i];
+      const bool leaf = fact.edge_begin[i] == fact.edge_begin[i + 1];
+      if (e.leaf && leaf) {
+        out[i] = e.leaf();
+        continue;
+      }
+      std::string s = std::string(e.name) + "(";
+      bool first = true;
+      for (std::size_t k = fact.edge_begin[i]; k < fact.edge_begin[i + 1]; ++k) {
+        s += (first ? "" : ", ") + out[fact.edges[k]];
+        first = false;
+      }
+      if (e.attrs) {
+        const std::string a = e.attrs();
+        if (!a.empty())
+          s += (first ? "" : ", ") + a;
+      }
+      out[i] = s + ")";
+    }
+    return out;
+  }
+  template <std::size_t... I>
+  static consteval std::array<std::string_view, size> kind_names(std::index_sequence<I...>) {
+    return {kind_name(node<I>::kind)...};
+  }
+  static constexpr std::string_view kind_name(node_kind k) {
     switch (k) {
     case node_kind::leaf:
       return "leaf";
@@ -294,6 +404,8 @@ private:
     }
     return "?";
   }
+  static constexpr std::array<std::string_view, size> kinds =
+      kind_names(std::make_index_sequence<size>{});
 };
 
 } // namespace typeflow::graph

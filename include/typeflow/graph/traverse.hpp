@@ -22,15 +22,15 @@ template <class... Ns>
 struct visited : tag<Ns>... {
   using list = type_list<Ns...>;
   template <class N>
-  static constexpr bool contains = std::is_base_of_v<tag<N>, visited>;
-  template <class N>
   using push = visited<Ns..., N>;
 };
 
 template <class V, class... Cs>
 struct visit_all;
 
-template <class V, class N, bool Seen = V::template contains<N>>
+// std::is_base_of (a class), not a variable template: g++ mangles every instantiated variable,
+// and these names hold the whole visited set.
+template <class V, class N, bool Seen = std::is_base_of<tag<N>, V>::value>
 struct visit {
   using type = V;
 };
@@ -47,10 +47,10 @@ template <class V, class C, class... Rest>
 struct visit_all<V, C, Rest...> {
   using type = typename visit_all<typename visit<V, C>::type, Rest...>::type;
 };
-}  // namespace detail
+} // namespace detail
 
 /// `type_list` of the distinct nodes reachable from `Roots`, children before parents.
 template <class... Roots>
 using topological_order = typename detail::visit_all<detail::visited<>, Roots...>::type::list;
 
-}  // namespace typeflow::graph
+} // namespace typeflow::graph

@@ -27,7 +27,7 @@ struct probe_op : ops::elementwise_base, no_dtype_rule {
 
 /// probe<"tag">(x): identity that counts evaluations per element (for tests and debugging).
 template <fixed_string Tag, expression A>
-constexpr auto probe(A) {
+consteval auto probe(A) {
   return make_node<probe_op<Tag>, A>();
 }
 

@@ -67,7 +67,7 @@ struct compare_base : elementwise_base {
     }                                                                                              \
   };
 TYPEFLOW_UNARY(neg, arith_base, -x)
-TYPEFLOW_UNARY(abs, arith_base, x < C(0) ? C(-x) : x)
+TYPEFLOW_UNARY(abs, arith_base, x < C(0) ? C(-x) : (x == C(0) ? C(0) : x)) // abs(-0.) = +0.
 TYPEFLOW_UNARY(square, arith_base, x* x)
 // relu'(0) = 0; NaN propagates.
 TYPEFLOW_UNARY(relu, arith_base, x < C(0) ? C(0) : x)
@@ -113,6 +113,8 @@ struct where : elementwise_base {
   static constexpr std::string_view name = "where";
   template <class Cond, class A, class B>
   using value_type = compute_type<A, B>;
+  template <class Cond, class A, class B>
+  using compute = compute_type<A, B>;
   template <class Cond, class A, class B>
   static constexpr std::string_view dtype_error() {
     if (!std::is_same_v<typename Cond::value_type, bool>)
@@ -164,9 +166,12 @@ struct broadcast_to : no_dtype_rule {
     auto b = detail::broadcast_rule(d, Shape::dims);
     if (!b.ok())
       r.error = "shape cannot be broadcast";
-    for (std::size_t i = 0; i < Shape::rank && b.ok(); ++i)
-      if (b.dims[i] != Shape::dims[i] && Shape::dims[i] != dyn)
+    for (std::size_t i = 0; i < Shape::rank && b.ok(); ++i) {
+      if (Shape::dims[i] == dyn)
+        r.dims[i] = b.dims[i]; // a dyn target extent comes from the input
+      else if (b.dims[i] != Shape::dims[i])
         r.error = "shape cannot be broadcast";
+    }
     return r;
   }
   template <class C, class A>
@@ -179,7 +184,7 @@ struct broadcast_to : no_dtype_rule {
 
 #define TYPEFLOW_UNARY_FN(NAME)                                                                    \
   template <expression A>                                                                          \
-  constexpr auto NAME(A) {                                                                         \
+  consteval auto NAME(A) {                                                                         \
     return make_node<ops::NAME, A>();                                                              \
   }
 TYPEFLOW_UNARY_FN(abs)
@@ -197,7 +202,7 @@ TYPEFLOW_UNARY_FN(sigmoid)
 
 #define TYPEFLOW_BINARY_FN(NAME)                                                                   \
   template <expression A, expression B>                                                            \
-  constexpr auto NAME(A, B) {                                                                      \
+  consteval auto NAME(A, B) {                                                                      \
     return make_node<ops::NAME, A, B>();                                                           \
   }
 TYPEFLOW_BINARY_FN(add)
@@ -216,70 +221,70 @@ TYPEFLOW_BINARY_FN(greater_equal)
 #undef TYPEFLOW_BINARY_FN
 
 template <expression A>
-constexpr auto negate(A) {
+consteval auto negate(A) {
   return make_node<ops::neg, A>();
 }
 
 template <expression A>
-constexpr auto operator-(A) {
+consteval auto operator-(A) {
   return make_node<ops::neg, A>();
 }
 template <expression A, expression B>
-constexpr auto operator+(A, B) {
+consteval auto operator+(A, B) {
   return make_node<ops::add, A, B>();
 }
 template <expression A, expression B>
-constexpr auto operator-(A, B) {
+consteval auto operator-(A, B) {
   return make_node<ops::sub, A, B>();
 }
 template <expression A, expression B>
-constexpr auto operator*(A, B) {
+consteval auto operator*(A, B) {
   return make_node<ops::mul, A, B>();
 }
 template <expression A, expression B>
-constexpr auto operator/(A, B) {
+consteval auto operator/(A, B) {
   return make_node<ops::div, A, B>();
 }
 template <expression A, expression B>
-constexpr auto operator==(A, B) {
+consteval auto operator==(A, B) {
   return make_node<ops::equal, A, B>();
 }
 template <expression A, expression B>
-constexpr auto operator!=(A, B) {
+consteval auto operator!=(A, B) {
   return make_node<ops::not_equal, A, B>();
 }
 template <expression A, expression B>
-constexpr auto operator<(A, B) {
+consteval auto operator<(A, B) {
   return make_node<ops::less, A, B>();
 }
 template <expression A, expression B>
-constexpr auto operator<=(A, B) {
+consteval auto operator<=(A, B) {
   return make_node<ops::less_equal, A, B>();
 }
 template <expression A, expression B>
-constexpr auto operator>(A, B) {
+consteval auto operator>(A, B) {
   return make_node<ops::greater, A, B>();
 }
 template <expression A, expression B>
-constexpr auto operator>=(A, B) {
+consteval auto operator>=(A, B) {
   return make_node<ops::greater_equal, A, B>();
 }
 
 /// where(cond, a, b): elementwise choice, broadcasting all three.
 template <expression Cond, expression A, expression B>
-constexpr auto where(Cond, A, B) {
+consteval auto where(Cond, A, B) {
   return make_node<ops::where, Cond, A, B>();
 }
 
 /// cast<U>(x): convert the dtype (to bool: x != 0).
 template <dtype U, expression A>
-constexpr auto cast(A) {
+consteval auto cast(A) {
   return make_node<ops::cast<U>, A>();
 }
 
 /// broadcast_to<shape<...>>(x)
 template <class Shape, expression A>
-constexpr auto broadcast_to(A) {
+consteval auto broadcast_to(A) {
   return make_node<ops::broadcast_to<Shape>, A>();
 }
 

@@ -205,20 +205,20 @@ struct slice : no_dtype_rule {
 
 /// reshape<dims...>(x); one extent may be -1 (`dyn`) and is inferred.
 template <std::int64_t... Dims, expression A>
-constexpr auto reshape(A) {
+consteval auto reshape(A) {
   return make_node<ops::reshape<Dims...>, A>();
 }
 
 namespace detail {
 template <class A, std::size_t... I>
-constexpr auto reversed_transpose(std::index_sequence<I...>) {
+consteval auto reversed_transpose(std::index_sequence<I...>) {
   return make_node<ops::transpose<static_cast<std::int64_t>(A::rank - 1 - I)...>, A>();
 }
 } // namespace detail
 
 /// transpose<perm...>(x); transpose(x) reverses the axes.
 template <std::int64_t... Perm, expression A>
-constexpr auto transpose(A) {
+consteval auto transpose(A) {
   if constexpr (sizeof...(Perm) == 0)
     return detail::reversed_transpose<A>(std::make_index_sequence<A::rank>{});
   else
@@ -227,14 +227,14 @@ constexpr auto transpose(A) {
 
 /// concat<axis>(a, b, ...)
 template <std::int64_t Axis, expression... A>
-constexpr auto concat(A...) {
+consteval auto concat(A...) {
   static_assert(sizeof...(A) >= 1, "concat: needs at least one operand");
   return make_node<ops::concat<Axis>, A...>();
 }
 
 /// slice<ints<begin...>, ints<size...>>(x)
 template <class Begin, class Size, expression A>
-constexpr auto slice(A) {
+consteval auto slice(A) {
   return make_node<ops::slice<Begin, Size>, A>();
 }
 

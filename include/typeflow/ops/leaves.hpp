@@ -1,5 +1,6 @@
 // Leaves: placeholders (fed), variables (kept by the session), constants and fills.
 #pragma once
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -57,9 +58,16 @@ inline double standard_normal(std::mt19937_64& g) {
 
 /// Initializers: how the session fills a variable's storage. A user initializer is any type with
 /// `template <class T> static void init(T* data, std::int64_t n, std::mt19937_64& rng)`.
+namespace detail {
+/// Floating-point template arguments are kept as their bit patterns: g++ 12 fails (an internal
+/// compiler error) to deduce through base classes whose arguments hold distinct doubles.
 template <auto V>
-struct fill {
-  static constexpr double value = static_cast<double>(V);
+inline constexpr std::uint64_t bits = std::bit_cast<std::uint64_t>(static_cast<double>(V));
+} // namespace detail
+
+template <std::uint64_t Bits>
+struct fill_bits {
+  static constexpr double value = std::bit_cast<double>(Bits);
   template <class T>
   static void init(T* data, std::int64_t n, std::mt19937_64&) {
     for (std::int64_t i = 0; i < n; ++i)
@@ -67,12 +75,16 @@ struct fill {
   }
   static std::string describe() { return "fill(" + detail::format_number(value) + ")"; }
 };
+/// fill<V>: every element is V.
+template <auto V>
+using fill = fill_bits<detail::bits<V>>;
 using zeros = fill<0>;
 using ones = fill<1>;
 
 /// Uniform in [Lo, Hi).
-template <auto Lo, auto Hi>
-struct uniform {
+template <std::uint64_t LoBits, std::uint64_t HiBits>
+struct uniform_bits {
+  static constexpr double Lo = std::bit_cast<double>(LoBits), Hi = std::bit_cast<double>(HiBits);
   template <class T>
   static void init(T* data, std::int64_t n, std::mt19937_64& g) {
     for (std::int64_t i = 0; i < n; ++i)
@@ -83,9 +95,14 @@ struct uniform {
   }
 };
 
+template <auto Lo, auto Hi>
+using uniform = uniform_bits<detail::bits<Lo>, detail::bits<Hi>>;
+
 /// Normal with the given mean and standard deviation.
-template <auto Mean, auto Stddev>
-struct normal {
+template <std::uint64_t MeanBits, std::uint64_t StddevBits>
+struct normal_bits {
+  static constexpr double Mean = std::bit_cast<double>(MeanBits),
+                          Stddev = std::bit_cast<double>(StddevBits);
   template <class T>
   static void init(T* data, std::int64_t n, std::mt19937_64& g) {
     for (std::int64_t i = 0; i < n; ++i)
@@ -96,9 +113,14 @@ struct normal {
   }
 };
 
+template <auto Mean, auto Stddev>
+using normal = normal_bits<detail::bits<Mean>, detail::bits<Stddev>>;
+
 /// TensorFlow's truncated normal: draws beyond two standard deviations are redrawn.
-template <auto Stddev, auto Mean = 0.0>
-struct truncated_normal {
+template <std::uint64_t StddevBits, std::uint64_t MeanBits>
+struct truncated_normal_bits {
+  static constexpr double Mean = std::bit_cast<double>(MeanBits),
+                          Stddev = std::bit_cast<double>(StddevBits);
   template <class T>
   static void init(T* data, std::int64_t n, std::mt19937_64& g) {
     for (std::int64_t i = 0; i < n; ++i) {
@@ -112,6 +134,9 @@ struct truncated_normal {
     return "truncated_normal(" + detail::format_number(Stddev) + ")";
   }
 };
+
+template <auto Stddev, auto Mean = 0.0>
+using truncated_normal = truncated_normal_bits<detail::bits<Stddev>, detail::bits<Mean>>;
 
 namespace ops {
 
@@ -132,24 +157,26 @@ struct variable : detail::leaf_base<T, Shape> {
 };
 
 /// A weakly typed scalar: it adopts the dtype of the tensor it meets (`x * constant<2>`).
-template <double V>
+template <std::uint64_t Bits>
 struct literal : detail::leaf_base<double, shape<>> {
   static constexpr leaf_kind leaf = leaf_kind::constant;
   static constexpr bool weak = true;
-  static constexpr double value = V;
+  static constexpr std::uint64_t bits = Bits;
+  static constexpr double value = std::bit_cast<double>(Bits);
   static constexpr std::string_view name = "constant";
-  static std::string to_string() { return detail::format_number(V); }
+  static std::string to_string() { return detail::format_number(value); }
 };
 
 /// A typed tensor of one value.
-template <double V, dtype T, class Shape>
+template <std::uint64_t Bits, dtype T, class Shape>
 struct full : detail::leaf_base<T, Shape> {
   static_assert(is_static(Shape::dims), "full: every extent must be static");
   static constexpr leaf_kind leaf = leaf_kind::constant;
-  static constexpr double value = V;
+  static constexpr std::uint64_t bits = Bits;
+  static constexpr double value = std::bit_cast<double>(Bits);
   static constexpr std::string_view name = "full";
   static std::string to_string() {
-    return "full(" + detail::format_number(V) + ", " + std::string(dtype_name<T>) + ", " +
+    return "full(" + detail::format_number(value) + ", " + std::string(dtype_name<T>) + ", " +
            dims_string(Shape::dims) + ")";
   }
 };
@@ -166,11 +193,11 @@ inline constexpr expr<ops::variable<Name, T, Shape, Init>> variable{};
 
 /// A compile-time scalar that adopts the dtype of the other operand.
 template <auto V>
-inline constexpr expr<ops::literal<static_cast<double>(V)>> constant{};
+inline constexpr expr<ops::literal<detail::bits<V>>> constant{};
 
 /// A compile-time tensor filled with one value: `full<0, float, shape<3, 4>>`.
 template <auto V, dtype T, class Shape>
-inline constexpr expr<ops::full<static_cast<double>(V), T, Shape>> full{};
+inline constexpr expr<ops::full<detail::bits<V>, T, Shape>> full{};
 
 template <class E>
 inline constexpr bool is_leaf = E::kind == node_kind::leaf;

@@ -64,7 +64,7 @@ struct matmul {
 
 /// matmul<transpose_a, transpose_b>(a, b): [..., m, k] x [..., k, n] -> [..., m, n].
 template <bool TA = false, bool TB = false, expression A, expression B>
-constexpr auto matmul(A, B) {
+consteval auto matmul(A, B) {
   return make_node<ops::matmul<TA, TB>, A, B>();
 }
 

@@ -151,11 +151,11 @@ struct reduce {
 
 #define TYPEFLOW_REDUCTION(NAME)                                                                   \
   template <std::int64_t... Axes, expression A>                                                    \
-  constexpr auto NAME(A) {                                                                         \
+  consteval auto NAME(A) {                                                                         \
     return make_node<ops::reduce<ops::reducers::NAME, false, Axes...>, A>();                       \
   }                                                                                                \
   template <std::int64_t... Axes, expression A>                                                    \
-  constexpr auto NAME(A, keepdims_t) {                                                             \
+  consteval auto NAME(A, keepdims_t) {                                                             \
     return make_node<ops::reduce<ops::reducers::NAME, true, Axes...>, A>();                        \
   }
 /// sum<axes...>(x[, keepdims]): all axes when none are given; negative axes count from the end.
@@ -167,11 +167,11 @@ TYPEFLOW_REDUCTION(min)
 
 /// argmax<axis>(x): int64 index of the largest element along one axis (first on ties).
 template <std::int64_t Axis, expression A>
-constexpr auto argmax(A) {
+consteval auto argmax(A) {
   return make_node<ops::reduce<ops::reducers::argmax, false, Axis>, A>();
 }
 template <std::int64_t Axis, expression A>
-constexpr auto argmax(A, keepdims_t) {
+consteval auto argmax(A, keepdims_t) {
   return make_node<ops::reduce<ops::reducers::argmax, true, Axis>, A>();
 }
 

@@ -76,23 +76,23 @@ inline constexpr bool is_state_op = requires {
 
 /// assign(var, value): the variable takes the value (broadcast to its shape) at the end of the run.
 template <expression V, expression X>
-constexpr auto assign(V, X) {
+consteval auto assign(V, X) {
   return make_node<ops::assign_op<ops::assign_mode::set>, V, X>();
 }
 /// assign_add(var, delta)
 template <expression V, expression X>
-constexpr auto assign_add(V, X) {
+consteval auto assign_add(V, X) {
   return make_node<ops::assign_op<ops::assign_mode::add>, V, X>();
 }
 /// assign_sub(var, delta)
 template <expression V, expression X>
-constexpr auto assign_sub(V, X) {
+consteval auto assign_sub(V, X) {
   return make_node<ops::assign_op<ops::assign_mode::sub>, V, X>();
 }
 
 /// group(ops...): one node that runs all of them; fetching it yields no value.
 template <expression... E>
-constexpr auto group(E...) {
+consteval auto group(E...) {
   return make_node<ops::group, E...>();
 }
 

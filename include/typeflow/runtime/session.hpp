@@ -87,14 +87,17 @@ public:
   template <class... F, class... Feeds>
   auto run(fetch_t<F...>, const Feeds&... feeds) {
     using P = graph::plan<type_list<F...>>;
-    check_variables<P>(std::make_index_sequence<P::size>{});
+    check_plan<P, Feeds...>();
     stats_ = run_stats{};
-    std::tuple<const Feeds&...> fed{feeds...};
-    check_feeds<Feeds...>(fed);
-    context<P> ctx;
-    run_nodes<P>(ctx, fed, std::make_index_sequence<P::size>{});
-    auto out = std::tuple_cat(fetch_one<P, F>(ctx)...);
-    commit<P>(ctx, std::make_index_sequence<P::size>{});
+    check_feeds(feeds...);
+    std::array<runtime::rt_value, P::size> vals;
+    (bind_feed(P::template contains_c<typename Feeds::placeholder>::value, vals.data(),
+               feed_slot<P, Feeds>(), feeds),
+     ...);
+    run_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
+    auto out = std::tuple_cat(fetch_value<group_or_value<F>>(
+        vals[P::template index_c<std::remove_cvref_t<F>>::value])...);
+    commit_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
     return out;
   }
 
@@ -125,10 +128,8 @@ public:
   }
 
 private:
-  template <class P>
-  struct context {
-    std::array<runtime::rt_value, P::size> vals;
-  };
+  using value = runtime::rt_value;
+  using name_fn = const std::string& (*)(std::size_t);
 
   struct var_record {
     std::string_view dtype;
@@ -144,6 +145,58 @@ private:
       if (a[i] != b[i])
         return false;
     return true;
+  }
+
+  // ---- compile-time checks of a run ---------------------------------------------------------
+
+  template <class P, class... Feeds>
+  static constexpr void check_plan() {
+    constexpr std::size_t unfed = [] {
+      std::array<bool, P::size> fed{};
+      auto mark = [&]<class Ph>(Ph*) {
+        if constexpr (P::template contains_c<Ph>::value)
+          fed[P::template index_c<Ph>::value] = true;
+      };
+      (mark(static_cast<typename Feeds::placeholder*>(nullptr)), ...);
+      (void)mark;
+      for (std::size_t i = 0; i < P::size; ++i)
+        if (P::fact.placeholder[i] && !fed[i])
+          return i;
+      return P::size;
+    }();
+    if constexpr (unfed < P::size)
+      detail::fail<detail::unfed_message<typename P::template node<unfed>>>();
+    static_assert(((feed_count<typename Feeds::placeholder, Feeds...>() == 1) && ...),
+                  "feed: a placeholder is fed twice");
+    check_variables<P>(std::make_index_sequence<P::size>{});
+  }
+  template <class Ph, class... Feeds>
+  static constexpr std::size_t feed_count() {
+    return (std::size_t{0} + ... + std::is_same_v<typename Feeds::placeholder, Ph>);
+  }
+
+  template <class P, std::size_t... I>
+  static constexpr void check_variables(std::index_sequence<I...>) {
+    constexpr auto first_clash = [] {
+      std::array<std::string_view, P::size> names{};
+      std::array<bool, P::size> var{};
+      ((var[I] = is_variable<typename P::template node<I>>), ...);
+      ((names[I] = variable_name<typename P::template node<I>>()), ...);
+      for (std::size_t a = 0; a < P::size; ++a)
+        for (std::size_t b = a + 1; b < P::size && var[a]; ++b)
+          if (var[b] && names[a] == names[b])
+            return a;
+      return P::size;
+    }();
+    if constexpr (first_clash < P::size)
+      detail::fail<detail::duplicate_variable_message<typename P::template node<first_clash>>>();
+  }
+  template <class N>
+  static constexpr std::string_view variable_name() {
+    if constexpr (is_variable<N>)
+      return N::op::name;
+    else
+      return {};
   }
 
   // ---- variables -------------------------------------------------------------------------
@@ -183,36 +236,12 @@ private:
     (one(static_cast<typename P::template node<I>*>(nullptr)), ...);
   }
 
-  template <class P, std::size_t... I>
-  static constexpr void check_variables(std::index_sequence<I...>) {
-    constexpr auto first_clash = [] {
-      std::array<std::string_view, P::size> names{};
-      std::array<bool, P::size> var{};
-      ((var[I] = is_variable<typename P::template node<I>>), ...);
-      ((names[I] = var[I] ? variable_name<typename P::template node<I>>() : std::string_view{}),
-       ...);
-      for (std::size_t a = 0; a < P::size; ++a)
-        for (std::size_t b = a + 1; b < P::size && var[a]; ++b)
-          if (var[b] && names[a] == names[b])
-            return a;
-      return P::size;
-    }();
-    if constexpr (first_clash < P::size)
-      detail::fail<detail::duplicate_variable_message<typename P::template node<first_clash>>>();
-  }
-  template <class N>
-  static constexpr std::string_view variable_name() {
-    if constexpr (is_variable<N>)
-      return N::op::name;
-    else
-      return {};
-  }
-
   // ---- feeds ---------------------------------------------------------------------------------
 
   template <class... Feeds>
-  void check_feeds(const std::tuple<const Feeds&...>& fed) {
-    std::int64_t batch = -1;
+  void check_feeds(const Feeds&... feeds) {
+    std::int64_t batch = 0;
+    bool have_batch = false;
     std::string batch_from;
     auto one = [&](const auto& f) {
       using Ph = typename std::remove_cvref_t<decltype(f)>::placeholder;
@@ -224,8 +253,11 @@ private:
       if (f.dims.rank != Ph::rank)
         fail(" (rank differs)");
       for (std::size_t i = 0; i < Ph::rank; ++i) {
+        if (f.dims.d[i] < 0)
+          fail(" (negative extent)");
         if (Ph::dims[i] == dyn) {
-          if (batch < 0) {
+          if (!have_batch) {
+            have_batch = true;
             batch = f.dims.d[i];
             batch_from = "placeholder \"" + name + "\" fed " + f.dims.str();
           } else if (f.dims.d[i] != batch) {
@@ -237,142 +269,145 @@ private:
         }
       }
     };
-    std::apply([&](const auto&... f) { (one(f), ...); }, fed);
-    static_assert(((feed_count<typename Feeds::placeholder, Feeds...>() == 1) && ...),
-                  "feed: a placeholder is fed twice");
+    (one(feeds), ...);
+    (void)one;
   }
-  template <class Ph, class... Feeds>
-  static constexpr std::size_t feed_count() {
-    return (std::size_t{0} + ... + std::is_same_v<typename Feeds::placeholder, Ph>);
+
+  template <class P, class Feed>
+  static constexpr std::size_t feed_slot() {
+    if constexpr (P::template contains_c<typename Feed::placeholder>::value)
+      return P::template index_c<typename Feed::placeholder>::value;
+    else
+      return 0;
+  }
+  template <class Feed>
+  static void bind_feed(bool used, value* vals, std::size_t slot, const Feed& f) {
+    if (!used)
+      return;
+    vals[slot].data = const_cast<typename Feed::value_type*>(f.data);
+    vals[slot].dims = f.dims;
   }
 
   // ---- execution -------------------------------------------------------------------------
+  //
+  // Every function below that runs per node is instantiated from the node's flat form
+  // (graph/flat.hpp), never from the node type or the plan type.
 
-  template <class P, class Fed, std::size_t... I>
-  void run_nodes(context<P>& ctx, const Fed& fed, std::index_sequence<I...>) {
-    (run_node<P, I>(ctx, fed), ...);
+  template <class P, std::size_t I>
+  static auto region_of() {
+    using Fl = typename P::template flat<I>;
+    if constexpr (Fl::kind == graph::step_kind::kernel && Fl::op::kind == node_kind::elementwise)
+      return static_cast<typename P::template region<I>*>(nullptr);
+    else
+      return static_cast<void*>(nullptr);
   }
 
-  template <class N, class P>
-  static runtime::rt_dims runtime_dims(const context<P>& ctx) {
-    return runtime_dims_impl<P>(ctx, static_cast<N*>(nullptr));
+  using step_fn = void (session::*)(value*, name_fn);
+
+  // The steps run from a table of member-function pointers, one per node: a single fold
+  // expression over hundreds of steps made g++'s call-graph construction quadratic.
+  template <class P, std::size_t... I>
+  void run_steps(value* vals, std::index_sequence<I...>) {
+    static constexpr step_fn table[] = {
+        &session::step_entry<I, typename Placement::template device<typename P::template node<I>>,
+                             typename P::template flat<I>, decltype(region_of<P, I>())>...};
+    constexpr auto& L = P::layout;
+    for (std::size_t i = 0; i < P::size; ++i) {
+      (this->*table[i])(vals, &P::node_string);
+      release(vals, &L.releases[L.release_begin[i]], L.release_begin[i + 1] - L.release_begin[i]);
+    }
   }
-  template <class P, class Op, class... Cs>
-  static runtime::rt_dims runtime_dims_impl(const context<P>& ctx, expr<Op, Cs...>*) {
-    const auto r = Op::rule(ctx.vals[P::template index<Cs>].dims.template fixed<Cs::rank>()...);
+
+  template <std::size_t I, class D, class Flat, class Region>
+  void step_entry(value* vals, name_fn name) {
+    step<I, D>(static_cast<Flat*>(nullptr), vals, name, static_cast<Region>(nullptr));
+  }
+
+  static void release(value* vals, const std::size_t* which, std::size_t n) {
+    for (std::size_t k = 0; k < n; ++k)
+      vals[which[k]].owner.reset();
+  }
+
+  template <class Op, class... Refs>
+  static runtime::rt_dims shape_of(const value* vals, std::size_t self, name_fn name) {
+    const auto r = Op::rule(vals[Refs::index].dims.template fixed<Refs::rank>()...);
     if (!r.ok()) {
       std::string shapes;
       bool first = true;
-      ((shapes += (first ? "" : " x ") + ctx.vals[P::template index<Cs>].dims.str(), first = false),
-       ...);
+      ((shapes += (first ? "" : " x ") + vals[Refs::index].dims.str(), first = false), ...);
       throw error(std::string(Op::name) + ": " + std::string(r.error) + ": " + shapes + " (in " +
-                  to_string(expr<Op, Cs...>{}) + ")");
+                  name(self) + ")");
     }
     return runtime::rt_dims::from(r.dims);
   }
 
-  template <class P, std::size_t I, class Fed>
-  void run_node(context<P>& ctx, const Fed& fed) {
-    using N = typename P::template node<I>;
-    using D = typename Placement::template device<N>;
+  template <std::size_t I, class D, graph::step_kind K, class Op, class T, std::size_t R,
+            class... Refs, class Region>
+  void step(graph::flat_node<K, Op, T, R, Refs...>*, value* vals, name_fn name, Region* region) {
     static_assert(D::is_cpu, "session: no backend for this device yet");
-    constexpr auto& L = P::layout;
-    auto& v = ctx.vals[I];
-    if constexpr (is_placeholder<N>) {
-      constexpr std::size_t pos = feed_index<N, Fed>();
-      if constexpr (pos == static_cast<std::size_t>(-1)) {
-        detail::fail<detail::unfed_message<N>>();
-      } else {
-        const auto& f = std::get<pos>(fed);
-        v.data = const_cast<typename N::value_type*>(f.data);
-        v.dims = f.dims;
-      }
-    } else if constexpr (is_variable<N>) {
-      v.data = bind_variable<N>();
-      v.dims = runtime::rt_dims::from(N::dims);
-    } else if constexpr (is_constant<N>) {
-      v.dims = runtime::rt_dims::from(N::dims);
-      if constexpr (L.root[I] == I) {
-        using T = typename N::value_type;
-        v.owner = mem_->acquire(sizeof(T) * numel(N::dims), stats_);
-        v.data = v.owner.get();
-        std::fill_n(static_cast<T*>(v.data), numel(N::dims), static_cast<T>(N::op::value));
-        note_step<N>();
-      }
-    } else if constexpr (N::kind == node_kind::group) {
-      // nothing to compute: its children are in the plan
+    using graph::step_kind;
+    value& v = vals[I];
+    if constexpr (K == step_kind::placeholder) {
+      // bound before the steps run
+    } else if constexpr (K == step_kind::variable) {
+      v.data = bind_variable<expr<Op>>();
+      v.dims = runtime::rt_dims::from(expr<Op>::dims);
+    } else if constexpr (K == step_kind::inline_constant) {
+      v.dims = runtime::rt_dims::from(expr<Op>::dims);
+    } else if constexpr (K == step_kind::constant) {
+      v.dims = runtime::rt_dims::from(expr<Op>::dims);
+      std::fill_n(allocate<T>(v), v.dims.numel(), static_cast<T>(Op::value));
+      note_step(I, name);
+    } else if constexpr (K == step_kind::group) {
+      // nothing to compute: its operands are steps of the plan
     } else {
-      v.dims = runtime_dims<N>(ctx);
-      if constexpr (L.root[I] == I) {
-        execute<P, I>(ctx, static_cast<N*>(nullptr));
-        note_step<N>();
-        if constexpr (N::kind == node_kind::elementwise)
-          stats_.fused_nodes += L.member_begin[I + 1] - L.member_begin[I] - 1;
+      v.dims = shape_of<Op, Refs...>(vals, I, name);
+      if constexpr (K == step_kind::kernel) {
+        kernel<I>(static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals, region,
+                  static_cast<Refs*>(nullptr)...);
+        note_step(I, name);
       }
     }
-    for (std::size_t r = L.release_begin[I]; r < L.release_begin[I + 1]; ++r)
-      ctx.vals[L.releases[r]].owner.reset();
   }
 
-  template <class N, class Fed>
-  static constexpr std::size_t feed_index() {
-    return feed_index_impl<N>(static_cast<Fed*>(nullptr));
-  }
-  template <class N, class... Feeds>
-  static constexpr std::size_t feed_index_impl(std::tuple<const Feeds&...>*) {
-    return detail::feed_position<N, Feeds...>();
-  }
-
-  template <class N>
-  void note_step() {
+  void note_step(std::size_t i, name_fn name) {
     ++stats_.steps;
     if (opts_.trace)
-      stats_.trace.push_back(to_string(N{}));
+      stats_.trace.push_back(name(i));
   }
 
   template <class T>
-  T* allocate(runtime::rt_value& v) {
+  T* allocate(value& v) {
     v.owner = mem_->acquire(sizeof(T) * static_cast<std::size_t>(v.dims.numel()), stats_);
     v.data = v.owner.get();
     return static_cast<T*>(v.data);
   }
 
-  template <class P, class N>
-  const runtime::rt_value& val(const context<P>& ctx) {
-    return ctx.vals[P::template index<N>];
+  // Elementwise region rooted at node I: one fused loop.
+  template <std::size_t I, class Op, class T, class Out, class Ins, class Members, auto Idx,
+            class... Refs>
+  void kernel(Op*, T*, value* vals, graph::flat_region<Out, Ins, Members, Idx>*, Refs*...) {
+    using fused = cpu_backend::fused_kernel<Out, Ins, Members>;
+    std::array<const value*, Idx.size()> inputs{};
+    for (std::size_t k = 0; k < Idx.size(); ++k)
+      inputs[k] = &vals[Idx[k]];
+    T* out = allocate<T>(vals[I]);
+    fused::run(*pool_, out, vals[I].dims, inputs);
+    stats_.fused_nodes += Members::size - 1;
   }
 
-  // Elementwise region rooted at node I.
-  template <class P, std::size_t I, class Op, class... Cs>
-  requires(Op::kind == node_kind::elementwise) void execute(context<P>& ctx, expr<Op, Cs...>*) {
-    using N = expr<Op, Cs...>;
-    using kernel = cpu_backend::fused_region<N, typename P::template region_members<I>,
-                                             typename P::template region_inputs<I>>;
-    auto inputs =
-        gather_inputs<P>(ctx, static_cast<typename P::template region_inputs<I>*>(nullptr));
-    auto* out = allocate<typename N::value_type>(ctx.vals[I]);
-    kernel::run(*pool_, out, ctx.vals[I].dims, inputs);
-  }
-  template <class P, class... Is>
-  static std::array<const runtime::rt_value*, sizeof...(Is)> gather_inputs(const context<P>& ctx,
-                                                                           type_list<Is...>*) {
-    return {&ctx.vals[P::template index<Is>]...};
+  template <std::size_t I, class Rd, bool K, std::int64_t... Ax, class T, class A>
+  void kernel(ops::reduce<Rd, K, Ax...>*, T*, value* vals, void*, A*) {
+    const value& in = vals[A::index];
+    T* out = allocate<T>(vals[I]);
+    cpu_backend::reduce<Rd>(*pool_, static_cast<const typename A::value_type*>(in.data), in.dims,
+                            ops::reduce<Rd, K, Ax...>::template mask<A::rank>(), out);
   }
 
-  template <class P, std::size_t I, class R, bool K, std::int64_t... Ax, class A>
-  void execute(context<P>& ctx, expr<ops::reduce<R, K, Ax...>, A>*) {
-    using N = expr<ops::reduce<R, K, Ax...>, A>;
-    const auto& in = val<P, A>(ctx);
-    auto* out = allocate<typename N::value_type>(ctx.vals[I]);
-    cpu_backend::reduce<R>(*pool_, static_cast<const typename A::value_type*>(in.data), in.dims,
-                           ops::reduce<R, K, Ax...>::template mask<A::rank>(), out);
-  }
-
-  template <class P, std::size_t I, bool TA, bool TB, class A, class B>
-  void execute(context<P>& ctx, expr<ops::matmul<TA, TB>, A, B>*) {
-    using T = typename A::value_type;
-    const auto &a = val<P, A>(ctx), &b = val<P, B>(ctx);
-    auto& o = ctx.vals[I];
+  template <std::size_t I, bool TA, bool TB, class T, class A, class B>
+  void kernel(ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) {
+    const value &a = vals[A::index], &b = vals[B::index];
+    value& o = vals[I];
     T* out = allocate<T>(o);
     const std::size_t R = o.dims.rank;
     const std::int64_t m = o.dims.d[R - 2], n = o.dims.d[R - 1];
@@ -387,49 +422,47 @@ private:
                            out + i * m * n);
   }
 
-  template <class P, std::size_t I, std::int64_t... D, class A>
-  void execute(context<P>& ctx, expr<ops::reshape<D...>, A>*) {
-    const auto& in = val<P, A>(ctx);
-    ctx.vals[I].owner = in.owner; // a view: shares the input's buffer
-    ctx.vals[I].data = in.data;
+  template <std::size_t I, std::int64_t... D, class T, class A>
+  void kernel(ops::reshape<D...>*, T*, value* vals, void*, A*) {
+    vals[I].owner = vals[A::index].owner; // a view: shares the input's buffer
+    vals[I].data = vals[A::index].data;
   }
 
-  template <class P, std::size_t I, std::int64_t... Perm, class A>
-  void execute(context<P>& ctx, expr<ops::transpose<Perm...>, A>*) {
-    using T = typename A::value_type;
-    const auto& in = val<P, A>(ctx);
-    T* out = allocate<T>(ctx.vals[I]);
+  template <std::size_t I, std::int64_t... Perm, class T, class A>
+  void kernel(ops::transpose<Perm...>*, T*, value* vals, void*, A*) {
+    const value& in = vals[A::index];
+    T* out = allocate<T>(vals[I]);
     cpu_backend::transpose(*pool_, static_cast<const T*>(in.data), in.dims,
-                           ops::transpose<Perm...>::perm, out, ctx.vals[I].dims);
+                           ops::transpose<Perm...>::perm, out, vals[I].dims);
   }
 
-  template <class P, std::size_t I, class B, class S, class A>
-  void execute(context<P>& ctx, expr<ops::slice<B, S>, A>*) {
-    using T = typename A::value_type;
-    const auto& in = val<P, A>(ctx);
-    T* out = allocate<T>(ctx.vals[I]);
+  template <std::size_t I, class B, class S, class T, class A>
+  void kernel(ops::slice<B, S>*, T*, value* vals, void*, A*) {
+    const value& in = vals[A::index];
+    T* out = allocate<T>(vals[I]);
     cpu_backend::slice(*pool_, static_cast<const T*>(in.data), in.dims, B::values, out,
-                       ctx.vals[I].dims);
+                       vals[I].dims);
   }
 
-  template <class P, std::size_t I, std::int64_t Axis, class... Cs>
-  void execute(context<P>& ctx, expr<ops::concat<Axis>, Cs...>*) {
-    using T = typename expr<ops::concat<Axis>, Cs...>::value_type;
-    T* out = allocate<T>(ctx.vals[I]);
-    const T* parts[] = {static_cast<const T*>(val<P, Cs>(ctx).data)...};
-    const runtime::rt_dims* dims[] = {&val<P, Cs>(ctx).dims...};
-    const std::int64_t rank = static_cast<std::int64_t>(ctx.vals[I].dims.rank);
+  template <std::size_t I, std::int64_t Axis, class T, class... Cs>
+  void kernel(ops::concat<Axis>*, T*, value* vals, void*, Cs*...) {
+    T* out = allocate<T>(vals[I]);
+    const T* parts[] = {static_cast<const T*>(vals[Cs::index].data)...};
+    const runtime::rt_dims* dims[] = {&vals[Cs::index].dims...};
+    const std::int64_t rank = static_cast<std::int64_t>(vals[I].dims.rank);
     cpu_backend::concat(Axis < 0 ? Axis + rank : Axis, parts, dims, sizeof...(Cs), out,
-                        ctx.vals[I].dims);
+                        vals[I].dims);
   }
 
-  template <class P, class F>
-  auto fetch_one(const context<P>& ctx) {
-    if constexpr (F::kind == node_kind::group) {
+  template <class F>
+  using group_or_value = std::conditional_t<std::remove_cvref_t<F>::kind == node_kind::group, void,
+                                            typename std::remove_cvref_t<F>::value_type>;
+
+  template <class T>
+  static auto fetch_value(const value& v) {
+    if constexpr (std::is_void_v<T>) {
       return std::tuple<>{};
     } else {
-      using T = typename F::value_type;
-      const auto& v = ctx.vals[P::template index<F>];
       tensor<T> t(v.dims.vec());
       if (t.size() > 0)
         std::memcpy(t.data(), v.data, sizeof(T) * t.size());
@@ -438,20 +471,25 @@ private:
   }
 
   template <class P, std::size_t... I>
-  void commit(context<P>& ctx, std::index_sequence<I...>) {
-    auto one = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
-      using N = typename P::template node<J>;
-      if constexpr (is_state_op<N>) {
-        commit_one<P, J>(ctx, static_cast<N*>(nullptr));
-      }
-    };
-    (one(std::integral_constant<std::size_t, I>{}), ...);
+  void commit_steps(value* vals, std::index_sequence<I...>) {
+    static constexpr void (*table[])(value*) = {
+        session::commit<I>(static_cast<typename P::template flat<I>*>(nullptr))...};
+    for (auto* fn : table)
+      if (fn)
+        fn(vals);
   }
-  template <class P, std::size_t J, class Op, class V, class X>
-  void commit_one(context<P>& ctx, expr<Op, V, X>*) {
-    using T = typename V::value_type;
-    std::memmove(ctx.vals[P::template index<V>].data, ctx.vals[J].data,
-                 sizeof(T) * static_cast<std::size_t>(numel(V::dims)));
+  /// The commit function of node I when it is an assignment, else nullptr.
+  template <std::size_t I, graph::step_kind K, class Op, class T, std::size_t R, class... Refs>
+  static constexpr void (*commit(graph::flat_node<K, Op, T, R, Refs...>*))(value*) {
+    if constexpr (requires { Op::is_state; })
+      return &commit_assignment<I, T, std::tuple_element_t<0, std::tuple<Refs...>>::index>;
+    else
+      return nullptr;
+  }
+  template <std::size_t I, class T, std::size_t Var>
+  static void commit_assignment(value* vals) {
+    std::memmove(vals[Var].data, vals[I].data,
+                 sizeof(T) * static_cast<std::size_t>(vals[I].dims.numel()));
   }
 
   session_options opts_;

@@ -6,37 +6,18 @@
 #pragma once
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <tuple>
 #include <type_traits>
 
-#include "../../graph/node.hpp"
-#include "../../ops/leaves.hpp"
+#include "../../graph/flat.hpp"
 #include "../../runtime/value.hpp"
 #include "thread_pool.hpp"
 
 namespace typeflow::cpu_backend {
 
 namespace detail {
-template <class N, class... L>
-constexpr std::size_t position() {
-  std::size_t i = 0, r = static_cast<std::size_t>(-1);
-  ((std::is_same_v<N, L> ? (r = i, ++i) : ++i), ...);
-  return r;
-}
-
-template <class Op, class... Cs>
-struct compute_of {
-  using type = compute_type<Cs...>;
-};
-template <class Op, class... Cs>
-requires requires {
-  typename Op::template compute<Cs...>;
-}
-struct compute_of<Op, Cs...> {
-  using type = typename Op::template compute<Cs...>;
-};
-
 /// Broadcasting strides of each input in the output's index space, coalesced.
 template <std::size_t NIn>
 struct loop_geometry {
@@ -90,33 +71,40 @@ struct loop_geometry {
 };
 } // namespace detail
 
-template <class Root, class Members, class Inputs>
-struct fused_region;
+using graph::member;
+using graph::ref_const;
+using graph::ref_input;
+using graph::ref_local;
 
-template <class Root, class... Ms, class... Is>
-struct fused_region<Root, type_list<Ms...>, type_list<Is...>> {
-  using out_t = typename Root::value_type;
-  static constexpr std::size_t n_in = sizeof...(Is);
+/// The fused loop of one region: members in topological order (the root last) over inputs of
+/// dtypes `Ins...`. Its template arguments hold only op types and positions, never the nested
+/// node types, so its size does not grow with the depth of the graph.
+template <class Out, class Ins, class Members>
+struct fused_kernel;
+
+template <class Out, class... Ins, class... Ms>
+struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
+  using out_t = Out;
+  static constexpr std::size_t n_in = sizeof...(Ins);
   static constexpr std::int64_t block = 256;
-  using in_tuple = std::tuple<typename Is::value_type...>;
+  using in_tuple = std::tuple<Ins...>;
   using val_tuple = std::tuple<typename Ms::value_type...>;
 
-  template <class C>
-  static auto value_of(const val_tuple& v, const in_tuple& in) {
-    if constexpr (is_constant<C>) {
-      return static_cast<typename C::value_type>(C::op::value);
-    } else if constexpr (detail::position<C, Ms...>() != static_cast<std::size_t>(-1)) {
-      return std::get<detail::position<C, Ms...>()>(v);
-    } else {
-      return std::get<detail::position<C, Is...>()>(in);
-    }
+  template <std::size_t J>
+  static auto value_of(ref_local<J>*, const val_tuple& v, const in_tuple&) {
+    return std::get<J>(v);
   }
-  template <class Op, class... Cs>
-  static typename expr<Op, Cs...>::value_type compute(expr<Op, Cs...>*, const val_tuple& v,
-                                                      const in_tuple& in) {
-    using C = typename detail::compute_of<Op, Cs...>::type;
-    return static_cast<typename expr<Op, Cs...>::value_type>(
-        Op::template eval<C>(value_of<Cs>(v, in)...));
+  template <std::size_t K>
+  static auto value_of(ref_input<K>*, const val_tuple&, const in_tuple& in) {
+    return std::get<K>(in);
+  }
+  template <std::uint64_t Bits, class T>
+  static T value_of(ref_const<Bits, T>*, const val_tuple&, const in_tuple&) {
+    return static_cast<T>(std::bit_cast<double>(Bits));
+  }
+  template <class Op, class C, class T, class... Refs>
+  static T compute(member<Op, C, T, Refs...>*, const val_tuple& v, const in_tuple& in) {
+    return static_cast<T>(Op::template eval<C>(value_of(static_cast<Refs*>(nullptr), v, in)...));
   }
   template <std::size_t... M>
   static out_t eval_members(const in_tuple& in, std::index_sequence<M...>) {
@@ -125,13 +113,12 @@ struct fused_region<Root, type_list<Ms...>, type_list<Is...>> {
     return std::get<sizeof...(Ms) - 1>(v);
   }
   /// The value of the root at one element, given the inputs' values there.
-  static out_t eval(typename Is::value_type... x) {
+  static out_t eval(Ins... x) {
     return eval_members(in_tuple{x...}, std::index_sequence_for<Ms...>{});
   }
 
   template <std::size_t... K>
-  static void inner(out_t* __restrict out, std::int64_t len,
-                    const std::tuple<const typename Is::value_type*...>& p,
+  static void inner(out_t* __restrict out, std::int64_t len, const std::tuple<const Ins*...>& p,
                     std::index_sequence<K...>) {
     for (std::int64_t j = 0; j < len; ++j)
       out[j] = eval(std::get<K>(p)[j]...);
@@ -152,7 +139,7 @@ struct fused_region<Root, type_list<Ms...>, type_list<Is...>> {
     const std::int64_t rows = total / inner_n;
     const std::int64_t n_blocks = rows * blocks_per_row;
     auto body = [&](std::int64_t b0, std::int64_t b1) {
-      std::tuple<std::array<typename Is::value_type, block>...> splat;
+      std::tuple<std::array<Ins, block>...> splat;
       for (std::int64_t b = b0; b < b1; ++b) {
         const std::int64_t row = b / blocks_per_row, j0 = (b % blocks_per_row) * block;
         const std::int64_t len = std::min(block, inner_n - j0);
@@ -164,8 +151,8 @@ struct fused_region<Root, type_list<Ms...>, type_list<Is...>> {
           for (std::size_t k = 0; k < n_in; ++k)
             off[k] += idx * geo.strides[k][gi];
         }
-        auto ptrs = make_ptrs(in, off, geo, j0, len, splat, std::index_sequence_for<Is...>{});
-        inner(out + row * inner_n + j0, len, ptrs, std::index_sequence_for<Is...>{});
+        auto ptrs = make_ptrs(in, off, geo, j0, len, splat, std::index_sequence_for<Ins...>{});
+        inner(out + row * inner_n + j0, len, ptrs, std::index_sequence_for<Ins...>{});
       }
     };
     const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / block);
@@ -174,7 +161,7 @@ struct fused_region<Root, type_list<Ms...>, type_list<Is...>> {
 
 private:
   template <class Splat, std::size_t... K>
-  static std::tuple<const typename Is::value_type*...>
+  static std::tuple<const Ins*...>
   make_ptrs(const std::array<const runtime::rt_value*, n_in>& in,
             const std::array<std::int64_t, n_in>& off, const detail::loop_geometry<n_in>& geo,
             std::int64_t j0, std::int64_t len, Splat& splat, std::index_sequence<K...>) {

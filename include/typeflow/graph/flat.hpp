@@ -1,0 +1,66 @@
+// The flat form of a plan, which the executor and the kernels are instantiated from. A node type
+// nests its whole subgraph, so code templated on node types grows with the depth of the graph
+// (and so do symbol names: quadratic in all). Flat types name an op, dtypes, ranks and node
+// positions only, so each step's code has a size independent of the graph around it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "node.hpp"
+
+namespace typeflow::graph {
+
+/// What the executor does with a node.
+enum class step_kind {
+  placeholder,     // bound to its feed
+  variable,        // bound to the session's storage
+  inline_constant, // folded into the fused loops that read it
+  constant,        // materialized constant (fetched, or read by a non-elementwise op)
+  group,           // no value
+  fused_member,    // computed inside its region's loop; only its run-time shape is checked
+  kernel,          // a materialized node: one kernel
+};
+
+/// An operand of a step: node position, dtype, rank.
+template <std::size_t Index, class T, std::size_t Rank>
+struct ref {
+  static constexpr std::size_t index = Index;
+  static constexpr std::size_t rank = Rank;
+  using value_type = T;
+};
+
+/// One step of the plan: what to do, the op, its dtype and rank, its operands.
+template <step_kind Kind, class Op, class T, std::size_t Rank, class... Refs>
+struct flat_node {
+  static constexpr step_kind kind = Kind;
+  using op = Op;
+  using value_type = T;
+  static constexpr std::size_t rank = Rank;
+};
+
+/// Operands inside a fused region: another member (by position), an input (by position), or an
+/// inlined constant.
+template <std::size_t J>
+struct ref_local {};
+template <std::size_t K>
+struct ref_input {};
+template <std::uint64_t Bits, class T>
+struct ref_const {};
+
+/// One member of a fused region: op, compute dtype, value dtype, operands.
+template <class Op, class C, class T, class... Refs>
+struct member {
+  using value_type = T;
+};
+
+/// A fused region: output dtype, input dtypes, members (topological, the root last), and the
+/// plan positions of its inputs.
+template <class Out, class Ins, class Members, auto InputIndices>
+struct flat_region {
+  using out_type = Out;
+  using inputs = Ins;
+  using members = Members;
+  static constexpr auto input_indices = InputIndices;
+};
+
+} // namespace typeflow::graph
