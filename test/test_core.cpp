@@ -33,7 +33,7 @@ TEST_SUITE("core") {
     static_assert(std::is_same_v<decltype(ty::argmax<1>(y))::value_type, std::int64_t>);
     static_assert(std::is_same_v<decltype(x < ty::constant<0>)::value_type, bool>);
     static_assert(std::is_same_v<decltype(ty::constant<2> * x)::value_type, float>);
-    CHECK(ty::dims_string(Y::dims) == "[?,10]");
+    CHECK(ty::dims_string(Y::shape_type::dims) == "[?,10]");
   }
 
   TEST_CASE("graph identity: the same expression is the same type, names identify variables") {

@@ -170,7 +170,7 @@ TEST_CASE("feed: a view with a negative extent is rejected") {
 TEST_CASE("run-time broadcasting mismatch: [?,3] + [4,3] fed 2 rows") {
   constexpr auto c = ty::variable<"c", float, ty::shape<4, 3>, ty::ones>;
   constexpr auto e = x + c;
-  static_assert(decltype(e)::dims == ty::dims_t<2>{4, 3});
+  static_assert(decltype(e)::shape_type::dims == ty::dims_t<2>{4, 3});
   ty::session s;
   warm_up(s);
   ty::tensor<float> two({2, 3});

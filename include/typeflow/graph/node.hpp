@@ -47,15 +47,15 @@ struct expr : expr_tag {
   using op = Op;
   using children = type_list<Cs...>;
   using value_type = typename Op::template value_type<Cs...>;
-  static constexpr auto dims = Op::rule(Cs::dims...).dims;
-  static constexpr std::size_t rank = dims.size();
-  using shape_type = shape_from<dims>;
-  static constexpr node_kind kind = Op::kind;
+  using shape_type = shape_from<Op::rule(Cs::shape_type::dims...).dims>;
+  // No static data members here: each would be a variable whose mangled name spells out the
+  // whole subgraph (g++ mangles them all, cubic in the graph). Dims, rank and kind are
+  // shape_type::dims, shape_type::rank and op::kind.
 };
 
 /// Any graph node.
 template <class T>
-concept expression = std::derived_from<std::remove_cvref_t<T>, expr_tag> && requires {
+concept expression = std::is_base_of<expr_tag, std::remove_cvref_t<T>>::value && requires {
   typename std::remove_cvref_t<T>::op;
 };
 
@@ -69,13 +69,35 @@ concept has_weak = requires {
   Op::weak;
 };
 
+/// Whether node E is a weakly typed scalar literal (a class, not a variable template: see expr).
 template <class E>
-inline constexpr bool is_weak = [] {
-  if constexpr (has_weak<typename E::op>)
-    return E::op::weak;
-  else
-    return false;
-}();
+struct weak_t : std::false_type {};
+template <class E>
+requires has_weak<typename E::op>
+struct weak_t<E> : std::bool_constant<E::op::weak> {
+};
+
+/// What an op's dtype rule may know of an operand: dtype, weak literal, variable. Dtype rules
+/// take these, not node types, so that no function is instantiated per node type.
+template <class T, bool Weak, bool Variable>
+struct operand_info {
+  using value_type = T;
+  static constexpr bool variable = Variable;
+};
+template <class T, bool W, bool V>
+struct weak_t<operand_info<T, W, V>> : std::bool_constant<W> {};
+
+template <class Op>
+struct op_is_variable : std::false_type {};
+template <class Op>
+requires requires {
+  Op::leaf;
+}
+struct op_is_variable<Op> : std::bool_constant<static_cast<int>(Op::leaf) == 1> {};
+
+template <class E>
+using info_of =
+    operand_info<typename E::value_type, weak_t<E>::value, op_is_variable<typename E::op>::value>;
 
 template <class Op>
 concept has_attrs_message = requires(msg_buf& b) {
@@ -86,11 +108,13 @@ template <class Op, class... Cs>
 struct shape_message {
   static constexpr msg_buf message() {
     msg_buf b;
-    b << Op::name << std::string_view(": ") << Op::rule(Cs::dims...).error;
+    b << Op::name << std::string_view(": ") << Op::rule(Cs::shape_type::dims...).error;
     if constexpr (sizeof...(Cs) > 0) {
       b << std::string_view(": ");
       bool first = true;
-      ((b << std::string_view(first ? "" : " x "), append_dims(b, Cs::dims), first = false), ...);
+      ((b << std::string_view(first ? "" : " x "), append_dims(b, Cs::shape_type::dims),
+        first = false),
+       ...);
     }
     if constexpr (has_attrs_message<Op>)
       Op::attrs_message(b);
@@ -102,7 +126,7 @@ template <class Op, class... Cs>
 struct dtype_message {
   static constexpr msg_buf message() {
     msg_buf b;
-    b << Op::name << std::string_view(": ") << Op::template dtype_error<Cs...>();
+    b << Op::name << std::string_view(": ") << Op::template dtype_error<info_of<Cs>...>();
     if constexpr (sizeof...(Cs) > 0) {
       b << std::string_view(": ");
       bool first = true;
@@ -120,12 +144,12 @@ struct dtype_message {
 /// message naming the op, the problem and the offending shapes.
 template <class Op, class... Cs>
 consteval auto make_node() {
-  if constexpr ((std::is_same_v<Cs, invalid_expr> || ...)) {
+  if constexpr ((std::is_same<Cs, invalid_expr>::value || ...)) {
     return invalid_expr{};
-  } else if constexpr (!Op::template dtype_error<Cs...>().empty()) {
+  } else if constexpr (!Op::template dtype_error<detail::info_of<Cs>...>().empty()) {
     detail::fail<detail::dtype_message<Op, Cs...>>();
     return invalid_expr{};
-  } else if constexpr (!Op::rule(Cs::dims...).ok()) {
+  } else if constexpr (!Op::rule(Cs::shape_type::dims...).ok()) {
     detail::fail<detail::shape_message<Op, Cs...>>();
     return invalid_expr{};
   } else {
@@ -154,7 +178,7 @@ constexpr bool same_dtype() {
     else if (name != n)
       ok = false;
   };
-  (visit(detail::is_weak<Cs>, dtype_name<typename Cs::value_type>), ...);
+  (visit(detail::weak_t<Cs>::value, dtype_name<typename Cs::value_type>), ...);
   return ok;
 }
 
@@ -165,8 +189,8 @@ struct first_strong {
 };
 template <class C, class... Cs>
 struct first_strong<C, Cs...> {
-  using type =
-      std::conditional_t<is_weak<C>, typename first_strong<Cs...>::type, typename C::value_type>;
+  using type = std::conditional_t<weak_t<C>::value, typename first_strong<Cs...>::type,
+                                  typename C::value_type>;
 };
 } // namespace detail
 

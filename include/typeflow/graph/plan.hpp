@@ -27,19 +27,61 @@ struct index_map;
 template <class... Ns, std::size_t... I>
 struct index_map<type_list<Ns...>, std::index_sequence<I...>> : indexed<Ns, I>... {};
 
+// Declared, never defined: used only inside decltype, so no function is instantiated per node.
 template <class N, std::size_t I>
-consteval std::size_t index_of(const indexed<N, I>*) {
-  return I;
-}
+std::integral_constant<std::size_t, I> index_probe(const indexed<N, I>*);
 template <std::size_t I, class N>
 N node_at(const indexed<N, I>*);
+
+template <class Map, class N, class = void>
+struct has_node : std::false_type {};
+template <class Map, class N>
+struct has_node<Map, N, std::void_t<decltype(index_probe<N>(static_cast<const Map*>(nullptr)))>>
+    : std::true_type {};
 
 template <class N>
 struct arity;
 template <class Op, class... Cs>
-struct arity<expr<Op, Cs...>> {
-  static constexpr std::size_t value = sizeof...(Cs);
+struct arity<expr<Op, Cs...>> : std::integral_constant<std::size_t, sizeof...(Cs)> {};
+
+template <class Seq>
+struct seq_values;
+template <std::size_t... K>
+struct seq_values<std::index_sequence<K...>> {
+  static constexpr std::array<std::size_t, sizeof...(K)> value{K...};
 };
+
+/// Operand of a fused member, by kind: 0 inlined constant, 1 another member, 2 an input.
+template <int Kind, std::size_t Pos, class C>
+struct operand;
+template <std::size_t Pos, class C>
+struct operand<0, Pos, C> {
+  using type = ref_const<C::op::bits, typename C::value_type>;
+};
+template <std::size_t Pos, class C>
+struct operand<1, Pos, C> {
+  using type = ref_local<Pos>;
+};
+template <std::size_t Pos, class C>
+struct operand<2, Pos, C> {
+  using type = ref_input<Pos>;
+};
+struct print_entry {
+  std::string_view name;
+  std::string (*leaf)();
+  std::string (*attrs)();
+};
+template <class Op>
+constexpr print_entry entry_for() {
+  print_entry e{};
+  if constexpr (requires { Op::to_string(); })
+    e.leaf = &Op::to_string;
+  else
+    e.name = Op::name;
+  if constexpr (requires { Op::attrs(); })
+    e.attrs = &Op::attrs;
+  return e;
+}
 } // namespace detail
 
 template <class... Fetches>
@@ -66,14 +108,10 @@ public:
 
   /// Position of node N in the topological order: index_c<N>::value.
   template <class N>
-  using index_c =
-      std::integral_constant<std::size_t, detail::index_of<N>(static_cast<const map*>(nullptr))>;
+  using index_c = decltype(detail::index_probe<N>(static_cast<const map*>(nullptr)));
   /// Whether N is a node of this plan: contains_c<N>::value.
   template <class N>
-  using contains_c = std::bool_constant < requires {
-    detail::index_of<N>(static_cast<const map*>(nullptr));
-  }
-  > ;
+  using contains_c = detail::has_node<map, N>;
   /// The node at position I.
   template <std::size_t I>
   using node = decltype(detail::node_at<I>(static_cast<const map*>(nullptr)));
@@ -82,29 +120,34 @@ private:
   template <class L>
   struct edge_count;
   template <class... Ns>
-  struct edge_count<type_list<Ns...>> {
-    static constexpr std::size_t value = (std::size_t{0} + ... + detail::arity<Ns>::value);
-  };
+  struct edge_count<type_list<Ns...>>
+      : std::integral_constant<std::size_t, (std::size_t{0} + ... + detail::arity<Ns>::value)> {};
   static constexpr std::size_t n_edges = edge_count<nodes>::value;
 
+  template <class N>
+  struct child_seq;
   template <class Op, class... Cs>
-  static consteval std::array<std::size_t, sizeof...(Cs)> child_indices(expr<Op, Cs...>*) {
-    return {index_c<Cs>::value...};
-  }
+  struct child_seq<expr<Op, Cs...>> {
+    using type = std::index_sequence<index_c<Cs>::value...>;
+  };
 
   struct node_facts {
     std::array<std::size_t, size + 1> edge_begin{};
     std::array<std::size_t, n_edges + 1> edges{};
     std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
-        placeholder{};
+        placeholder{}, variable{}, group{};
   };
 
   template <std::size_t... I>
   static consteval node_facts facts(std::index_sequence<I...>) {
     node_facts f;
     std::size_t e = 0;
-    auto add = [&](std::size_t i, auto kids, bool ew, bool c, bool force, bool nobuf, bool ph) {
+    auto add = [&](std::size_t i, const auto& kids, bool ew, bool c, bool force, bool ph, bool var,
+                   bool grp) {
+      const bool nobuf = ph || var || grp;
       f.placeholder[i] = ph;
+      f.variable[i] = var;
+      f.group[i] = grp;
       f.edge_begin[i] = e;
       for (auto k : kids)
         f.edges[e++] = k;
@@ -113,10 +156,10 @@ private:
       f.force_root[i] = force;
       f.no_buffer[i] = nobuf;
     };
-    (add(I, child_indices(static_cast<node<I>*>(nullptr)), node<I>::kind == node_kind::elementwise,
-         is_constant<node<I>>, is_state_op<node<I>>,
-         is_placeholder<node<I>> || is_variable<node<I>> || node<I>::kind == node_kind::group,
-         is_placeholder<node<I>>),
+    (add(I, detail::seq_values<typename child_seq<node<I>>::type>::value,
+         node<I>::op::kind == node_kind::elementwise, is_constant_t<node<I>>::value,
+         is_state_op_t<node<I>>::value, is_placeholder_t<node<I>>::value,
+         is_variable_t<node<I>>::value, node<I>::op::kind == node_kind::group),
      ...);
     f.edge_begin[size] = e;
     ((f.fetched[index_c<Fetches>::value] = true), ...);
@@ -141,6 +184,12 @@ public:
     /// Region r's inputs (materialized nodes it reads), deduplicated.
     std::array<std::size_t, size + 1> input_begin{};
     std::array<std::size_t, n_edges + 1> inputs{};
+    /// What the executor does with node i.
+    std::array<step_kind, size> step{};
+    /// For an edge e inside a fused region: its operand kind (0 inlined constant, 1 member,
+    /// 2 input) and position.
+    std::array<int, n_edges + 1> edge_kind{};
+    std::array<std::size_t, n_edges + 1> edge_pos{};
     /// Buffers dropped after step s: releases[release_begin[s] .. release_begin[s+1]).
     std::array<std::size_t, size + 1> release_begin{};
     std::array<std::size_t, size + 1> releases{};
@@ -196,7 +245,7 @@ private:
         L.members[fill[L.root[i]]++] = i;
       }
     // Region inputs and last uses.
-    std::array<std::size_t, size> mark{};
+    std::array<std::size_t, size> mark{}, mark_pos{};
     mark.fill(none);
     L.last_use.fill(none);
     std::size_t in = 0;
@@ -212,17 +261,35 @@ private:
           ++L.fused;
         for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e) {
           const std::size_t k = f.edges[e];
-          if (L.root[k] == none || L.root[k] == r)
+          if (L.root[k] == none) {
+            L.edge_kind[e] = 0;
             continue;
+          }
+          if (L.root[k] == r) {
+            L.edge_kind[e] = 1;
+            L.edge_pos[e] = L.local_pos[k];
+            continue;
+          }
           if (mark[k] != r) {
             mark[k] = r;
+            mark_pos[k] = in - L.input_begin[r];
             L.inputs[in++] = k;
           }
+          L.edge_kind[e] = 2;
+          L.edge_pos[e] = mark_pos[k];
           L.last_use[k] = (L.last_use[k] == none || L.last_use[k] < r) ? r : L.last_use[k];
         }
       }
     }
     L.input_begin[size] = in;
+    for (std::size_t i = 0; i < size; ++i)
+      L.step[i] = f.placeholder[i]                     ? step_kind::placeholder
+                  : f.variable[i]                      ? step_kind::variable
+                  : f.constant[i] && L.root[i] == none ? step_kind::inline_constant
+                  : f.constant[i]                      ? step_kind::constant
+                  : f.group[i]                         ? step_kind::group
+                  : L.root[i] != i                     ? step_kind::fused_member
+                                                       : step_kind::kernel;
     // Fetched values and assignments (committed at the end) live to the end of the run.
     for (std::size_t i = 0; i < size; ++i)
       if (f.fetched[i] || f.force_root[i])
@@ -256,46 +323,30 @@ public:
 private:
   template <std::size_t I, class N = node<I>>
   struct flat_of;
-  template <std::size_t I, class N>
-  static consteval step_kind kind_of() {
-    return is_placeholder<N>                          ? step_kind::placeholder
-           : is_variable<N>                           ? step_kind::variable
-           : is_constant<N> && layout.root[I] == none ? step_kind::inline_constant
-           : is_constant<N>                           ? step_kind::constant
-           : N::kind == node_kind::group              ? step_kind::group
-           : layout.root[I] != I                      ? step_kind::fused_member
-                                                      : step_kind::kernel;
-  }
   template <std::size_t I, class Op, class... Cs>
   struct flat_of<I, expr<Op, Cs...>> {
-    using type = flat_node<kind_of<I, expr<Op, Cs...>>(), Op, typename expr<Op, Cs...>::value_type,
-                           expr<Op, Cs...>::rank,
-                           ref<index_c<Cs>::value, typename Cs::value_type, Cs::rank>...>;
+    using type =
+        flat_node<layout.step[I], Op, typename expr<Op, Cs...>::value_type,
+                  expr<Op, Cs...>::shape_type::rank,
+                  ref<index_c<Cs>::value, typename Cs::value_type, Cs::shape_type::rank>...>;
   };
 
-  template <std::size_t R, std::size_t K>
-  static consteval std::size_t input_position() {
-    for (std::size_t p = layout.input_begin[R]; p < layout.input_begin[R + 1]; ++p)
-      if (layout.inputs[p] == K)
-        return p - layout.input_begin[R];
-    return none;
-  }
-  template <std::size_t R, class C>
-  static auto operand() {
-    if constexpr (is_constant<C> && layout.root[index_c<C>::value] == none)
-      return ref_const<C::op::bits, typename C::value_type>{};
-    else if constexpr (layout.root[index_c<C>::value] == R)
-      return ref_local<layout.local_pos[index_c<C>::value]>{};
-    else
-      return ref_input<input_position<R, index_c<C>::value>()>{};
-  }
-  template <std::size_t R, class N>
+  template <std::size_t R, std::size_t M, class Seq>
   struct member_of;
-  template <std::size_t R, class Op, class... Cs>
-  struct member_of<R, expr<Op, Cs...>> {
-    using type = member<Op, op_compute_type<Op, Cs...>, typename expr<Op, Cs...>::value_type,
-                        decltype(operand<R, Cs>())...>;
+  template <std::size_t R, std::size_t M, std::size_t... C>
+  struct member_of<R, M, std::index_sequence<C...>> {
+    using op = typename node<M>::op;
+    using type =
+        member<op, op_compute_type<op, node<fact.edges[fact.edge_begin[M] + C]>...>,
+               typename node<M>::value_type,
+               typename detail::operand<layout.edge_kind[fact.edge_begin[M] + C],
+                                        layout.edge_pos[fact.edge_begin[M] + C],
+                                        node<fact.edges[fact.edge_begin[M] + C]>>::type...>;
   };
+  template <std::size_t R, std::size_t M>
+  using member_t = typename member_of<
+      R, M, std::make_index_sequence<fact.edge_begin[M + 1] - fact.edge_begin[M]>>::type;
+
   template <std::size_t R, class MSeq, class KSeq>
   struct region_of;
   template <std::size_t R, std::size_t... M, std::size_t... K>
@@ -303,7 +354,7 @@ private:
     using type = flat_region<
         typename node<R>::value_type,
         type_list<typename node<layout.inputs[layout.input_begin[R] + K]>::value_type...>,
-        type_list<typename member_of<R, node<layout.members[layout.member_begin[R] + M]>>::type...>,
+        type_list<member_t<R, layout.members[layout.member_begin[R] + M]>...>,
         std::array<std::size_t, sizeof...(K)>{layout.inputs[layout.input_begin[R] + K]...}>;
   };
 
@@ -341,28 +392,12 @@ public:
   }
 
 private:
-  struct print_entry {
-    std::string_view name;
-    std::string (*leaf)();
-    std::string (*attrs)();
-  };
-  template <class Op>
-  static constexpr print_entry entry_for() {
-    print_entry e{};
-    if constexpr (requires { Op::to_string(); })
-      e.leaf = &Op::to_string;
-    else
-      e.name = Op::name;
-    if constexpr (requires { Op::attrs(); })
-      e.attrs = &Op::attrs;
-    return e;
-  }
   template <std::size_t... I>
   static std::vector<std::string> build_strings(std::index_sequence<I...>) {
-    static constexpr print_entry entries[] = {entry_for<typename node<I>::op>()...};
+    static constexpr detail::print_entry entries[] = {detail::entry_for<typename node<I>::op>()...};
     std::vector<std::string> out(size);
     for (std::size_t i = 0; i < size; ++i) {
-      const print_entry& e = entries[i];
+      const detail::print_entry& e = entries[i];
       const bool leaf = fact.edge_begin[i] == fact.edge_begin[i + 1];
       if (e.leaf && leaf) {
         out[i] = e.leaf();
@@ -385,7 +420,7 @@ private:
   }
   template <std::size_t... I>
   static consteval std::array<std::string_view, size> kind_names(std::index_sequence<I...>) {
-    return {kind_name(node<I>::kind)...};
+    return {kind_name(node<I>::op::kind)...};
   }
   static constexpr std::string_view kind_name(node_kind k) {
     switch (k) {

@@ -212,7 +212,7 @@ consteval auto reshape(A) {
 namespace detail {
 template <class A, std::size_t... I>
 consteval auto reversed_transpose(std::index_sequence<I...>) {
-  return make_node<ops::transpose<static_cast<std::int64_t>(A::rank - 1 - I)...>, A>();
+  return make_node<ops::transpose<static_cast<std::int64_t>(A::shape_type::rank - 1 - I)...>, A>();
 }
 } // namespace detail
 
@@ -220,7 +220,7 @@ consteval auto reversed_transpose(std::index_sequence<I...>) {
 template <std::int64_t... Perm, expression A>
 consteval auto transpose(A) {
   if constexpr (sizeof...(Perm) == 0)
-    return detail::reversed_transpose<A>(std::make_index_sequence<A::rank>{});
+    return detail::reversed_transpose<A>(std::make_index_sequence<A::shape_type::rank>{});
   else
     return make_node<ops::transpose<Perm...>, A>();
 }

@@ -11,7 +11,7 @@
 
 namespace typeflow {
 
-enum class leaf_kind { placeholder, variable, constant };
+enum class leaf_kind { placeholder, variable, constant }; // op_is_variable relies on variable == 1
 
 namespace detail {
 template <class T, class Shape>
@@ -199,22 +199,34 @@ inline constexpr expr<ops::literal<detail::bits<V>>> constant{};
 template <auto V, dtype T, class Shape>
 inline constexpr expr<ops::full<detail::bits<V>, T, Shape>> full{};
 
-template <class E>
-inline constexpr bool is_leaf = E::kind == node_kind::leaf;
-
-template <class E, leaf_kind K>
-inline constexpr bool is_leaf_of = [] {
-  if constexpr (E::kind == node_kind::leaf)
-    return E::op::leaf == K;
+namespace detail {
+template <class Op>
+constexpr int leaf_code() {
+  if constexpr (Op::kind == node_kind::leaf)
+    return static_cast<int>(Op::leaf);
   else
-    return false;
-}();
+    return -1;
+}
+} // namespace detail
+
+/// Traits of node types as classes (the library's own form: see expr in graph/node.hpp).
+template <class E, leaf_kind K>
+struct is_leaf_of_t
+    : std::bool_constant<detail::leaf_code<typename E::op>() == static_cast<int>(K)> {};
+template <class E>
+using is_placeholder_t = is_leaf_of_t<E, leaf_kind::placeholder>;
+template <class E>
+using is_variable_t = is_leaf_of_t<E, leaf_kind::variable>;
+template <class E>
+using is_constant_t = is_leaf_of_t<E, leaf_kind::constant>;
 
 template <class E>
-inline constexpr bool is_placeholder = is_leaf_of<E, leaf_kind::placeholder>;
+inline constexpr bool is_leaf = E::op::kind == node_kind::leaf;
 template <class E>
-inline constexpr bool is_variable = is_leaf_of<E, leaf_kind::variable>;
+inline constexpr bool is_placeholder = is_placeholder_t<E>::value;
 template <class E>
-inline constexpr bool is_constant = is_leaf_of<E, leaf_kind::constant>;
+inline constexpr bool is_variable = is_variable_t<E>::value;
+template <class E>
+inline constexpr bool is_constant = is_constant_t<E>::value;
 
 } // namespace typeflow

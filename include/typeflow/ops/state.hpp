@@ -23,7 +23,7 @@ struct assign_op : elementwise_base {
   using value_type = typename V::value_type;
   template <class V, class X>
   static constexpr std::string_view dtype_error() {
-    if (!is_variable<V>)
+    if (!V::variable)
       return "the target must be a variable";
     if (!same_dtype<V, X>())
       return "operand dtypes differ";
@@ -70,9 +70,11 @@ struct group : no_dtype_rule {
 } // namespace ops
 
 template <class E>
-inline constexpr bool is_state_op = requires {
+    struct is_state_op_t : std::bool_constant < requires {
   E::op::is_state;
-};
+} > {};
+template <class E>
+inline constexpr bool is_state_op = is_state_op_t<E>::value;
 
 /// assign(var, value): the variable takes the value (broadcast to its shape) at the end of the run.
 template <expression V, expression X>

@@ -48,7 +48,7 @@ feed_t<P> make_feed(const U* data, const std::vector<std::int64_t>& dims) {
   } else {
     if (dims.size() > max_rank)
       throw error("feed: placeholder \"" + std::string(P::op::name) + "\" expects " +
-                  dims_string(P::dims) + ", fed " + dims_string(dims));
+                  dims_string(P::shape_type::dims) + ", fed " + dims_string(dims));
     feed_t<P> f;
     f.data = data;
     f.dims.rank = dims.size();

@@ -63,9 +63,15 @@ struct duplicate_variable_message {
   }
 };
 
-template <class E>
-using fetch_result = std::conditional_t<E::kind == node_kind::group, std::tuple<>,
-                                        std::tuple<tensor<typename E::value_type>>>;
+template <class Op>
+struct variable_name {
+  static constexpr std::string_view value{};
+};
+template <class Op>
+requires(Op::kind == node_kind::leaf && Op::leaf == leaf_kind::variable) struct variable_name<Op> {
+  static constexpr std::string_view value = Op::name;
+};
+
 } // namespace detail
 
 /// Runs graphs. `Placement` maps each node to a device (for now every node is on `cpu<0>`).
@@ -112,7 +118,8 @@ public:
   template <expression V>
   tensor<typename V::value_type> read(V) {
     static_assert(is_variable<V>, "session::read: not a variable");
-    tensor<typename V::value_type> t(std::vector<std::int64_t>(V::dims.begin(), V::dims.end()));
+    tensor<typename V::value_type> t(
+        std::vector<std::int64_t>(V::shape_type::dims.begin(), V::shape_type::dims.end()));
     std::memcpy(t.data(), bind_variable<V>(), sizeof(typename V::value_type) * t.size());
     return t;
   }
@@ -121,9 +128,9 @@ public:
   template <expression V>
   void write(V, const tensor<typename V::value_type>& t) {
     static_assert(is_variable<V>, "session::write: not a variable");
-    if (!same_dims(t.shape(), V::dims))
+    if (!same_dims(t.shape(), V::shape_type::dims))
       throw error("session::write: variable \"" + std::string(V::op::name) + "\" has shape " +
-                  dims_string(V::dims) + ", given " + dims_string(t.shape()));
+                  dims_string(V::shape_type::dims) + ", given " + dims_string(t.shape()));
     std::memcpy(bind_variable<V>(), t.data(), sizeof(typename V::value_type) * t.size());
   }
 
@@ -180,8 +187,8 @@ private:
     constexpr auto first_clash = [] {
       std::array<std::string_view, P::size> names{};
       std::array<bool, P::size> var{};
-      ((var[I] = is_variable<typename P::template node<I>>), ...);
-      ((names[I] = variable_name<typename P::template node<I>>()), ...);
+      ((var[I] = is_variable_t<typename P::template node<I>>::value), ...);
+      ((names[I] = detail::variable_name<typename P::template node<I>::op>::value), ...);
       for (std::size_t a = 0; a < P::size; ++a)
         for (std::size_t b = a + 1; b < P::size && var[a]; ++b)
           if (var[b] && names[a] == names[b])
@@ -191,21 +198,13 @@ private:
     if constexpr (first_clash < P::size)
       detail::fail<detail::duplicate_variable_message<typename P::template node<first_clash>>>();
   }
-  template <class N>
-  static constexpr std::string_view variable_name() {
-    if constexpr (is_variable<N>)
-      return N::op::name;
-    else
-      return {};
-  }
-
   // ---- variables -------------------------------------------------------------------------
 
   template <class V>
   void initialize_into(void* data) {
     using T = typename V::value_type;
     std::mt19937_64 rng(detail::hash_name(V::op::name, opts_.seed));
-    V::op::initializer::template init<T>(static_cast<T*>(data), numel(V::dims), rng);
+    V::op::initializer::template init<T>(static_cast<T*>(data), numel(V::shape_type::dims), rng);
   }
 
   template <class V>
@@ -213,27 +212,40 @@ private:
     using T = typename V::value_type;
     auto it = vars_.find(V::op::name);
     if (it == vars_.end()) {
-      var_record rec{dtype_name<T>, std::vector<std::int64_t>(V::dims.begin(), V::dims.end()),
-                     std::unique_ptr<void, detail::aligned_free>(
-                         detail::aligned_bytes(sizeof(T) * numel(V::dims)))};
+      var_record rec{
+          dtype_name<T>,
+          std::vector<std::int64_t>(V::shape_type::dims.begin(), V::shape_type::dims.end()),
+          std::unique_ptr<void, detail::aligned_free>(
+              detail::aligned_bytes(sizeof(T) * numel(V::shape_type::dims)))};
       initialize_into<V>(rec.data.get());
       it = vars_.emplace(std::string(V::op::name), std::move(rec)).first;
-    } else if (it->second.dtype != dtype_name<T> || !same_dims(it->second.dims, V::dims)) {
+    } else if (it->second.dtype != dtype_name<T> ||
+               !same_dims(it->second.dims, V::shape_type::dims)) {
       throw error("variable \"" + std::string(V::op::name) + "\" exists as " +
                   std::string(it->second.dtype) + " " + dims_string(it->second.dims) +
                   " but this graph declares it " + std::string(dtype_name<T>) + " " +
-                  dims_string(V::dims));
+                  dims_string(V::shape_type::dims));
     }
     return it->second.data.get();
   }
 
+  template <bool IsVariable, class Op>
+  struct initializer_of {
+    static constexpr void (*fn)(session&) = nullptr;
+  };
+  template <class Op>
+  struct initializer_of<true, Op> {
+    static void run(session& s) { s.initialize_into<expr<Op>>(s.bind_variable<expr<Op>>()); }
+    static constexpr void (*fn)(session&) = &run;
+  };
   template <class P, std::size_t... I>
   void init_all(std::index_sequence<I...>) {
-    auto one = [&]<class N>(N*) {
-      if constexpr (is_variable<N>)
-        initialize_into<N>(bind_variable<N>());
-    };
-    (one(static_cast<typename P::template node<I>*>(nullptr)), ...);
+    static constexpr void (*table[])(session&) = {
+        initializer_of<is_variable_t<typename P::template node<I>>::value,
+                       typename P::template node<I>::op>::fn...};
+    for (auto* fn : table)
+      if (fn)
+        fn(*this);
   }
 
   // ---- feeds ---------------------------------------------------------------------------------
@@ -247,15 +259,15 @@ private:
       using Ph = typename std::remove_cvref_t<decltype(f)>::placeholder;
       const std::string name(Ph::op::name);
       auto fail = [&](const std::string& why) {
-        throw error("feed: placeholder \"" + name + "\" expects " + dims_string(Ph::dims) +
-                    ", fed " + f.dims.str() + why);
+        throw error("feed: placeholder \"" + name + "\" expects " +
+                    dims_string(Ph::shape_type::dims) + ", fed " + f.dims.str() + why);
       };
-      if (f.dims.rank != Ph::rank)
+      if (f.dims.rank != Ph::shape_type::rank)
         fail(" (rank differs)");
-      for (std::size_t i = 0; i < Ph::rank; ++i) {
+      for (std::size_t i = 0; i < Ph::shape_type::rank; ++i) {
         if (f.dims.d[i] < 0)
           fail(" (negative extent)");
-        if (Ph::dims[i] == dyn) {
+        if (Ph::shape_type::dims[i] == dyn) {
           if (!have_batch) {
             have_batch = true;
             batch = f.dims.d[i];
@@ -264,7 +276,7 @@ private:
             fail("; dyn extent " + std::to_string(f.dims.d[i]) + " disagrees with " +
                  std::to_string(batch) + " from " + batch_from);
           }
-        } else if (f.dims.d[i] != Ph::dims[i]) {
+        } else if (f.dims.d[i] != Ph::shape_type::dims[i]) {
           fail("");
         }
       }
@@ -293,14 +305,17 @@ private:
   // Every function below that runs per node is instantiated from the node's flat form
   // (graph/flat.hpp), never from the node type or the plan type.
 
+  template <class P, std::size_t I,
+            bool Fused = P::layout.step[I] ==
+                         graph::step_kind::kernel&& P::template node<I>::op::kind ==
+                         node_kind::elementwise>
+  struct region_of {
+    using type = void*;
+  };
   template <class P, std::size_t I>
-  static auto region_of() {
-    using Fl = typename P::template flat<I>;
-    if constexpr (Fl::kind == graph::step_kind::kernel && Fl::op::kind == node_kind::elementwise)
-      return static_cast<typename P::template region<I>*>(nullptr);
-    else
-      return static_cast<void*>(nullptr);
-  }
+  struct region_of<P, I, true> {
+    using type = typename P::template region<I>*;
+  };
 
   using step_fn = void (session::*)(value*, name_fn);
 
@@ -310,7 +325,7 @@ private:
   void run_steps(value* vals, std::index_sequence<I...>) {
     static constexpr step_fn table[] = {
         &session::step_entry<I, typename Placement::template device<typename P::template node<I>>,
-                             typename P::template flat<I>, decltype(region_of<P, I>())>...};
+                             typename P::template flat<I>, typename region_of<P, I>::type>...};
     constexpr auto& L = P::layout;
     for (std::size_t i = 0; i < P::size; ++i) {
       (this->*table[i])(vals, &P::node_string);
@@ -351,11 +366,11 @@ private:
       // bound before the steps run
     } else if constexpr (K == step_kind::variable) {
       v.data = bind_variable<expr<Op>>();
-      v.dims = runtime::rt_dims::from(expr<Op>::dims);
+      v.dims = runtime::rt_dims::from(expr<Op>::shape_type::dims);
     } else if constexpr (K == step_kind::inline_constant) {
-      v.dims = runtime::rt_dims::from(expr<Op>::dims);
+      v.dims = runtime::rt_dims::from(expr<Op>::shape_type::dims);
     } else if constexpr (K == step_kind::constant) {
-      v.dims = runtime::rt_dims::from(expr<Op>::dims);
+      v.dims = runtime::rt_dims::from(expr<Op>::shape_type::dims);
       std::fill_n(allocate<T>(v), v.dims.numel(), static_cast<T>(Op::value));
       note_step(I, name);
     } else if constexpr (K == step_kind::group) {
@@ -455,8 +470,8 @@ private:
   }
 
   template <class F>
-  using group_or_value = std::conditional_t<std::remove_cvref_t<F>::kind == node_kind::group, void,
-                                            typename std::remove_cvref_t<F>::value_type>;
+  using group_or_value = std::conditional_t<std::remove_cvref_t<F>::op::kind == node_kind::group,
+                                            void, typename std::remove_cvref_t<F>::value_type>;
 
   template <class T>
   static auto fetch_value(const value& v) {
