@@ -36,13 +36,6 @@ using runtime::run_stats;
 
 namespace detail {
 
-template <class P, class... Feeds>
-constexpr std::size_t feed_position() {
-  std::size_t i = 0, r = static_cast<std::size_t>(-1);
-  ((std::is_same_v<typename Feeds::placeholder, P> ? (r = i, ++i) : ++i), ...);
-  return r;
-}
-
 template <class P>
 struct unfed_message {
   static constexpr msg_buf message() {
