@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <boost/hana/count_if.hpp>
+#include <boost/hana/for_each.hpp>
 #include <string>
 #include <typeflow/typeflow.hpp>
 
@@ -45,6 +47,22 @@ TEST_SUITE("graph") {
     static_assert(children_first<P>(std::make_index_sequence<P::size>{}));
     static_assert(std::is_same_v<P::node<P::size - 1>, std::remove_const_t<decltype(y)>>);
     CHECK(P::size == 8);
+  }
+
+  TEST_CASE("the plan's nodes as a Hana sequence") {
+    namespace hana = boost::hana;
+    constexpr auto y = ty::sum(ty::relu(ty::matmul(x, W) + b));
+    using P = ty::graph::plan<ty::type_list<decltype(y)>>;
+    constexpr auto variables = hana::count_if(P::nodes_c(), [](auto t) {
+      return hana::bool_c<ty::is_variable<typename decltype(t)::type>>;
+    });
+    static_assert(decltype(variables)::value == 2); // W and b
+    std::vector<std::string> printed;
+    hana::for_each(P::nodes_c(),
+                   [&](auto t) { printed.push_back(ty::to_string(typename decltype(t)::type{})); });
+    CHECK(printed == std::vector<std::string>{"x", "W", "matmul(x, W)", "b", "add(matmul(x, W), b)",
+                                              "relu(add(matmul(x, W), b))",
+                                              "sum(relu(add(matmul(x, W), b)))"});
   }
 
   TEST_CASE("a common subexpression runs once") {

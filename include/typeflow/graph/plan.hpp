@@ -10,6 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include <boost/hana/tuple.hpp>
+#include <boost/hana/type.hpp>
+
 #include "../ops/leaves.hpp"
 #include "../ops/state.hpp"
 #include "flat.hpp"
@@ -112,6 +115,18 @@ public:
   /// Whether N is a node of this plan: contains_c<N>::value.
   template <class N>
   using contains_c = detail::has_node<map, N>;
+  /// The nodes as a Boost.Hana sequence of types, in topological order, for introspection:
+  /// `hana::for_each(P::nodes_c(), [](auto t) { using N = typename decltype(t)::type; })`.
+  /// A function, so that the sequence is instantiated only by those who ask for it.
+  static constexpr auto nodes_c() { return as_hana(static_cast<nodes*>(nullptr)); }
+
+private:
+  template <class... Ns>
+  static constexpr auto as_hana(type_list<Ns...>*) {
+    return boost::hana::tuple_t<Ns...>;
+  }
+
+public:
   /// The node at position I.
   template <std::size_t I>
   using node = decltype(detail::node_at<I>(static_cast<const map*>(nullptr)));
