@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Compile-time benchmark: a chain of N ops (alternating matmul and elementwise ops, with a
-variable per matmul) is generated, planned and run by a session; reports g++ wall seconds and peak
-compiler memory for each N. Usage: python3 bench/compile_time.py [N ...] (default 25 50 100 200).
+variable per matmul) is generated, planned and run by a session; with --grad the chain's sum is
+differentiated with respect to every variable and the loss and all gradients are fetched in one
+run. Reports g++ wall seconds and peak compiler memory for each N.
+Usage: python3 bench/compile_time.py [--grad] [N ...] (default 25 50 100 200).
 """
 import os
 import pathlib
@@ -14,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ELEMENTWISE = ["ty::tanh({})", "{} + b", "ty::relu({})", "{} * ty::constant<0.5>", "ty::sigmoid({})"]
 
 
-def source(n: int) -> str:
+def source(n: int, grad: bool = False) -> str:
     lines = [
         "#include <typeflow/typeflow.hpp>",
         "namespace ty = typeflow;",
@@ -37,17 +39,29 @@ def source(n: int) -> str:
         "int main() {",
         "  ty::session s;",
         "  ty::tensor<float> in({4, 16});",
-        f"  auto [r] = s.run(ty::fetch(ty::sum(h{n})), ty::feed(x, in));",
-        "  return r.item() == r.item() ? 0 : 1;",
-        "}",
     ]
+    if grad:
+        ws = ", ".join(f"W{i}" for i in range(1, n + 1, 2))
+        lines += [
+            f"  constexpr auto loss = ty::sum(h{n});",
+            f"  constexpr auto grads = ty::grad(loss, b, {ws});",
+            "  auto out = ty::apply([&](auto... g) { return s.run(ty::fetch(loss, g...), "
+            "ty::feed(x, in)); }, grads);",
+            "  return std::get<0>(out).item() == std::get<0>(out).item() ? 0 : 1;",
+        ]
+    else:
+        lines += [
+            f"  auto [r] = s.run(ty::fetch(ty::sum(h{n})), ty::feed(x, in));",
+            "  return r.item() == r.item() ? 0 : 1;",
+        ]
+    lines += ["}"]
     return "\n".join(lines) + "\n"
 
 
-def measure(n: int, cxx: str) -> tuple[float, float]:
+def measure(n: int, cxx: str, grad: bool) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         src = pathlib.Path(tmp) / f"chain_{n}.cpp"
-        src.write_text(source(n))
+        src.write_text(source(n, grad))
         cmd = ["/usr/bin/time", "-f", "%e %M", cxx, "-std=c++20", "-O2", f"-I{ROOT / 'include'}",
                "-c", str(src), "-o", str(pathlib.Path(tmp) / "chain.o")]
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -58,12 +72,15 @@ def measure(n: int, cxx: str) -> tuple[float, float]:
 
 
 def main() -> None:
-    sizes = [int(a) for a in sys.argv[1:]] or [25, 50, 100, 200]
+    args = sys.argv[1:]
+    grad = "--grad" in args
+    sizes = [int(a) for a in args if a != "--grad"] or [25, 50, 100, 200]
     cxx = os.environ.get("CXX", "g++")
-    print(f"| N ops | compile s ({cxx} -O2) | peak MiB |")
+    what = "forward + gradient" if grad else "forward"
+    print(f"| N ops ({what}) | compile s ({cxx} -O2) | peak MiB |")
     print("|---:|---:|---:|")
     for n in sizes:
-        secs, mib = measure(n, cxx)
+        secs, mib = measure(n, cxx, grad)
         print(f"| {n} | {secs:.1f} | {mib:.0f} |", flush=True)
 
 

@@ -2,6 +2,9 @@
 // lives in the type system. Include this one header.
 #pragma once
 
+#include "autodiff/fold.hpp"
+#include "autodiff/grad.hpp"
+#include "autodiff/gradcheck.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/fixed_string.hpp"

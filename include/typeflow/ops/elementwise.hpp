@@ -180,6 +180,46 @@ struct broadcast_to : no_dtype_rule {
   }
 };
 
+/// zeros_like(x): zeros with x's dtype and shape (a typed zero, as gradients produce).
+struct zeros_like : elementwise_base, no_dtype_rule {
+  static constexpr std::string_view name = "zeros_like";
+  template <class A>
+  using value_type = typename A::value_type;
+  template <class A>
+  using compute = typename A::value_type;
+  template <class C, class A>
+  static C eval(A) {
+    return C(0);
+  }
+};
+
+/// broadcast_like(a, x): a broadcast to x's (run-time) shape; x only gives the shape.
+struct broadcast_like : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::elementwise;
+  static constexpr std::string_view name = "broadcast_like";
+  template <class A, class X>
+  using value_type = typename A::value_type;
+  template <class A, class X>
+  using compute = typename A::value_type;
+  template <std::size_t RA, std::size_t RX>
+  static constexpr rule_result<RX> rule(const dims_t<RA>& a, const dims_t<RX>& x) {
+    rule_result<RX> r{{}, x};
+    const auto b = detail::broadcast_rule(a, x);
+    if (!b.ok() || RA > RX) {
+      r.error = "shape cannot be broadcast";
+      return r;
+    }
+    for (std::size_t i = 0; i < RX; ++i)
+      if (b.dims[i] != x[i] && b.dims[i] != dyn && x[i] != dyn)
+        r.error = "shape cannot be broadcast";
+    return r;
+  }
+  template <class C, class A, class X>
+  static C eval(A a, X) {
+    return static_cast<C>(a);
+  }
+};
+
 } // namespace ops
 
 #define TYPEFLOW_UNARY_FN(NAME)                                                                    \
@@ -280,6 +320,18 @@ consteval auto where(Cond, A, B) {
 template <dtype U, expression A>
 consteval auto cast(A) {
   return make_node<ops::cast<U>, A>();
+}
+
+/// zeros_like(x)
+template <expression A>
+consteval auto zeros_like(A) {
+  return make_node<ops::zeros_like, A>();
+}
+
+/// broadcast_like(a, x): a broadcast to the shape of x.
+template <expression A, expression X>
+consteval auto broadcast_like(A, X) {
+  return make_node<ops::broadcast_like, A, X>();
 }
 
 /// broadcast_to<shape<...>>(x)

@@ -201,7 +201,62 @@ struct slice : no_dtype_rule {
   }
 };
 
+/// expand_dims<axes...>(x): inserts extent-1 axes at the given output positions (a view).
+template <std::int64_t... Axes>
+struct expand_dims : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::layout;
+  static constexpr std::string_view name = "expand_dims";
+  template <class A>
+  using value_type = typename A::value_type;
+  static std::string attrs() { return "axes=" + detail_layout::join({Axes...}); }
+  template <std::size_t R>
+  static constexpr rule_result<R + sizeof...(Axes)> rule(const dims_t<R>& d) {
+    constexpr std::size_t out = R + sizeof...(Axes);
+    rule_result<out> r;
+    std::array<bool, out> ins{};
+    for (std::int64_t a : {Axes...}) {
+      const std::int64_t k = a < 0 ? a + static_cast<std::int64_t>(out) : a;
+      if (k < 0 || k >= static_cast<std::int64_t>(out) || ins[k]) {
+        r.error = "axis out of range or repeated";
+        return r;
+      }
+      ins[k] = true;
+    }
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < out; ++i)
+      r.dims[i] = ins[i] ? 1 : d[j++];
+    return r;
+  }
+};
+
+/// reshape_like(a, x): a's elements with x's (run-time) shape (a view).
+struct reshape_like : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::layout;
+  static constexpr std::string_view name = "reshape_like";
+  template <class A, class X>
+  using value_type = typename A::value_type;
+  template <std::size_t RA, std::size_t RX>
+  static constexpr rule_result<RX> rule(const dims_t<RA>& a, const dims_t<RX>& x) {
+    rule_result<RX> r{{}, x};
+    if (is_static(a) && is_static(x) && numel(a) != numel(x))
+      r.error = "element counts differ";
+    return r;
+  }
+};
+
 } // namespace ops
+
+/// expand_dims<axes...>(x)
+template <std::int64_t... Axes, expression A>
+consteval auto expand_dims(A) {
+  return make_node<ops::expand_dims<Axes...>, A>();
+}
+
+/// reshape_like(a, x)
+template <expression A, expression X>
+consteval auto reshape_like(A, X) {
+  return make_node<ops::reshape_like, A, X>();
+}
 
 /// reshape<dims...>(x); one extent may be -1 (`dyn`) and is inferred.
 template <std::int64_t... Dims, expression A>

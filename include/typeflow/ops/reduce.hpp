@@ -147,7 +147,69 @@ struct reduce {
   }
 };
 
+/// sum_to_like(c, x): c summed over the axes along which it was broadcast to reach x's shape,
+/// decided at run time (a dyn extent of x may turn out to be 1). Used to undo broadcasting.
+struct sum_to_like {
+  static constexpr node_kind kind = node_kind::reduction;
+  static constexpr std::string_view name = "sum_to_like";
+  template <class C, class X>
+  using value_type = typename C::value_type;
+  template <class C, class X>
+  static constexpr std::string_view dtype_error() {
+    return std::is_same_v<typename C::value_type, bool>
+               ? std::string_view{"cannot reduce a bool tensor"}
+               : std::string_view{};
+  }
+  template <std::size_t RC, std::size_t RX>
+  static constexpr rule_result<RX> rule(const dims_t<RC>& c, const dims_t<RX>& x) {
+    rule_result<RX> r{{}, x};
+    if (RX > RC) {
+      r.error = "target rank above the operand's";
+      return r;
+    }
+    for (std::size_t i = 0; i < RX; ++i) {
+      const std::int64_t e = c[i + RC - RX];
+      if (x[i] != e && x[i] != 1 && x[i] != dyn && e != dyn)
+        r.error = "shape is not a broadcast of the target";
+    }
+    return r;
+  }
+};
+
+/// element_count<axes...>(x): the number of elements a reduction over `axes` combines, as a
+/// scalar of x's dtype (known at run time when an axis is dyn). Used by mean's gradient.
+template <std::int64_t... Axes>
+struct element_count : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::layout;
+  static constexpr std::string_view name = "element_count";
+  template <class A>
+  using value_type = typename A::value_type;
+  static std::string attrs() { return reduce<reducers::sum, false, Axes...>::attrs(); }
+  template <std::size_t R>
+  static constexpr rule_result<0> rule(const dims_t<R>&) {
+    rule_result<0> r;
+    reduced_mask<R, Axes...>(&r.error);
+    return r;
+  }
+  template <std::size_t R>
+  static constexpr std::array<bool, R> mask() {
+    return reduced_mask<R, Axes...>();
+  }
+};
+
 } // namespace ops
+
+/// sum_to_like(c, x)
+template <expression C, expression X>
+consteval auto sum_to_like(C, X) {
+  return make_node<ops::sum_to_like, C, X>();
+}
+
+/// element_count<axes...>(x)
+template <std::int64_t... Axes, expression A>
+consteval auto element_count(A) {
+  return make_node<ops::element_count<Axes...>, A>();
+}
 
 #define TYPEFLOW_REDUCTION(NAME)                                                                   \
   template <std::int64_t... Axes, expression A>                                                    \

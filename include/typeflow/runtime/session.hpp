@@ -412,6 +412,22 @@ private:
                             ops::reduce<Rd, K, Ax...>::template mask<A::rank>(), out);
   }
 
+  template <std::size_t I, class T, class C, class X>
+  void kernel(ops::sum_to_like*, T*, value* vals, void*, C*, X*) {
+    const value& in = vals[C::index];
+    const runtime::rt_dims& out = vals[I].dims;
+    std::array<bool, C::rank> mask{};
+    for (std::size_t i = 0; i < C::rank; ++i) {
+      const std::size_t lead = C::rank - out.rank;
+      mask[i] = i < lead || (out.d[i - lead] == 1 && in.dims.d[i] != 1);
+      if (i >= lead && !mask[i] && out.d[i - lead] != in.dims.d[i])
+        throw error("sum_to_like: " + in.dims.str() + " is not a broadcast of " + out.str());
+    }
+    T* o = allocate<T>(vals[I]);
+    cpu_backend::reduce<ops::reducers::sum>(*pool_, static_cast<const T*>(in.data), in.dims, mask,
+                                            o);
+  }
+
   template <std::size_t I, bool TA, bool TB, class T, class A, class B>
   void kernel(ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) {
     const value &a = vals[A::index], &b = vals[B::index];
@@ -434,6 +450,31 @@ private:
   void kernel(ops::reshape<D...>*, T*, value* vals, void*, A*) {
     vals[I].owner = vals[A::index].owner; // a view: shares the input's buffer
     vals[I].data = vals[A::index].data;
+  }
+
+  template <std::size_t I, std::int64_t... Ax, class T, class A>
+  void kernel(ops::expand_dims<Ax...>*, T*, value* vals, void*, A*) {
+    vals[I].owner = vals[A::index].owner; // a view
+    vals[I].data = vals[A::index].data;
+  }
+
+  template <std::size_t I, class T, class A, class X>
+  void kernel(ops::reshape_like*, T*, value* vals, void*, A*, X*) {
+    if (vals[A::index].dims.numel() != vals[I].dims.numel())
+      throw error("reshape_like: element counts differ: " + vals[A::index].dims.str() + " x " +
+                  vals[I].dims.str());
+    vals[I].owner = vals[A::index].owner; // a view
+    vals[I].data = vals[A::index].data;
+  }
+
+  template <std::size_t I, std::int64_t... Ax, class T, class A>
+  void kernel(ops::element_count<Ax...>*, T*, value* vals, void*, A*) {
+    const auto mask = ops::element_count<Ax...>::template mask<A::rank>();
+    std::int64_t n = 1;
+    for (std::size_t i = 0; i < A::rank; ++i)
+      if (mask[i])
+        n *= vals[A::index].dims.d[i];
+    *allocate<T>(vals[I]) = static_cast<T>(n);
   }
 
   template <std::size_t I, std::int64_t... Perm, class T, class A>

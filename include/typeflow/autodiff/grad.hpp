@@ -1,0 +1,301 @@
+// grad(y, x1, x2, ...): symbolic reverse-mode differentiation at compile time. The gradient is
+// an ordinary expression type: it can be run, fused, printed and differentiated again.
+//
+// Reverse accumulation over the topological order of y's graph: the adjoint of a node is the sum
+// of its consumers' contributions, each from the consumer op's gradient rule (grad_rule<Op>).
+// Only nodes that depend on one of the xs get an adjoint; every other path is zero_t and
+// vanishes. Adjoints are class templates (memoized by the compiler) and are instantiated from the
+// root down, so the instantiation depth does not grow with the graph.
+#pragma once
+#include <tuple>
+
+#include "../graph/plan.hpp"
+#include "../ops/elementwise_grad.hpp"
+#include "../ops/layout_grad.hpp"
+#include "../ops/matmul_grad.hpp"
+#include "../ops/reduce_grad.hpp"
+#include "fold.hpp"
+
+namespace typeflow {
+
+namespace ops {
+/// stop_gradient(e): e, through which no gradient flows.
+struct stop_gradient : elementwise_base, no_dtype_rule {
+  static constexpr std::string_view name = "stop_gradient";
+  template <class A>
+  using value_type = typename A::value_type;
+  template <class C, class A>
+  static A eval(A a) {
+    return a;
+  }
+};
+
+/// custom_gradient(e, rule): e, whose gradient is rule(upstream, e) (a constexpr callable).
+template <class Rule>
+struct custom_gradient : elementwise_base, no_dtype_rule {
+  static constexpr std::string_view name = "custom_gradient";
+  template <class A>
+  using value_type = typename A::value_type;
+  template <class C, class A>
+  static A eval(A a) {
+    return a;
+  }
+};
+} // namespace ops
+
+template <expression E>
+consteval auto stop_gradient(E) {
+  return make_node<ops::stop_gradient, E>();
+}
+template <expression E, class Rule>
+consteval auto custom_gradient(E, Rule) {
+  return make_node<ops::custom_gradient<Rule>, E>();
+}
+
+template <>
+struct grad_rule<ops::stop_gradient> : no_gradient {};
+template <class Rule>
+struct grad_rule<ops::custom_gradient<Rule>> {
+  template <std::size_t, class Y, class G, class X>
+  static consteval auto vjp(Y, G g, X x) {
+    return Rule{}(g, x);
+  }
+};
+
+/// Several gradients at once: a tuple of empty expression types (structured bindings and
+/// std::get work). Lighter than std::tuple, whose constructors check traits on every element.
+template <class... G>
+struct gradients {
+  template <std::size_t I>
+  using type_at = std::tuple_element_t<I, std::tuple<G...>>;
+  template <std::size_t I>
+  constexpr type_at<I> get() const {
+    return {};
+  }
+};
+template <std::size_t I, class... G>
+constexpr auto get(gradients<G...>) {
+  return typename gradients<G...>::template type_at<I>{};
+}
+
+/// Calls f with every gradient: apply([](auto... g) { return fetch(loss, g...); }, grads).
+template <class F, class... G>
+constexpr auto apply(F&& f, gradients<G...>) {
+  return f(G{}...);
+}
+
+/// Marks the upstream gradient of a non-scalar y: grad(y, x, seed(g)).
+template <expression E>
+struct seed_t {
+  using type = E;
+};
+template <expression E>
+consteval seed_t<E> seed(E) {
+  return {};
+}
+
+namespace detail {
+template <class X>
+struct grad_wrt_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("grad: cannot differentiate with respect to ");
+    if constexpr (X::op::kind == node_kind::leaf)
+      b << std::string_view("\"") << X::op::name << std::string_view("\"");
+    else
+      b << std::string_view("an expression");
+    b << std::string_view(" of dtype ") << dtype_name<typename X::value_type>;
+    return b;
+  }
+};
+
+template <class Op>
+struct no_rule_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("grad: no gradient rule for op ") << Op::name;
+    return b;
+  }
+};
+
+template <class Op>
+concept has_rule = requires {
+  sizeof(grad_rule<Op>);
+};
+
+template <class Y, class Seed, class... Xs>
+struct backprop {
+  using P = graph::plan<type_list<Y>>;
+  static constexpr std::size_t n = P::size;
+  template <std::size_t I>
+  using node = typename P::template node<I>;
+
+  struct tables {
+    std::array<bool, n> depends{};
+    std::array<std::size_t, n + 1> begin{};
+    std::array<std::size_t, P::fact.edges.size()> who{}, slot{};
+  };
+  static consteval tables make() {
+    tables t;
+    const auto& f = P::fact;
+    std::array<bool, n> is_x{};
+    ((P::template contains_c<Xs>::value ? void(is_x[index_if_present<Xs>()] = true) : void()), ...);
+    for (std::size_t i = 0; i < n; ++i) {
+      t.depends[i] = is_x[i];
+      for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e)
+        t.depends[i] = t.depends[i] || t.depends[f.edges[e]];
+    }
+    std::array<std::size_t, n + 1> count{};
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e)
+        ++count[f.edges[e]];
+    std::size_t acc = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      t.begin[k] = acc;
+      acc += count[k];
+    }
+    t.begin[n] = acc;
+    auto fill = t.begin;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e) {
+        const std::size_t k = f.edges[e];
+        t.who[fill[k]] = i;
+        t.slot[fill[k]++] = e - f.edge_begin[i];
+      }
+    return t;
+  }
+  template <class X>
+  static consteval std::size_t index_if_present() {
+    if constexpr (P::template contains_c<X>::value)
+      return P::template index_c<X>::value;
+    else
+      return 0;
+  }
+  static constexpr tables tab = make();
+
+  template <std::size_t I, bool Root = (I + 1 == n), bool Dep = tab.depends[I]>
+  struct adjoint {
+    using type = zero_t;
+  };
+
+  template <class N, std::size_t S, class G>
+  struct contribution {
+    using type = zero_t;
+  };
+  template <class Op, class... Cs, std::size_t S, class G>
+  requires(!std::is_same_v<G, zero_t>) struct contribution<expr<Op, Cs...>, S, G> {
+    static consteval auto apply() {
+      if constexpr (!has_rule<Op>) {
+        fail<no_rule_message<Op>>();
+        return zero_t{};
+      } else {
+        return grad_rule<Op>::template vjp<S>(expr<Op, Cs...>{}, G{}, Cs{}...);
+      }
+    }
+    using type = decltype(apply());
+  };
+
+  template <std::size_t I, class Seq>
+  struct gather;
+  template <std::size_t I, std::size_t... K>
+  struct gather<I, std::index_sequence<K...>> {
+    using type = decltype(ad::sum_all(
+        typename contribution<node<tab.who[tab.begin[I] + K]>, tab.slot[tab.begin[I] + K],
+                              typename adjoint<tab.who[tab.begin[I] + K]>::type>::type{}...));
+  };
+
+  template <std::size_t I, bool Dep>
+  struct adjoint<I, true, Dep> {
+    using type = Seed;
+  };
+  template <std::size_t I>
+  struct adjoint<I, false, true> {
+    using type =
+        typename gather<I, std::make_index_sequence<tab.begin[I + 1] - tab.begin[I]>>::type;
+  };
+
+  /// Instantiates every adjoint from the root down, so that each one finds its consumers'
+  /// adjoints already made (no deep recursion).
+  template <class Seq>
+  struct all;
+  template <std::size_t... K>
+  struct all<std::index_sequence<K...>> {
+    using type = type_list<typename adjoint<n - 1 - K>::type...>;
+  };
+  using forced = typename all<std::make_index_sequence<n>>::type;
+
+  template <class X>
+  static consteval auto result(X x) {
+    if constexpr (!P::template contains_c<X>::value) {
+      return typeflow::zeros_like(x);
+    } else {
+      using A = typename adjoint<P::template index_c<X>::value>::type;
+      if constexpr (std::is_same_v<A, zero_t>)
+        return typeflow::zeros_like(x);
+      else if constexpr (std::is_same_v<typename A::shape_type, typename X::shape_type>)
+        return A{};
+      else
+        return typeflow::broadcast_like(A{}, x);
+    }
+  }
+};
+
+template <class Y, class Seed, class... Xs>
+consteval auto grad_impl(Y, Seed, Xs... xs) {
+  constexpr bool bad_x = (!is_floating<typename Xs::value_type> || ...);
+  if constexpr (bad_x) {
+    (
+        [] {
+          if constexpr (!is_floating<typename Xs::value_type>)
+            fail<grad_wrt_message<Xs>>();
+        }(),
+        ...);
+    return invalid_expr{};
+  } else {
+    using B = backprop<Y, Seed, Xs...>;
+    static_assert(B::forced::size == B::n);
+    if constexpr (sizeof...(Xs) == 1)
+      return B::result(xs...);
+    else
+      return gradients<decltype(B::result(xs))...>{};
+  }
+}
+
+template <class... T>
+struct last_of {
+  using type = typename decltype((std::type_identity<T>{}, ...))::type;
+};
+} // namespace detail
+
+/// grad(y, x1, x2, ...) for a scalar y; grad(y, x1, ..., seed(g)) for any y with upstream g
+/// (a vector-Jacobian product). One x gives an expression, several give a std::tuple.
+template <expression Y, class... Args>
+consteval auto grad(Y y, Args... args) {
+  static_assert(sizeof...(Args) >= 1, "grad: name at least one expression to differentiate by");
+  using Last = typename detail::last_of<Args...>::type;
+  if constexpr (requires { typename Last::type; } && !expression<Last>) {
+    using G = typename Last::type;
+    static_assert(std::is_same_v<typename G::shape_type, typename Y::shape_type>,
+                  "grad: the seed must have the shape of y");
+    auto all = std::tuple{args...};
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return detail::grad_impl(y, G{}, std::get<I>(all)...);
+    }
+    (std::make_index_sequence<sizeof...(Args) - 1>{});
+  } else {
+    static_assert(Y::shape_type::rank == 0,
+                  "grad: y is not a scalar; pass its upstream gradient: grad(y, x..., seed(g))");
+    static_assert(is_floating<typename Y::value_type>, "grad: y must be floating-point");
+    return detail::grad_impl(y, full<1, typename Y::value_type, shape<>>, args...);
+  }
+}
+
+} // namespace typeflow
+
+template <class... G>
+struct std::tuple_size<typeflow::gradients<G...>>
+    : std::integral_constant<std::size_t, sizeof...(G)> {};
+template <std::size_t I, class... G>
+struct std::tuple_element<I, typeflow::gradients<G...>> {
+  using type = typename typeflow::gradients<G...>::template type_at<I>;
+};

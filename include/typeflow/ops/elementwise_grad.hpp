@@ -1,0 +1,140 @@
+// Gradient rules of the elementwise ops, written as expressions of other ops (TensorFlow's
+// gradient registry: the gradient of sin is grad * cos(x)). Broadcasting is undone by summing
+// over the broadcast axes (ad::unbroadcast).
+//
+// Conventions at non-differentiable points: relu'(0) = 0; abs'(0) = 0; maximum/minimum send the
+// whole gradient to the first operand on ties (the one they return).
+#pragma once
+#include "../autodiff/fold.hpp"
+#include "debug.hpp"
+#include "state.hpp"
+
+namespace typeflow {
+
+#define TYPEFLOW_UNARY_GRAD(OP, EXPR)                                                              \
+  template <>                                                                                      \
+  struct grad_rule<ops::OP> {                                                                      \
+    template <std::size_t, class Y, class G, class X>                                              \
+    static consteval auto vjp([[maybe_unused]] Y y, G g, [[maybe_unused]] X x) {                   \
+      return EXPR;                                                                                 \
+    }                                                                                              \
+  };
+TYPEFLOW_UNARY_GRAD(neg, ad::neg(g))
+TYPEFLOW_UNARY_GRAD(abs,
+                    typeflow::where(typeflow::greater(x, constant<0>), g,
+                                    typeflow::where(typeflow::less(x, constant<0>),
+                                                    typeflow::negate(g), typeflow::zeros_like(g))))
+TYPEFLOW_UNARY_GRAD(square, ad::mul(g, typeflow::mul(x, constant<2>)))
+TYPEFLOW_UNARY_GRAD(relu,
+                    typeflow::where(typeflow::greater(x, constant<0>), g, typeflow::zeros_like(g)))
+TYPEFLOW_UNARY_GRAD(exp, ad::mul(g, y))
+TYPEFLOW_UNARY_GRAD(log, ad::div(g, x))
+TYPEFLOW_UNARY_GRAD(sqrt, ad::div(g, typeflow::mul(y, constant<2>)))
+TYPEFLOW_UNARY_GRAD(rsqrt, ad::mul(g, typeflow::mul(typeflow::div(y, x), constant<-0.5>)))
+TYPEFLOW_UNARY_GRAD(sin, ad::mul(g, typeflow::cos(x)))
+TYPEFLOW_UNARY_GRAD(cos, ad::neg(ad::mul(g, typeflow::sin(x))))
+TYPEFLOW_UNARY_GRAD(tanh, ad::mul(g, typeflow::sub(constant<1>, typeflow::mul(y, y))))
+TYPEFLOW_UNARY_GRAD(sigmoid, ad::mul(g, typeflow::mul(y, typeflow::sub(constant<1>, y))))
+#undef TYPEFLOW_UNARY_GRAD
+
+/// Binary ops: the contribution before unbroadcasting, per slot.
+#define TYPEFLOW_BINARY_GRAD(OP, DA, DB)                                                           \
+  template <>                                                                                      \
+  struct grad_rule<ops::OP> {                                                                      \
+    template <std::size_t S, class Y, class G, class A, class B>                                   \
+    static consteval auto vjp([[maybe_unused]] Y y, G g, A a, B b) {                               \
+      if constexpr (S == 0)                                                                        \
+        return ad::unbroadcast(DA, a);                                                             \
+      else                                                                                         \
+        return ad::unbroadcast(DB, b);                                                             \
+    }                                                                                              \
+  };
+TYPEFLOW_BINARY_GRAD(add, g, g)
+TYPEFLOW_BINARY_GRAD(sub, g, ad::neg(g))
+TYPEFLOW_BINARY_GRAD(mul, ad::mul(g, b), ad::mul(g, a))
+TYPEFLOW_BINARY_GRAD(div, ad::div(g, b), ad::neg(ad::mul(g, typeflow::div(y, b))))
+TYPEFLOW_BINARY_GRAD(pow,
+                     ad::mul(g, typeflow::mul(b, typeflow::pow(a, typeflow::sub(b, constant<1>)))),
+                     ad::mul(g, typeflow::mul(y, typeflow::log(a))))
+TYPEFLOW_BINARY_GRAD(maximum,
+                     typeflow::where(typeflow::greater_equal(a, b), g, typeflow::zeros_like(g)),
+                     typeflow::where(typeflow::greater_equal(a, b), typeflow::zeros_like(g), g))
+TYPEFLOW_BINARY_GRAD(minimum,
+                     typeflow::where(typeflow::less_equal(a, b), g, typeflow::zeros_like(g)),
+                     typeflow::where(typeflow::less_equal(a, b), typeflow::zeros_like(g), g))
+#undef TYPEFLOW_BINARY_GRAD
+
+template <>
+struct grad_rule<ops::equal> : no_gradient {};
+template <>
+struct grad_rule<ops::not_equal> : no_gradient {};
+template <>
+struct grad_rule<ops::less> : no_gradient {};
+template <>
+struct grad_rule<ops::less_equal> : no_gradient {};
+template <>
+struct grad_rule<ops::greater> : no_gradient {};
+template <>
+struct grad_rule<ops::greater_equal> : no_gradient {};
+template <>
+struct grad_rule<ops::zeros_like> : no_gradient {};
+template <class Op>
+requires(Op::kind == node_kind::leaf) struct grad_rule<Op> : no_gradient {
+};
+template <ops::assign_mode M>
+struct grad_rule<ops::assign_op<M>> : no_gradient {};
+template <>
+struct grad_rule<ops::group> : no_gradient {};
+
+template <>
+struct grad_rule<ops::where> {
+  template <std::size_t S, class Y, class G, class C, class A, class B>
+  static consteval auto vjp(Y, G g, C c, A a, B b) {
+    if constexpr (S == 0)
+      return zero_t{};
+    else if constexpr (S == 1)
+      return ad::unbroadcast(typeflow::where(c, g, typeflow::zeros_like(g)), a);
+    else
+      return ad::unbroadcast(typeflow::where(c, typeflow::zeros_like(g), g), b);
+  }
+};
+
+template <dtype U>
+struct grad_rule<ops::cast<U>> {
+  template <std::size_t, class Y, class G, class X>
+  static consteval auto vjp(Y, G g, X) {
+    if constexpr (is_floating<U> && is_floating<typename X::value_type>)
+      return typeflow::cast<typename X::value_type>(g);
+    else
+      return zero_t{};
+  }
+};
+
+template <class Shape>
+struct grad_rule<ops::broadcast_to<Shape>> {
+  template <std::size_t, class Y, class G, class X>
+  static consteval auto vjp(Y, G g, X x) {
+    return ad::unbroadcast(g, x);
+  }
+};
+
+template <>
+struct grad_rule<ops::broadcast_like> {
+  template <std::size_t S, class Y, class G, class A, class X>
+  static consteval auto vjp(Y, G g, A a, X) {
+    if constexpr (S == 0)
+      return ad::unbroadcast(g, a);
+    else
+      return zero_t{};
+  }
+};
+
+template <fixed_string Tag>
+struct grad_rule<debug::probe_op<Tag>> {
+  template <std::size_t, class Y, class G, class X>
+  static consteval auto vjp(Y, G g, X) {
+    return g;
+  }
+};
+
+} // namespace typeflow

@@ -1,0 +1,18 @@
+// expect: "grad: cannot differentiate with respect to \\?"labels\\?" of dtype int32"
+// Gradients exist only with respect to floating-point tensors.
+#include <cstdint>
+#include <typeflow/typeflow.hpp>
+
+namespace ty = typeflow;
+
+constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 3>>;
+constexpr auto labels = ty::placeholder<"labels", std::int32_t, ty::shape<ty::dyn, 3>>;
+constexpr auto loss = ty::sum(x * ty::cast<float>(labels));
+
+int main() {
+#ifndef TYPEFLOW_COMPILE_FAIL_CONTROL
+  [[maybe_unused]] constexpr auto g = ty::grad(loss, labels);
+#else
+  [[maybe_unused]] constexpr auto g = ty::grad(loss, x);
+#endif
+}
