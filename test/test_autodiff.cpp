@@ -300,6 +300,27 @@ TEST_SUITE("autodiff") {
     expect_gradcheck(s, ty::sum(ty::concat<0>(x234, x234 * x234) * ty::concat<0>(r234, r234)),
                      ty::wrt(x234));
     expect_gradcheck(s, ty::sum(ty::expand_dims<0>(a34) * r234), ty::wrt(a34));
+    // slice (its gradient pads with zeros), and a slice of a slice.
+    expect_gradcheck(s, ty::sum(ty::square(ty::slice<ty::ints<1, 1>, ty::ints<2, -1>>(a34))),
+                     ty::wrt(a34));
+    expect_gradcheck(s,
+                     ty::sum(ty::slice<ty::ints<0, 1, 0>, ty::ints<-1, 2, 3>>(ty::sin(x234)) *
+                             ty::slice<ty::ints<0, 0, 1>, ty::ints<-1, 2, 3>>(r234)),
+                     ty::wrt(x234));
+  }
+
+  TEST_CASE("second order through concat and slice (pad_like and slice_like)") {
+    ty::session s;
+    set_weights(s);
+    set(s, a34, uniform_gen(63, -1.0, 1.0));
+    set(s, c31, uniform_gen(64, -1.0, 1.0));
+    // y = sum(concat(a^3, c^3)): the gradient is 3 a^2 on a's block; its gradient along v, as a
+    // function of a, is checked by gradcheck of y' = sum(grad(y, a) * r34).
+    constexpr auto y = ty::sum(ty::concat<1>(a34 * a34 * a34, c31 * c31 * c31) * r35);
+    expect_gradcheck(s, ty::sum(ty::grad(y, a34) * r34), ty::wrt(a34));
+    constexpr auto z = ty::sum(ty::square(ty::slice<ty::ints<1, 0>, ty::ints<2, 3>>(a34)) *
+                               ty::slice<ty::ints<0, 1>, ty::ints<2, 3>>(r34));
+    expect_gradcheck(s, ty::sum(ty::grad(z, a34) * ty::sin(a34)), ty::wrt(a34));
   }
 
   TEST_CASE("a large variable is checked along random directions") {

@@ -244,7 +244,70 @@ struct reshape_like : no_dtype_rule {
   }
 };
 
+/// pad_like<ints<begin...>>(g, x): a zero tensor of x's shape with g written at `begin` (the
+/// gradient of slice).
+template <class Begin>
+struct pad_like : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::layout;
+  static constexpr std::string_view name = "pad_like";
+  static constexpr auto begin = Begin::values;
+  template <class A, class X>
+  using value_type = typename A::value_type;
+  static std::string attrs() {
+    std::string b = "begin=[";
+    for (std::size_t i = 0; i < Begin::size; ++i)
+      b += (i ? "," : "") + std::to_string(begin[i]);
+    return b + "]";
+  }
+  template <std::size_t RA, std::size_t RX>
+  static constexpr rule_result<RX> rule(const dims_t<RA>& a, const dims_t<RX>& x) {
+    rule_result<RX> r{{}, x};
+    if (RA != RX || Begin::size != RX) {
+      r.error = "ranks differ";
+      return r;
+    }
+    for (std::size_t i = 0; i < RX; ++i)
+      if (a[i] != dyn && x[i] != dyn && begin[i] + a[i] > x[i])
+        r.error = "padded region out of bounds";
+    return r;
+  }
+};
+
+/// slice_like<ints<begin...>>(g, a): the block of g at `begin` with a's shape.
+template <class Begin>
+struct slice_like : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::layout;
+  static constexpr std::string_view name = "slice_like";
+  static constexpr auto begin = Begin::values;
+  template <class G, class A>
+  using value_type = typename G::value_type;
+  static std::string attrs() { return pad_like<Begin>::attrs(); }
+  template <std::size_t RG, std::size_t RA>
+  static constexpr rule_result<RA> rule(const dims_t<RG>& g, const dims_t<RA>& a) {
+    rule_result<RA> r{{}, a};
+    if (RA != RG || Begin::size != RA) {
+      r.error = "ranks differ";
+      return r;
+    }
+    for (std::size_t i = 0; i < RA; ++i)
+      if (a[i] != dyn && g[i] != dyn && begin[i] + a[i] > g[i])
+        r.error = "slice out of bounds";
+    return r;
+  }
+};
+
 } // namespace ops
+
+/// pad_like<ints<begin...>>(g, x)
+template <class Begin, expression A, expression X>
+consteval auto pad_like(A, X) {
+  return make_node<ops::pad_like<Begin>, A, X>();
+}
+/// slice_like<ints<begin...>>(g, a)
+template <class Begin, expression G, expression A>
+consteval auto slice_like(G, A) {
+  return make_node<ops::slice_like<Begin>, G, A>();
+}
 
 /// expand_dims<axes...>(x)
 template <std::int64_t... Axes, expression A>

@@ -1,5 +1,6 @@
 // Gradient rules of the layout ops: reshape and its views go back by reshape_like, transpose by
-// the inverse permutation, concat by slicing the gradient (static extents along the axis).
+// the inverse permutation, concat and slice by slice_like and pad_like (each the gradient of the
+// other).
 #pragma once
 #include "../autodiff/fold.hpp"
 
@@ -48,6 +49,34 @@ struct grad_rule<ops::transpose<Perm...>> {
   }
 };
 
+template <class Begin, class Size>
+struct grad_rule<ops::slice<Begin, Size>> {
+  template <std::size_t, class Y, class G, class X>
+  static consteval auto vjp(Y, G g, X x) {
+    return typeflow::pad_like<Begin>(g, x);
+  }
+};
+template <class Begin>
+struct grad_rule<ops::pad_like<Begin>> {
+  template <std::size_t S, class Y, class G, class A, class X>
+  static consteval auto vjp(Y, G g, A a, X) {
+    if constexpr (S == 0)
+      return typeflow::slice_like<Begin>(g, a);
+    else
+      return zero_t{};
+  }
+};
+template <class Begin>
+struct grad_rule<ops::slice_like<Begin>> {
+  template <std::size_t S, class Y, class G, class C, class A>
+  static consteval auto vjp(Y, G g, C c, A) {
+    if constexpr (S == 0)
+      return typeflow::pad_like<Begin>(g, c);
+    else
+      return zero_t{};
+  }
+};
+
 template <std::int64_t Axis>
 struct grad_rule<ops::concat<Axis>> {
   template <std::size_t S, class Y, class G, class... X>
@@ -61,11 +90,11 @@ struct grad_rule<ops::concat<Axis>> {
         b += extents[k];
       return b;
     }();
-    static_assert(begin >= 0 && extents[S] >= 0,
-                  "concat gradient: extents along the axis must be static (not dyn)");
+    static_assert(begin >= 0,
+                  "concat gradient: extents along the axis before this operand must be static");
+    using XS = std::tuple_element_t<S, std::tuple<X...>>;
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return typeflow::slice<ints<(I == axis ? begin : 0)...>,
-                             ints<(I == axis ? extents[S] : -1)...>>(g);
+      return typeflow::slice_like<ints<(I == axis ? begin : 0)...>>(g, XS{});
     }
     (std::make_index_sequence<R>{});
   }

@@ -493,6 +493,29 @@ private:
                        vals[I].dims);
   }
 
+  template <std::size_t I, class B, class T, class A, class X>
+  void kernel(ops::pad_like<B>*, T*, value* vals, void*, A*, X*) {
+    const value& in = vals[A::index];
+    for (std::size_t i = 0; i < A::rank; ++i)
+      if (B::values[i] + in.dims.d[i] > vals[I].dims.d[i])
+        throw error("pad_like: padded region out of bounds: " + in.dims.str() + " in " +
+                    vals[I].dims.str());
+    cpu_backend::pad(static_cast<const T*>(in.data), in.dims, B::values, allocate<T>(vals[I]),
+                     vals[I].dims);
+  }
+
+  template <std::size_t I, class B, class T, class G, class A>
+  void kernel(ops::slice_like<B>*, T*, value* vals, void*, G*, A*) {
+    const value& in = vals[G::index];
+    for (std::size_t i = 0; i < G::rank; ++i)
+      if (B::values[i] + vals[I].dims.d[i] > in.dims.d[i])
+        throw error("slice_like: slice out of bounds: " + vals[I].dims.str() + " of " +
+                    in.dims.str());
+    T* out = allocate<T>(vals[I]);
+    cpu_backend::slice(*pool_, static_cast<const T*>(in.data), in.dims, B::values, out,
+                       vals[I].dims);
+  }
+
   template <std::size_t I, std::int64_t Axis, class T, class... Cs>
   void kernel(ops::concat<Axis>*, T*, value* vals, void*, Cs*...) {
     T* out = allocate<T>(vals[I]);

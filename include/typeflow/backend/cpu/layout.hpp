@@ -76,6 +76,33 @@ void slice(thread_pool& pool, const T* in, const runtime::rt_dims& id,
   detail::strided_copy(pool, in + off, s, out, od);
 }
 
+/// out (dims od) = zeros with in (dims id) written at `begin`.
+template <class T, std::size_t R>
+void pad(const T* in, const runtime::rt_dims& id, const std::array<std::int64_t, R>& begin, T* out,
+         const runtime::rt_dims& od) {
+  std::fill_n(out, od.numel(), T(0));
+  const std::int64_t total = id.numel();
+  if (total == 0)
+    return;
+  const auto s = detail::row_major_strides(od);
+  std::int64_t base = 0;
+  for (std::size_t i = 0; i < R; ++i)
+    base += begin[i] * s[i];
+  if (R == 0) {
+    out[0] = in[0];
+    return;
+  }
+  const std::int64_t inner = id.d[R - 1], rows = total / inner;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t off = base, q = r;
+    for (std::size_t i = R - 1; i-- > 0;) {
+      off += (q % id.d[i]) * s[i];
+      q /= id.d[i];
+    }
+    std::copy_n(in + r * inner, inner, out + off);
+  }
+}
+
 /// Concatenation along `axis` of parts (pointer, dims) into out.
 template <class T>
 void concat(const std::int64_t axis, const T* const* parts, const runtime::rt_dims* const* dims,
