@@ -24,11 +24,14 @@ namespace typeflow::graph {
 namespace detail {
 template <class N, std::size_t I>
 struct indexed {};
+template <class N>
+struct present {};
 
 template <class List, class Seq>
 struct index_map;
 template <class... Ns, std::size_t... I>
-struct index_map<type_list<Ns...>, std::index_sequence<I...>> : indexed<Ns, I>... {};
+struct index_map<type_list<Ns...>, std::index_sequence<I...>> : indexed<Ns, I>...,
+                                                                present<Ns>... {};
 
 // Declared, never defined: used only inside decltype, so no function is instantiated per node.
 template <class N, std::size_t I>
@@ -36,11 +39,10 @@ std::integral_constant<std::size_t, I> index_probe(const indexed<N, I>*);
 template <std::size_t I, class N>
 N node_at(const indexed<N, I>*);
 
-template <class Map, class N, class = void>
-struct has_node : std::false_type {};
+// Membership is a base-class test, never a failed deduction: g++ spends time exponential in the
+// sharing of a graph when a deduction through the index map fails.
 template <class Map, class N>
-struct has_node<Map, N, std::void_t<decltype(index_probe<N>(static_cast<const Map*>(nullptr)))>>
-    : std::true_type {};
+using has_node = std::is_base_of<present<std::remove_cvref_t<N>>, Map>;
 
 template <class N>
 struct arity;
@@ -111,7 +113,8 @@ public:
 
   /// Position of node N in the topological order: index_c<N>::value.
   template <class N>
-  using index_c = decltype(detail::index_probe<N>(static_cast<const map*>(nullptr)));
+  using index_c =
+      decltype(detail::index_probe<std::remove_cvref_t<N>>(static_cast<const map*>(nullptr)));
   /// Whether N is a node of this plan: contains_c<N>::value.
   template <class N>
   using contains_c = detail::has_node<map, N>;
