@@ -22,22 +22,24 @@
 namespace typeflow::graph {
 
 namespace detail {
+// Lookups are overload resolution among non-template functions (one pair per node), never
+// template argument deduction: deducing through the index map made g++ walk node types as trees,
+// exponential in the sharing of the graph.
 template <class N, std::size_t I>
-struct indexed {};
+struct indexed {
+  static std::integral_constant<std::size_t, I> index_of(N*);
+  static N node_at(std::integral_constant<std::size_t, I>);
+};
 template <class N>
 struct present {};
 
 template <class List, class Seq>
 struct index_map;
 template <class... Ns, std::size_t... I>
-struct index_map<type_list<Ns...>, std::index_sequence<I...>> : indexed<Ns, I>...,
-                                                                present<Ns>... {};
-
-// Declared, never defined: used only inside decltype, so no function is instantiated per node.
-template <class N, std::size_t I>
-std::integral_constant<std::size_t, I> index_probe(const indexed<N, I>*);
-template <std::size_t I, class N>
-N node_at(const indexed<N, I>*);
+struct index_map<type_list<Ns...>, std::index_sequence<I...>> : indexed<Ns, I>..., present<Ns>... {
+  using indexed<Ns, I>::index_of...;
+  using indexed<Ns, I>::node_at...;
+};
 
 // Membership is a base-class test, never a failed deduction: g++ spends time exponential in the
 // sharing of a graph when a deduction through the index map fails.
@@ -113,8 +115,7 @@ public:
 
   /// Position of node N in the topological order: index_c<N>::value.
   template <class N>
-  using index_c =
-      decltype(detail::index_probe<std::remove_cvref_t<N>>(static_cast<const map*>(nullptr)));
+  using index_c = decltype(map::index_of(static_cast<std::remove_cvref_t<N>*>(nullptr)));
   /// Whether N is a node of this plan: contains_c<N>::value.
   template <class N>
   using contains_c = detail::has_node<map, N>;
@@ -132,7 +133,7 @@ private:
 public:
   /// The node at position I.
   template <std::size_t I>
-  using node = decltype(detail::node_at<I>(static_cast<const map*>(nullptr)));
+  using node = decltype(map::node_at(std::integral_constant<std::size_t, I>{}));
 
 private:
   template <class L>
