@@ -501,6 +501,19 @@ TEST_SUITE("autodiff") {
       }
   }
 
+  TEST_CASE("the upstream gradient of a non-scalar y may be given plain or as seed(g)") {
+    constexpr auto x = ty::placeholder<"x", double, ty::shape<3>>;
+    constexpr auto g = ty::placeholder<"g", double, ty::shape<3>>;
+    constexpr auto y = ty::sin(x) * x;
+    static_assert(
+        std::is_same_v<decltype(ty::grad(y, x, g)), decltype(ty::grad(y, x, ty::seed(g)))>);
+    ty::session s;
+    ty::tensor<double> xv({3}, {0.5, -1.0, 2.0}), gv({3}, {1.0, 2.0, -3.0});
+    auto [vjp] = s.run(ty::fetch(ty::grad(y, x, g)), ty::feed(x, xv), ty::feed(g, gv));
+    for (i64 i = 0; i < 3; ++i)
+      CHECK(vjp[i] == doctest::Approx(gv[i] * (std::cos(xv[i]) * xv[i] + std::sin(xv[i]))));
+  }
+
   TEST_CASE("custom_gradient clips the gradient; a seeded grad is a vector-Jacobian product") {
     ty::session s;
     constexpr auto x = var<"x", 6>;

@@ -261,20 +261,37 @@ consteval auto grad_impl(Y, Seed, Xs... xs) {
   }
 }
 
+template <class T>
+struct is_seed : std::false_type {};
+template <class E>
+struct is_seed<seed_t<E>> : std::true_type {};
+template <class T>
+struct seed_type {
+  using type = T;
+};
+template <class E>
+struct seed_type<seed_t<E>> {
+  using type = E;
+};
+
 template <class... T>
 struct last_of {
   using type = typename decltype((std::type_identity<T>{}, ...))::type;
 };
 } // namespace detail
 
-/// grad(y, x1, x2, ...) for a scalar y; grad(y, x1, ..., seed(g)) for any y with upstream g
-/// (a vector-Jacobian product). One x gives an expression, several give a std::tuple.
+/// grad(y, x1, x2, ...) for a scalar y; grad(y, x1, ..., g) for a non-scalar y with upstream g
+/// (a vector-Jacobian product; `seed(g)` marks it explicitly, also for a scalar y). One x gives
+/// an expression, several give ty::gradients (structured bindings, ty::get, ty::apply).
 template <expression Y, class... Args>
 consteval auto grad(Y y, Args... args) {
   static_assert(sizeof...(Args) >= 1, "grad: name at least one expression to differentiate by");
   using Last = typename detail::last_of<Args...>::type;
-  if constexpr (requires { typename Last::type; } && !expression<Last>) {
-    using G = typename Last::type;
+  constexpr bool wrapped = detail::is_seed<Last>::value;
+  if constexpr (wrapped || Y::shape_type::rank > 0) {
+    static_assert(sizeof...(Args) >= 2,
+                  "grad: y is not a scalar; pass its upstream gradient: grad(y, x..., seed)");
+    using G = typename detail::seed_type<Last>::type;
     static_assert(std::is_same_v<typename G::shape_type, typename Y::shape_type>,
                   "grad: the seed must have the shape of y");
     auto all = std::tuple{args...};
@@ -283,8 +300,6 @@ consteval auto grad(Y y, Args... args) {
     }
     (std::make_index_sequence<sizeof...(Args) - 1>{});
   } else {
-    static_assert(Y::shape_type::rank == 0,
-                  "grad: y is not a scalar; pass its upstream gradient: grad(y, x..., seed(g))");
     static_assert(is_floating<typename Y::value_type>, "grad: y must be floating-point");
     return detail::grad_impl(y, full<1, typename Y::value_type, shape<>>, args...);
   }
