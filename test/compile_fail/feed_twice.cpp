@@ -1,4 +1,4 @@
-// expect: static assertion failed: feed: a placeholder is fed twice
+// expect: "feed: placeholder \\?"x\\?" is fed twice"
 // x is fed twice in one run.
 #include <typeflow/typeflow.hpp>
 

@@ -46,6 +46,16 @@ struct unfed_message {
   }
 };
 
+template <class P>
+struct fed_twice_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("feed: placeholder \"") << P::op::name
+      << std::string_view("\" is fed twice");
+    return b;
+  }
+};
+
 template <class V>
 struct duplicate_variable_message {
   static constexpr msg_buf message() {
@@ -166,8 +176,12 @@ private:
     }();
     if constexpr (unfed < P::size)
       detail::fail<detail::unfed_message<typename P::template node<unfed>>>();
-    static_assert(((feed_count<typename Feeds::placeholder, Feeds...>() == 1) && ...),
-                  "feed: a placeholder is fed twice");
+    (
+        [] {
+          if constexpr (feed_count<typename Feeds::placeholder, Feeds...>() > 1)
+            detail::fail<detail::fed_twice_message<typename Feeds::placeholder>>();
+        }(),
+        ...);
     check_variables<P>(std::make_index_sequence<P::size>{});
   }
   template <class Ph, class... Feeds>
