@@ -3,7 +3,11 @@
 variable per matmul) is generated, planned and run by a session; with --grad the chain's sum is
 differentiated with respect to every variable and the loss and all gradients are fetched in one
 run. Reports g++ wall seconds and peak compiler memory for each N.
-Usage: python3 bench/compile_time.py [--grad] [N ...] (default 25 50 100 200).
+With --shared the graph is N levels of `h = tanh(h * h + h)` instead: every level reuses the one
+below twice, the sharing that gradient graphs are full of. With --quickstart it times
+examples/quickstart.cpp at -O0 and -O2 (the figure the README states).
+Usage: python3 bench/compile_time.py [--grad | --shared | --quickstart] [N ...]
+(default N: 25 50 100 200).
 """
 import os
 import pathlib
@@ -14,6 +18,24 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ELEMENTWISE = ["ty::tanh({})", "{} + b", "ty::relu({})", "{} * ty::constant<0.5>", "ty::sigmoid({})"]
+
+
+def shared_source(n: int) -> str:
+    lines = [
+        "#include <typeflow/typeflow.hpp>",
+        "namespace ty = typeflow;",
+        'constexpr auto h0 = ty::placeholder<"x", float, ty::shape<ty::dyn, 16>>;',
+    ]
+    lines += [f"constexpr auto h{i} = ty::tanh(h{i - 1} * h{i - 1} + h{i - 1});" for i in range(1, n + 1)]
+    lines += [
+        "int main() {",
+        "  ty::session s;",
+        "  ty::tensor<float> in({4, 16});",
+        f"  auto [r] = s.run(ty::fetch(ty::sum(h{n})), ty::feed(h0, in));",
+        "  return r.item() == r.item() ? 0 : 1;",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def source(n: int, grad: bool = False) -> str:
@@ -58,29 +80,43 @@ def source(n: int, grad: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measure(n: int, cxx: str, grad: bool) -> tuple[float, float]:
+def compile_file(src: pathlib.Path, cxx: str, opt: str, out: pathlib.Path) -> tuple[float, float]:
+    cmd = ["/usr/bin/time", "-f", "%e %M", cxx, "-std=c++20", opt, f"-I{ROOT / 'include'}",
+           "-c", str(src), "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"compile failed for {src.name}:\n{done.stderr[-4000:]}")
+    secs, kb = done.stderr.strip().splitlines()[-1].split()
+    return float(secs), int(kb) / 1024
+
+
+def measure(n: int, cxx: str, mode: str) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        src = pathlib.Path(tmp) / f"chain_{n}.cpp"
-        src.write_text(source(n, grad))
-        cmd = ["/usr/bin/time", "-f", "%e %M", cxx, "-std=c++20", "-O2", f"-I{ROOT / 'include'}",
-               "-c", str(src), "-o", str(pathlib.Path(tmp) / "chain.o")]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.exit(f"compile failed for N={n}:\n{done.stderr[-4000:]}")
-        secs, kb = done.stderr.strip().splitlines()[-1].split()
-        return float(secs), int(kb) / 1024
+        src = pathlib.Path(tmp) / f"graph_{n}.cpp"
+        src.write_text(shared_source(n) if mode == "shared" else source(n, mode == "grad"))
+        return compile_file(src, cxx, "-O2", pathlib.Path(tmp) / "graph.o")
 
 
 def main() -> None:
     args = sys.argv[1:]
-    grad = "--grad" in args
-    sizes = [int(a) for a in args if a != "--grad"] or [25, 50, 100, 200]
     cxx = os.environ.get("CXX", "g++")
-    what = "forward + gradient" if grad else "forward"
-    print(f"| N ops ({what}) | compile s ({cxx} -O2) | peak MiB |")
+    if "--quickstart" in args:
+        print(f"| examples/quickstart.cpp | compile s ({cxx}) | peak MiB |")
+        print("|---|---:|---:|")
+        with tempfile.TemporaryDirectory() as tmp:
+            for opt in ("-O0", "-O2"):
+                secs, mib = compile_file(ROOT / "examples" / "quickstart.cpp", cxx, opt,
+                                         pathlib.Path(tmp) / "q.o")
+                print(f"| {opt} | {secs:.1f} | {mib:.0f} |", flush=True)
+        return
+    mode = "grad" if "--grad" in args else "shared" if "--shared" in args else "chain"
+    sizes = [int(a) for a in args if not a.startswith("--")] or [25, 50, 100, 200]
+    what = {"grad": "N ops, forward + gradient", "shared": "N shared levels",
+            "chain": "N ops"}[mode]
+    print(f"| {what} | compile s ({cxx} -O2) | peak MiB |")
     print("|---:|---:|---:|")
     for n in sizes:
-        secs, mib = measure(n, cxx, grad)
+        secs, mib = measure(n, cxx, mode)
         print(f"| {n} | {secs:.1f} | {mib:.0f} |", flush=True)
 
 
