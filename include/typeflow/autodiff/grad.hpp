@@ -20,26 +20,14 @@ namespace typeflow {
 
 namespace ops {
 /// stop_gradient(e): e, through which no gradient flows.
-struct stop_gradient : elementwise_base, no_dtype_rule {
+struct stop_gradient : identity_base {
   static constexpr std::string_view name = "stop_gradient";
-  template <class A>
-  using value_type = typename A::value_type;
-  template <class C, class A>
-  static A eval(A a) {
-    return a;
-  }
 };
 
 /// custom_gradient(e, rule): e, whose gradient is rule(upstream, e) (a constexpr callable).
 template <class Rule>
-struct custom_gradient : elementwise_base, no_dtype_rule {
+struct custom_gradient : identity_base {
   static constexpr std::string_view name = "custom_gradient";
-  template <class A>
-  using value_type = typename A::value_type;
-  template <class C, class A>
-  static A eval(A a) {
-    return a;
-  }
 };
 } // namespace ops
 

@@ -180,6 +180,17 @@ struct broadcast_to : no_dtype_rule {
   }
 };
 
+/// An elementwise op whose value is its operand's (stop_gradient, custom_gradient): only the
+/// gradient differs.
+struct identity_base : elementwise_base, no_dtype_rule {
+  template <class A>
+  using value_type = typename A::value_type;
+  template <class C, class A>
+  static A eval(A a) {
+    return a;
+  }
+};
+
 /// zeros_like(x): zeros with x's dtype and shape (a typed zero, as gradients produce).
 struct zeros_like : elementwise_base, no_dtype_rule {
   static constexpr std::string_view name = "zeros_like";
