@@ -20,6 +20,7 @@
 #include "ops/layout.hpp"
 #include "ops/leaves.hpp"
 #include "ops/matmul.hpp"
+#include "ops/nn.hpp"
 #include "ops/reduce.hpp"
 #include "ops/state.hpp"
 #include "runtime/feed.hpp"

@@ -90,13 +90,29 @@ consteval auto neg(A a) {
   else
     return typeflow::negate(a);
 }
+/// The product of two constants as one constant: typed (full) when either is typed, so that a
+/// weak literal never stands for a typed adjoint.
+template <class A, class B>
+consteval auto constant_product() {
+  constexpr double v = value_of_constant<A>::value * value_of_constant<B>::value;
+  if constexpr (!detail::weak_t<A>::value)
+    return expr<ops::full<detail::bits<v>, typename A::value_type, typename A::shape_type>>{};
+  else if constexpr (!detail::weak_t<B>::value)
+    return expr<ops::full<detail::bits<v>, typename B::value_type, typename B::shape_type>>{};
+  else
+    return expr<ops::literal<detail::bits<v>>>{};
+}
+
 template <class A, class B>
 consteval auto mul(A a, B b) {
   if constexpr (is_zero<A>() || is_zero<B>())
     return zero_t{};
-  else if constexpr (is_one<A>())
+  else if constexpr (value_of_constant<A>::value && value_of_constant<B>::value &&
+                     (detail::weak_t<A>::value || detail::weak_t<B>::value))
+    return constant_product<A, B>();
+  else if constexpr (is_one<A>() && !(detail::weak_t<B>::value && !detail::weak_t<A>::value))
     return b;
-  else if constexpr (is_one<B>())
+  else if constexpr (is_one<B>() && !(detail::weak_t<A>::value && !detail::weak_t<B>::value))
     return a;
   else
     return typeflow::mul(a, b);

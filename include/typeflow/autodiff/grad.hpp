@@ -13,17 +13,13 @@
 #include "../ops/elementwise_grad.hpp"
 #include "../ops/layout_grad.hpp"
 #include "../ops/matmul_grad.hpp"
+#include "../ops/nn_grad.hpp"
 #include "../ops/reduce_grad.hpp"
 #include "fold.hpp"
 
 namespace typeflow {
 
 namespace ops {
-/// stop_gradient(e): e, through which no gradient flows.
-struct stop_gradient : identity_base {
-  static constexpr std::string_view name = "stop_gradient";
-};
-
 /// custom_gradient(e, rule): e, whose gradient is rule(upstream, e) (a constexpr callable).
 template <class Rule>
 struct custom_gradient : identity_base {
@@ -31,10 +27,6 @@ struct custom_gradient : identity_base {
 };
 } // namespace ops
 
-template <expression E>
-consteval auto stop_gradient(E) {
-  return make_node<ops::stop_gradient, E>();
-}
 template <expression E, class Rule>
 consteval auto custom_gradient(E, Rule) {
   return make_node<ops::custom_gradient<Rule>, E>();

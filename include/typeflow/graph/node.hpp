@@ -22,6 +22,7 @@ enum class node_kind {
   reduction,   // region boundary
   matmul,      // region boundary (BLAS)
   layout,      // reshape, transpose, concat, slice: region boundary
+  nn,          // conv2d, pooling, cross-entropy: region boundary with its own kernel
   group,       // no value: runs its children
 };
 

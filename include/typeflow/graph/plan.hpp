@@ -453,6 +453,8 @@ private:
       return "matmul";
     case node_kind::layout:
       return "layout";
+    case node_kind::nn:
+      return "nn";
     case node_kind::group:
       return "group";
     }

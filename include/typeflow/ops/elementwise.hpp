@@ -191,6 +191,11 @@ struct identity_base : elementwise_base, no_dtype_rule {
   }
 };
 
+/// stop_gradient(e): e, through which no gradient flows.
+struct stop_gradient : identity_base {
+  static constexpr std::string_view name = "stop_gradient";
+};
+
 /// zeros_like(x): zeros with x's dtype and shape (a typed zero, as gradients produce).
 struct zeros_like : elementwise_base, no_dtype_rule {
   static constexpr std::string_view name = "zeros_like";
@@ -270,6 +275,12 @@ TYPEFLOW_BINARY_FN(less_equal)
 TYPEFLOW_BINARY_FN(greater)
 TYPEFLOW_BINARY_FN(greater_equal)
 #undef TYPEFLOW_BINARY_FN
+
+/// stop_gradient(e): e, through which no gradient flows (its value is e's).
+template <expression E>
+consteval auto stop_gradient(E) {
+  return make_node<ops::stop_gradient, E>();
+}
 
 template <expression A>
 consteval auto negate(A) {

@@ -14,12 +14,14 @@
 #include "../backend/cpu/fused.hpp"
 #include "../backend/cpu/gemm.hpp"
 #include "../backend/cpu/layout.hpp"
+#include "../backend/cpu/nn.hpp"
 #include "../backend/cpu/reduce.hpp"
 #include "../backend/cpu/thread_pool.hpp"
 #include "../device/device.hpp"
 #include "../graph/plan.hpp"
 #include "../ops/layout.hpp"
 #include "../ops/matmul.hpp"
+#include "../ops/nn.hpp"
 #include "../ops/reduce.hpp"
 #include "feed.hpp"
 #include "value.hpp"
@@ -98,6 +100,7 @@ public:
     using P = graph::plan<type_list<F...>>;
     check_plan<P, Feeds...>();
     stats_ = run_stats{};
+    ++runs_;
     check_feeds(feeds...);
     std::array<runtime::rt_value, P::size> vals;
     (bind_feed(P::template contains_c<typename Feeds::placeholder>::value, vals.data(),
@@ -137,6 +140,30 @@ public:
     std::memcpy(bind_variable<V>(), t.data(), sizeof(typename V::value_type) * t.size());
   }
 
+  /// One variable the session holds, as seen by `for_each_variable`.
+  struct variable_entry {
+    std::string_view name;
+    std::string_view dtype; ///< "float32", "float64", "int32", "int64" or "bool"
+    const std::vector<std::int64_t>& dims;
+    void* data; ///< dense row-major storage of `bytes` bytes, writable
+    std::size_t bytes;
+  };
+
+  /// Calls `f(variable_entry)` for every variable the session holds, in name order (variables
+  /// come into being when a graph using them first runs or is initialized).
+  template <class F>
+  void for_each_variable(F&& f) {
+    for (auto& [name, rec] : vars_) {
+      std::size_t bytes = dtype_size(rec.dtype);
+      for (auto d : rec.dims)
+        bytes *= static_cast<std::size_t>(d);
+      f(variable_entry{name, rec.dtype, rec.dims, rec.data.get(), bytes});
+    }
+  }
+
+  /// How many variables the session holds.
+  std::size_t variable_count() const { return vars_.size(); }
+
 private:
   using value = runtime::rt_value;
   using name_fn = const std::string& (*)(std::size_t);
@@ -146,6 +173,14 @@ private:
     std::vector<std::int64_t> dims;
     std::unique_ptr<void, detail::aligned_free> data;
   };
+
+  static std::size_t dtype_size(std::string_view d) {
+    if (d == dtype_name<double> || d == dtype_name<std::int64_t>)
+      return 8;
+    if (d == dtype_name<float> || d == dtype_name<std::int32_t>)
+      return 4;
+    return sizeof(bool);
+  }
 
   template <std::size_t R>
   static bool same_dims(const std::vector<std::int64_t>& a, const dims_t<R>& b) {
@@ -540,6 +575,110 @@ private:
                         vals[I].dims);
   }
 
+  // ---- neural-network kernels -----------------------------------------------------------
+
+  template <class Op>
+  static cpu_backend::window2d window_of(const runtime::rt_dims& x, std::int64_t kh,
+                                         std::int64_t kw, std::int64_t o, std::int64_t sh,
+                                         std::int64_t sw, std::int64_t dh, std::int64_t dw) {
+    const auto gh = detail::window_axis(x.d[1], kh, sh, dh, Op::pad);
+    const auto gw = detail::window_axis(x.d[2], kw, sw, dw, Op::pad);
+    return {x.d[0], x.d[1], x.d[2], x.d[3],        kh,           kw, o, gh.out, gw.out, sh,
+            sw,     dh,     dw,     gh.pad_before, gw.pad_before};
+  }
+  template <class Op>
+  static cpu_backend::window2d conv_window(const runtime::rt_dims& x, const runtime::rt_dims& w) {
+    return window_of<Op>(x, w.d[0], w.d[1], w.d[3], Op::sh, Op::sw, Op::dh, Op::dw);
+  }
+  template <class Op>
+  static cpu_backend::window2d pool_window(const runtime::rt_dims& x) {
+    return window_of<Op>(x, Op::kh, Op::kw, x.d[3], Op::sh, Op::sw, 1, 1);
+  }
+  template <class T>
+  std::shared_ptr<void> scratch(std::int64_t elements) {
+    return mem_->acquire(sizeof(T) * static_cast<std::size_t>(std::max<std::int64_t>(elements, 1)),
+                         stats_);
+  }
+
+  template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
+            std::int64_t DW, class T, class X, class W>
+  void kernel(ops::conv2d<P, SH, SW, DH, DW>*, T*, value* vals, void*, X*, W*) {
+    const auto g =
+        conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims, vals[W::index].dims);
+    T* out = allocate<T>(vals[I]);
+    auto col = scratch<T>(cpu_backend::conv_is_pointwise(g) ? 0 : g.rows() * g.patch());
+    cpu_backend::conv2d_forward(*pool_, static_cast<const T*>(vals[X::index].data),
+                                static_cast<const T*>(vals[W::index].data), g,
+                                static_cast<T*>(col.get()), out);
+  }
+
+  template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
+            std::int64_t DW, class T, class G, class W, class X>
+  void kernel(ops::conv2d_backprop_input<P, SH, SW, DH, DW>*, T*, value* vals, void*, G*, W*, X*) {
+    const auto g =
+        conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims, vals[W::index].dims);
+    T* out = allocate<T>(vals[I]);
+    auto col = scratch<T>(cpu_backend::conv_is_pointwise(g) ? 0 : g.rows() * g.patch());
+    cpu_backend::conv2d_backprop_input(*pool_, static_cast<const T*>(vals[G::index].data),
+                                       static_cast<const T*>(vals[W::index].data), g,
+                                       static_cast<T*>(col.get()), out);
+  }
+
+  template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
+            std::int64_t DW, class T, class X, class G, class W>
+  void kernel(ops::conv2d_backprop_filter<P, SH, SW, DH, DW>*, T*, value* vals, void*, X*, G*, W*) {
+    const auto g =
+        conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims, vals[W::index].dims);
+    T* out = allocate<T>(vals[I]);
+    auto col = scratch<T>(cpu_backend::conv_is_pointwise(g) ? 0 : g.rows() * g.patch());
+    cpu_backend::conv2d_backprop_filter(*pool_, static_cast<const T*>(vals[X::index].data),
+                                        static_cast<const T*>(vals[G::index].data), g,
+                                        static_cast<T*>(col.get()), out);
+  }
+
+  template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW,
+            std::int64_t SH, std::int64_t SW, class T, class X>
+  void kernel(ops::pool<K, P, KH, KW, SH, SW>*, T*, value* vals, void*, X*) {
+    const auto g = pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
+    cpu_backend::pool_forward<K == ops::pool_kind::max>(
+        *pool_, static_cast<const T*>(vals[X::index].data), g, allocate<T>(vals[I]));
+  }
+
+  template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW,
+            std::int64_t SH, std::int64_t SW, class T, class X, class G>
+  void kernel(ops::pool_grad<K, P, KH, KW, SH, SW>*, T*, value* vals, void*, X*, G*) {
+    const auto g = pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
+    cpu_backend::pool_backward<K == ops::pool_kind::max>(
+        *pool_, static_cast<const T*>(vals[X::index].data),
+        static_cast<const T*>(vals[G::index].data), g, allocate<T>(vals[I]));
+  }
+
+  template <std::size_t I, class T, class L, class Y>
+  void kernel(ops::sparse_softmax_xent*, T*, value* vals, void*, L*, Y*) {
+    const auto& ld = vals[L::index].dims;
+    cpu_backend::sparse_xent<false>(*pool_, static_cast<const T*>(vals[L::index].data),
+                                    static_cast<const typename Y::value_type*>(vals[Y::index].data),
+                                    ld.d[0], ld.d[1], allocate<T>(vals[I]));
+  }
+
+  template <std::size_t I, class T, class L, class Y>
+  void kernel(ops::sparse_softmax_xent_grad*, T*, value* vals, void*, L*, Y*) {
+    const auto& ld = vals[L::index].dims;
+    cpu_backend::sparse_xent<true>(*pool_, static_cast<const T*>(vals[L::index].data),
+                                   static_cast<const typename Y::value_type*>(vals[Y::index].data),
+                                   ld.d[0], ld.d[1], allocate<T>(vals[I]));
+  }
+
+  template <std::size_t I, std::uint64_t Seed, class T, class X, class K>
+  void kernel(ops::dropout_mask<Seed>*, T*, value* vals, void*, X*, K*) {
+    using KT = typename K::value_type;
+    if (!vals[K::index].data)
+      throw error("dropout: keep_prob has no value");
+    const double keep = static_cast<double>(*static_cast<const KT*>(vals[K::index].data));
+    cpu_backend::dropout_mask(*pool_, Seed, runs_, keep, vals[I].dims.numel(),
+                              allocate<T>(vals[I]));
+  }
+
   template <class F>
   using group_or_value = std::conditional_t<std::remove_cvref_t<F>::op::kind == node_kind::group,
                                             void, typename std::remove_cvref_t<F>::value_type>;
@@ -583,6 +722,7 @@ private:
   std::shared_ptr<runtime::buffer_pool> mem_;
   std::map<std::string, var_record, std::less<>> vars_;
   run_stats stats_;
+  std::uint64_t runs_ = 0;
 };
 
 } // namespace typeflow
