@@ -26,6 +26,17 @@ struct fixed_string {
 template <std::size_t N>
 fixed_string(const char (&)[N]) -> fixed_string<N - 1>;
 
+/// Concatenation: `Name + fixed_string("/weights")` names a layer's variables.
+template <std::size_t N, std::size_t M>
+constexpr fixed_string<N + M> operator+(const fixed_string<N>& a, const fixed_string<M>& b) {
+  fixed_string<N + M> r;
+  for (std::size_t i = 0; i < N; ++i)
+    r.data[i] = a.data[i];
+  for (std::size_t i = 0; i < M; ++i)
+    r.data[N + i] = b.data[i];
+  return r;
+}
+
 namespace detail {
 
 /// A bounded constexpr string builder for compile-time messages.

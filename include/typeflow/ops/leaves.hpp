@@ -209,6 +209,18 @@ constexpr int leaf_code() {
 }
 } // namespace detail
 
+namespace detail {
+/// A variable op's name; empty for other ops.
+template <class Op>
+struct variable_name {
+  static constexpr std::string_view value{};
+};
+template <class Op>
+requires(Op::kind == node_kind::leaf && Op::leaf == leaf_kind::variable) struct variable_name<Op> {
+  static constexpr std::string_view value = Op::name;
+};
+} // namespace detail
+
 /// Traits of node types as classes (the library's own form: see expr in graph/node.hpp).
 template <class E, leaf_kind K>
 struct is_leaf_of_t

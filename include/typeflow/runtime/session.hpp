@@ -68,15 +68,6 @@ struct duplicate_variable_message {
   }
 };
 
-template <class Op>
-struct variable_name {
-  static constexpr std::string_view value{};
-};
-template <class Op>
-requires(Op::kind == node_kind::leaf && Op::leaf == leaf_kind::variable) struct variable_name<Op> {
-  static constexpr std::string_view value = Op::name;
-};
-
 } // namespace detail
 
 /// Runs graphs. `Placement` maps each node to a device (for now every node is on `cpu<0>`).
@@ -128,6 +119,12 @@ public:
         std::vector<std::int64_t>(V::shape_type::dims.begin(), V::shape_type::dims.end()));
     std::memcpy(t.data(), bind_variable<V>(), sizeof(typename V::value_type) * t.size());
     return t;
+  }
+
+  /// Sets a scalar variable (a run-time hyper-parameter such as a learning rate).
+  template <expression V>
+  requires(V::shape_type::rank == 0) void write(V v, typename V::value_type x) {
+    write(v, tensor<typename V::value_type>(std::vector<std::int64_t>{}, {x}));
   }
 
   /// Overwrites a variable's value; the shape must match.
@@ -246,7 +243,11 @@ private:
   void initialize_into(void* data) {
     using T = typename V::value_type;
     std::mt19937_64 rng(detail::hash_name(V::op::name, opts_.seed));
-    V::op::initializer::template init<T>(static_cast<T*>(data), numel(V::shape_type::dims), rng);
+    using Init = typename V::op::initializer;
+    if constexpr (requires { Init::shaped; })
+      Init::template init<T>(static_cast<T*>(data), V::shape_type::dims, rng);
+    else
+      Init::template init<T>(static_cast<T*>(data), numel(V::shape_type::dims), rng);
   }
 
   template <class V>

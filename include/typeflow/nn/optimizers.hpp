@@ -1,0 +1,142 @@
+// Optimizers: gradient descent, momentum (optionally Nesterov) and Adam, as TensorFlow 1.x's.
+// `opt.minimize(loss)` differentiates loss with respect to every trainable variable of its graph
+// and returns the training op: a group of assignments (the variables, their slots, and
+// global_step += 1), all computed from the values at the start of the run and committed at its
+// end. Slot variables are named after their variable ("conv1/weights/momentum"). The
+// hyper-parameters are scalar expressions: weak literals (`constant<0.9>`), or run-time values
+// (hyperparameter<...> variables, placeholders, or a schedule such as exponential_decay of
+// global_step), so a schedule changes them between steps without recompiling.
+#pragma once
+#include "../autodiff/grad.hpp"
+#include "../ops/state.hpp"
+#include "variables.hpp"
+
+namespace typeflow {
+
+/// A slot of variable V: `<V's name>` + Suffix, V's dtype and shape, zeros, not trainable.
+template <class V, fixed_string Suffix>
+inline constexpr auto slot_variable =
+    variable<detail::variable_traits<typename V::op>::name + Suffix, typename V::value_type,
+             typename V::shape_type, not_trainable<zeros>>;
+
+namespace detail {
+
+template <class G, std::size_t I>
+struct gradient_at {
+  using type = typename G::template type_at<I>;
+};
+
+/// Applies Opt::update(v, g) to each trainable variable of Loss's graph.
+template <class Opt, class Loss, class... V, std::size_t... I>
+consteval auto apply_updates(Loss loss, type_list<V...>, std::index_sequence<I...>) {
+  static_assert(sizeof...(V) > 0, "minimize: the loss depends on no trainable variable");
+  using G = decltype(typeflow::grad(loss, V{}...));
+  if constexpr (sizeof...(V) == 1)
+    return typeflow::group(Opt::update(V{}..., G{}), assign_add(global_step, constant<1>));
+  else
+    return typeflow::group(Opt::update(V{}, typename G::template type_at<I>{})...,
+                           assign_add(global_step, constant<1>));
+}
+
+template <class Opt, class Loss>
+consteval auto minimize(Loss) {
+  static_assert(Loss::shape_type::rank == 0, "minimize: the loss must be a scalar");
+  using Vs = trainable_variables_t<Loss>;
+  return []<class... V>(type_list<V...>) {
+    return apply_updates<Opt>(Loss{}, type_list<V...>{}, std::index_sequence_for<V...>{});
+  }(Vs{});
+}
+
+} // namespace detail
+
+/// Plain gradient descent: v -= lr * g.
+template <class LR>
+struct gradient_descent_optimizer {
+  template <class V, class G>
+  static consteval auto update(V v, G g) {
+    return assign_sub(v, g * LR{});
+  }
+  template <expression Loss>
+  consteval auto minimize(Loss loss) const {
+    return detail::minimize<gradient_descent_optimizer>(loss);
+  }
+};
+template <expression LR>
+consteval auto gradient_descent(LR) {
+  return gradient_descent_optimizer<LR>{};
+}
+
+struct nesterov_t {};
+/// Pass to momentum(...) for Nesterov's accelerated gradient.
+inline constexpr nesterov_t nesterov{};
+
+/// TensorFlow's MomentumOptimizer: accum = momentum * accum + g; then v -= lr * accum, or with
+/// Nesterov v -= lr * g + lr * momentum * accum (the new accum).
+template <class LR, class M, bool Nesterov>
+struct momentum_optimizer {
+  template <class V, class G>
+  static consteval auto update(V v, G g) {
+    constexpr auto accum = slot_variable<V, "/momentum">;
+    constexpr auto next = accum * M{} + g;
+    if constexpr (Nesterov)
+      return typeflow::group(assign(accum, next), assign_sub(v, (g + next * M{}) * LR{}));
+    else
+      return typeflow::group(assign(accum, next), assign_sub(v, next * LR{}));
+  }
+  template <expression Loss>
+  consteval auto minimize(Loss loss) const {
+    return detail::minimize<momentum_optimizer>(loss);
+  }
+};
+template <expression LR, expression M>
+consteval auto momentum(LR, M) {
+  return momentum_optimizer<LR, M, false>{};
+}
+template <expression LR, expression M>
+consteval auto momentum(LR, M, nesterov_t) {
+  return momentum_optimizer<LR, M, true>{};
+}
+
+/// Adam (Kingma and Ba), as TensorFlow's AdamOptimizer: with t = global_step + 1,
+/// m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2, and
+/// var -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps).
+template <class LR, class B1, class B2, class Eps>
+struct adam_optimizer {
+  template <class V, class G>
+  static consteval auto update(V v, G g) {
+    using T = typename V::value_type;
+    constexpr auto m = slot_variable<V, "/adam_m">;
+    constexpr auto s = slot_variable<V, "/adam_v">;
+    constexpr auto m_next = m * B1{} + g * (constant<1> - B1{});
+    constexpr auto s_next = s * B2{} + typeflow::square(g) * (constant<1> - B2{});
+    constexpr auto t = typeflow::cast<T>(global_step + constant<1>);
+    constexpr auto rate = LR{} * typeflow::sqrt(constant<1> - typeflow::pow(B2{}, t)) /
+                          (constant<1> - typeflow::pow(B1{}, t));
+    return typeflow::group(assign(m, m_next), assign(s, s_next),
+                           assign_sub(v, rate * m_next / (typeflow::sqrt(s_next) + Eps{})));
+  }
+  template <expression Loss>
+  consteval auto minimize(Loss loss) const {
+    return detail::minimize<adam_optimizer>(loss);
+  }
+};
+template <expression LR, expression B1 = decltype(constant<0.9>),
+          expression B2 = decltype(constant<0.999>), expression Eps = decltype(constant<1e-8>)>
+consteval auto adam(LR, B1 = {}, B2 = {}, Eps = {}) {
+  return adam_optimizer<LR, B1, B2, Eps>{};
+}
+
+/// TensorFlow's exponential_decay: lr * rate^(global_step / decay_steps), the exponent an
+/// integer division when Staircase. An expression: it changes every step with no recompilation.
+template <std::int64_t DecaySteps, auto Rate, bool Staircase = false, expression LR>
+consteval auto exponential_decay(LR lr) {
+  using T = typename LR::value_type;
+  if constexpr (Staircase)
+    return lr * typeflow::pow(full<Rate, T, shape<>>,
+                              typeflow::cast<T>(global_step / constant<DecaySteps>));
+  else
+    return lr * typeflow::pow(full<Rate, T, shape<>>,
+                              typeflow::cast<T>(global_step) / constant<DecaySteps>);
+}
+
+} // namespace typeflow
