@@ -12,7 +12,9 @@ inline std::string join(std::initializer_list<std::int64_t> v) {
   std::string s = "[";
   bool first = true;
   for (auto x : v) {
-    s += (first ? "" : ",") + std::to_string(x);
+    if (!first)
+      s += ',';
+    s += std::to_string(x); // (not `"," + to_string(x)`: g++ 12 -O3 warns, PR105329)
     first = false;
   }
   return s + "]";

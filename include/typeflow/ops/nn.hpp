@@ -62,7 +62,7 @@ struct window_attrs {
   static std::string text(std::string_view label) {
     std::string s = std::string(padding_name(P)) + ", " + std::string(label) + " ";
     bool first = true;
-    ((s += (first ? "" : ",") + std::to_string(V), first = false), ...);
+    ((s += first ? "" : ",", s += std::to_string(V), first = false), ...);
     return s;
   }
 };

@@ -138,7 +138,7 @@ struct reduce {
     if constexpr (sizeof...(Axes) > 0) {
       s = "axes=[";
       bool first = true;
-      ((s += (first ? "" : ",") + std::to_string(Axes), first = false), ...);
+      ((s += first ? "" : ",", s += std::to_string(Axes), first = false), ...);
       s += "]";
     }
     if (Keep)

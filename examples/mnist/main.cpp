@@ -1,0 +1,228 @@
+// The main job: the seed's model (model.hpp) trained on Fashion-MNIST, or any directory of
+// MNIST-format files, logging as the TensorFlow tutorial did:
+//   <date time>: step N, loss = X.XX (N.N examples/sec; N.NNN sec/batch)
+// with the test accuracy at each epoch's end and a summary line at the end.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <string_view>
+
+#include "model.hpp"
+#include "typeflow/io/batch.hpp"
+#include "typeflow/io/checkpoint.hpp"
+#include "typeflow/io/idx.hpp"
+
+namespace {
+
+struct flags {
+  int epochs = 12;
+  std::int64_t batch_size = 128;
+  double learning_rate = 0.01;
+  double lr_decay = 0.85; // per epoch: lr_e = learning_rate * lr_decay^e
+  int threads = 0;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string checkpoint_dir;
+  bool resume = false;
+  std::uint64_t seed = 1;
+  std::int64_t train_limit = 0; // use only the first N training examples (0: all)
+  int log_every = 100;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::cerr << "mnist: " << why << "\n"
+            << "usage: mnist [--epochs N] [--batch-size N] [--learning-rate X] [--lr-decay X]\n"
+               "             [--threads N] [--data-dir DIR] [--checkpoint-dir DIR] [--resume]\n"
+               "             [--seed N] [--train-limit N] [--log-every N]\n";
+  std::exit(2);
+}
+
+template <class T>
+T parse_number(std::string_view flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  T v{};
+  if constexpr (std::is_floating_point_v<T>)
+    v = static_cast<T>(std::strtod(text, &end));
+  else
+    v = static_cast<T>(std::strtoll(text, &end, 10));
+  if (errno != 0 || end == text || *end != '\0')
+    usage(std::string(flag) + " expects a number, got \"" + text + "\"");
+  return v;
+}
+
+flags parse(int argc, char** argv) {
+  flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc)
+        usage(std::string(a) + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--epochs")
+      f.epochs = parse_number<int>(a, value());
+    else if (a == "--batch-size")
+      f.batch_size = parse_number<std::int64_t>(a, value());
+    else if (a == "--learning-rate")
+      f.learning_rate = parse_number<double>(a, value());
+    else if (a == "--lr-decay")
+      f.lr_decay = parse_number<double>(a, value());
+    else if (a == "--threads")
+      f.threads = parse_number<int>(a, value());
+    else if (a == "--data-dir")
+      f.data_dir = value();
+    else if (a == "--checkpoint-dir")
+      f.checkpoint_dir = value();
+    else if (a == "--resume")
+      f.resume = true;
+    else if (a == "--seed")
+      f.seed = parse_number<std::uint64_t>(a, value());
+    else if (a == "--train-limit")
+      f.train_limit = parse_number<std::int64_t>(a, value());
+    else if (a == "--log-every")
+      f.log_every = parse_number<int>(a, value());
+    else if (a == "--help" || a == "-h")
+      usage("train the seed's model on MNIST-format data");
+    else
+      usage("unknown flag " + std::string(a));
+  }
+  if (f.epochs < 1 || f.batch_size < 1 || f.log_every < 1 || f.threads < 0 || f.train_limit < 0 ||
+      !(f.learning_rate > 0) || !(f.lr_decay > 0))
+    usage("--epochs, --batch-size and --log-every must be positive, --learning-rate and "
+          "--lr-decay positive, --threads and --train-limit non-negative");
+  if (f.resume && f.checkpoint_dir.empty())
+    usage("--resume needs --checkpoint-dir");
+  return f;
+}
+
+/// Python's datetime.now(): 2026-11-21 22:13:44.123456
+std::string now_string() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+      1000000;
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[64];
+  const std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  std::snprintf(buf + n, sizeof buf - n, ".%06lld", static_cast<long long>(us));
+  return buf;
+}
+
+template <class Session>
+double test_accuracy(Session& s, const typeflow::data::mnist_split& test) {
+  namespace ty = typeflow;
+  const std::int64_t chunk = 1000, pixels = test.rows * test.cols;
+  std::int64_t correct = 0;
+  for (std::int64_t b = 0; b < test.count; b += chunk) {
+    const std::int64_t n = std::min(chunk, test.count - b);
+    auto [pred] =
+        s.run(ty::fetch(mnist::predictions),
+              ty::feed(mnist::images, ty::tensor_view<float>(test.images.data() + b * pixels,
+                                                             {n, test.rows, test.cols, 1})));
+    for (std::int64_t i = 0; i < n; ++i)
+      correct += pred[i] == test.labels[static_cast<std::size_t>(b + i)];
+  }
+  return static_cast<double>(correct) / static_cast<double>(test.count);
+}
+
+} // namespace
+
+int main(int argc, char** argv) try {
+  namespace ty = typeflow;
+  const flags f = parse(argc, argv);
+
+  auto train = ty::data::load_mnist(f.data_dir, true);
+  const auto test = ty::data::load_mnist(f.data_dir, false);
+  if (train.rows != 28 || train.cols != 28 || test.rows != 28 || test.cols != 28)
+    throw ty::error("mnist: expected 28x28 images in " + f.data_dir);
+  if (f.train_limit > 0 && f.train_limit < train.count) {
+    train.count = f.train_limit;
+    train.images.resize(static_cast<std::size_t>(train.count * 28 * 28));
+    train.labels.resize(static_cast<std::size_t>(train.count));
+  }
+  const std::int64_t train_count = train.count;
+  std::printf("%s: data: %lld training and %lld test images from %s\n", now_string().c_str(),
+              static_cast<long long>(train_count), static_cast<long long>(test.count),
+              f.data_dir.c_str());
+
+  ty::session<> s(ty::session_options{.threads = f.threads, .seed = f.seed});
+  s.initialize(mnist::train_op);
+  std::printf("%s: session: %d threads\n", now_string().c_str(), s.threads());
+
+  const std::filesystem::path ckpt =
+      f.checkpoint_dir.empty() ? std::filesystem::path{}
+                               : std::filesystem::path(f.checkpoint_dir) / "model.safetensors";
+  if (!f.checkpoint_dir.empty())
+    std::filesystem::create_directories(f.checkpoint_dir);
+  std::int64_t step = 0;
+  if (f.resume && std::filesystem::exists(ckpt)) {
+    ty::restore_checkpoint(s, ckpt);
+    step = s.read(ty::global_step)[0];
+    std::printf("%s: resumed from %s at step %lld\n", now_string().c_str(), ckpt.c_str(),
+                static_cast<long long>(step));
+  }
+
+  ty::data::batcher batches(std::move(train.images), std::move(train.labels), 28 * 28,
+                            {.batch_size = f.batch_size, .shuffle = true, .seed = f.seed});
+  const std::int64_t per_epoch = batches.batches_per_epoch();
+  const std::int64_t total_steps = per_epoch * f.epochs;
+  for (std::int64_t k = 0; k < step && k < total_steps; ++k)
+    batches.next(); // resume: skip the batches already trained on (same order)
+
+  const auto start = std::chrono::steady_clock::now();
+  double accuracy = 0;
+  float loss_value = 0;
+  while (step < total_steps) {
+    const std::int64_t epoch = step / per_epoch;
+    if (step % per_epoch == 0 || step == 0)
+      s.write(
+          mnist::learning_rate,
+          static_cast<float>(f.learning_rate * std::pow(f.lr_decay, static_cast<double>(epoch))));
+    auto b = batches.next();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto [loss] =
+        s.run(ty::fetch(mnist::total_loss, mnist::train_op),
+              ty::feed(mnist::images, ty::tensor_view<float>(b.images.data(), {b.size, 28, 28, 1})),
+              ty::feed(mnist::labels, ty::tensor_view<std::int32_t>(b.labels.data(), {b.size})));
+    const double duration =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    loss_value = loss[0];
+    if (!std::isfinite(loss_value))
+      throw ty::error("mnist: model diverged with loss = " + std::to_string(loss_value) +
+                      " at step " + std::to_string(step));
+    if (step % f.log_every == 0)
+      std::printf("%s: step %lld, loss = %.2f (%.1f examples/sec; %.3f sec/batch)\n",
+                  now_string().c_str(), static_cast<long long>(step), loss_value,
+                  static_cast<double>(b.size) / duration, duration);
+    ++step;
+    if (step % per_epoch == 0 || step == total_steps) {
+      accuracy = test_accuracy(s, test);
+      std::printf("%s: epoch %lld done, step %lld, test accuracy = %.4f\n", now_string().c_str(),
+                  static_cast<long long>(epoch + 1), static_cast<long long>(step), accuracy);
+      if (!ckpt.empty()) {
+        ty::save_checkpoint(s, ckpt);
+        std::printf("%s: checkpoint written to %s\n", now_string().c_str(), ckpt.c_str());
+      }
+    }
+    std::fflush(stdout);
+  }
+  if (total_steps == 0 || accuracy == 0)
+    accuracy = test_accuracy(s, test);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s: done: %d epochs, %lld steps, final loss = %.3f, test accuracy = %.4f, "
+              "%.1f s training (%.1f examples/sec)\n",
+              now_string().c_str(), f.epochs, static_cast<long long>(step), loss_value, accuracy,
+              wall, static_cast<double>(train_count) * f.epochs / wall);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "mnist: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,267 @@
+// Training: optimizers against hand-computed updates, hyper-parameters changed at run time,
+// layers and the losses collection, checkpoints of a training state, and the seed's model
+// lowering its loss on a 512-example subset.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "../examples/mnist/model.hpp"
+#include "typeflow/io/checkpoint.hpp"
+#include "typeflow/typeflow.hpp"
+
+namespace ty = typeflow;
+using i64 = std::int64_t;
+
+namespace {
+
+// loss(w) = 0.5 * sum(a * w^2), so dloss/dw = a * w.
+constexpr auto w = ty::variable<"w", double, ty::shape<3>, ty::fill<1.0>>;
+constexpr auto a = ty::placeholder<"a", double, ty::shape<3>>;
+constexpr auto quad = ty::sum(a * ty::square(w)) * ty::constant<0.5>;
+constexpr auto lr = ty::hyperparameter<"lr", double, 0.1>;
+
+const std::vector<double> A = {1.0, 2.0, -0.5};
+const std::vector<double> W0 = {0.5, -1.5, 2.0};
+
+ty::tensor<double> vec(const std::vector<double>& v) {
+  return ty::tensor<double>({static_cast<i64>(v.size())}, std::span<const double>(v));
+}
+
+template <class S>
+void start(S& s) {
+  s.initialize(w, lr);
+  s.write(w, vec(W0));
+}
+
+template <class S, class Train>
+void step(S& s, Train train) {
+  s.run(ty::fetch(train), ty::feed(a, vec(A)));
+}
+
+void check_close(const ty::tensor<double>& got, const std::vector<double>& want, double tol) {
+  REQUIRE(got.size() == static_cast<i64>(want.size()));
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (tol == 0)
+      CHECK(got[static_cast<i64>(i)] == want[i]);
+    else
+      CHECK(got[static_cast<i64>(i)] == doctest::Approx(want[i]).epsilon(tol));
+  }
+}
+
+} // namespace
+
+TEST_CASE("gradient descent: one step is w - lr * g, and global_step counts") {
+  constexpr auto train = ty::gradient_descent(lr).minimize(quad);
+  ty::session<> s;
+  start(s);
+  step(s, train);
+  std::vector<double> want(3);
+  for (int i = 0; i < 3; ++i)
+    want[i] = W0[i] - 0.1 * A[i] * W0[i];
+  check_close(s.read(w), want, 1e-15);
+  CHECK(s.read(ty::global_step)[0] == 1);
+  step(s, train);
+  CHECK(s.read(ty::global_step)[0] == 2);
+}
+
+TEST_CASE("momentum with Nesterov: two steps against a hand computation") {
+  constexpr auto train = ty::momentum(lr, ty::constant<0.9>, ty::nesterov).minimize(quad);
+  ty::session<> s;
+  start(s);
+  step(s, train);
+  step(s, train);
+  // By hand, TensorFlow's formulas: accum = m * accum + g; w -= lr * g + lr * m * accum.
+  std::vector<double> wv = W0, acc(3, 0.0);
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < 3; ++i) {
+      const double g = A[i] * wv[i];
+      acc[i] = 0.9 * acc[i] + g;
+      wv[i] -= 0.1 * g + 0.1 * 0.9 * acc[i];
+    }
+  check_close(s.read(w), wv, 1e-14);
+  // The slot is named after its variable.
+  constexpr auto slot = ty::slot_variable<decltype(w), "/momentum">;
+  static_assert(decltype(slot)::op::name == "w/momentum");
+  check_close(s.read(slot), acc, 1e-14);
+  CHECK(s.read(ty::global_step)[0] == 2);
+}
+
+TEST_CASE("momentum without Nesterov differs from Nesterov as the formulas say") {
+  constexpr auto train = ty::momentum(lr, ty::constant<0.9>).minimize(quad);
+  ty::session<> s;
+  start(s);
+  step(s, train);
+  step(s, train);
+  std::vector<double> wv = W0, acc(3, 0.0);
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < 3; ++i) {
+      acc[i] = 0.9 * acc[i] + A[i] * wv[i];
+      wv[i] -= 0.1 * acc[i];
+    }
+  check_close(s.read(w), wv, 1e-14);
+}
+
+TEST_CASE("adam: three steps against a hand computation (bias-corrected rate)") {
+  constexpr auto train = ty::adam(lr).minimize(quad);
+  ty::session<> s;
+  start(s);
+  for (int k = 0; k < 3; ++k)
+    step(s, train);
+  std::vector<double> wv = W0, m(3, 0.0), v(3, 0.0);
+  for (int t = 1; t <= 3; ++t) {
+    const double rate = 0.1 * std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
+    for (int i = 0; i < 3; ++i) {
+      const double g = A[i] * wv[i];
+      m[i] = 0.9 * m[i] + 0.1 * g;
+      v[i] = 0.999 * v[i] + 0.001 * g * g;
+      wv[i] -= rate * m[i] / (std::sqrt(v[i]) + 1e-8);
+    }
+  }
+  check_close(s.read(w), wv, 1e-12);
+  check_close(s.read(ty::slot_variable<decltype(w), "/adam_m">), m, 1e-12);
+  check_close(s.read(ty::slot_variable<decltype(w), "/adam_v">), v, 1e-12);
+}
+
+TEST_CASE("the learning rate is a run-time value: changing it needs no recompilation") {
+  constexpr auto train = ty::gradient_descent(lr).minimize(quad);
+  ty::session<> s;
+  start(s);
+  s.write(lr, 0.0);
+  step(s, train);
+  check_close(s.read(w), W0, 0);
+  s.write(lr, 0.5);
+  step(s, train);
+  std::vector<double> want(3);
+  for (int i = 0; i < 3; ++i)
+    want[i] = W0[i] - 0.5 * A[i] * W0[i];
+  check_close(s.read(w), want, 1e-15);
+}
+
+TEST_CASE("exponential_decay follows global_step, staircase or not") {
+  constexpr auto smooth = ty::exponential_decay<10, 0.5>(lr);
+  constexpr auto stairs = ty::exponential_decay<10, 0.5, true>(lr);
+  ty::session<> s;
+  s.initialize(smooth, stairs);
+  for (i64 gs : {0, 5, 10, 25}) {
+    s.write(ty::global_step, gs);
+    auto [a1, a2] = s.run(ty::fetch(smooth, stairs));
+    CHECK(a1[0] == doctest::Approx(0.1 * std::pow(0.5, static_cast<double>(gs) / 10.0)));
+    CHECK(a2[0] == doctest::Approx(0.1 * std::pow(0.5, static_cast<double>(gs / 10))));
+  }
+}
+
+TEST_CASE("minimize trains exactly the trainable variables") {
+  constexpr auto frozen = ty::variable<"frozen", double, ty::shape<3>, ty::not_trainable<ty::ones>>;
+  constexpr auto loss = ty::sum(a * ty::square(w) * frozen);
+  using vars = ty::trainable_variables_t<decltype(loss)>;
+  static_assert(std::is_same_v<vars, ty::type_list<std::remove_cvref_t<decltype(w)>>>);
+  constexpr auto train = ty::gradient_descent(lr).minimize(loss);
+  ty::session<> s;
+  start(s);
+  s.initialize(frozen);
+  step(s, train);
+  check_close(s.read(frozen), {1, 1, 1}, 0);
+  CHECK(s.read(w)[0] != doctest::Approx(W0[0]));
+}
+
+TEST_CASE("layers own Name/weights and Name/biases; the losses collection adds weight decay") {
+  constexpr auto x = ty::placeholder<"x", double, ty::shape<ty::dyn, 4>>;
+  constexpr auto h =
+      ty::dense<"fc", 3, ty::glorot_uniform, ty::constant_initializer<0.25>, 0.01>(x);
+  constexpr auto fw = ty::find_variable<"fc/weights">(h);
+  constexpr auto fb = ty::find_variable<"fc/biases">(h);
+  static_assert(decltype(fw)::shape_type::dims == ty::dims_t<2>{4, 3});
+  static_assert(decltype(fb)::shape_type::dims == ty::dims_t<1>{3});
+  constexpr auto base = ty::sum(h);
+  constexpr auto total = ty::add_weight_decay(base);
+  ty::session<> s(ty::session_options{.seed = 3});
+  s.initialize(total);
+  const auto wv = s.read(fw);
+  const double limit = std::sqrt(6.0 / (4 + 3));
+  double l2 = 0;
+  for (i64 i = 0; i < wv.size(); ++i) {
+    CHECK(std::abs(wv[i]) <= limit);
+    l2 += wv[i] * wv[i];
+  }
+  check_close(s.read(fb), {0.25, 0.25, 0.25}, 0);
+  ty::tensor<double> xv({2, 4}, {1, 2, 3, 4, -1, 0.5, 2, 0});
+  auto [b, t] = s.run(ty::fetch(base, total), ty::feed(x, xv));
+  CHECK(t[0] == doctest::Approx(b[0] + 0.01 * 0.5 * l2).epsilon(1e-12));
+}
+
+TEST_CASE("a checkpoint of a training state resumes bit for bit") {
+  constexpr auto train = ty::momentum(lr, ty::constant<0.9>, ty::nesterov).minimize(quad);
+  const auto dir = std::filesystem::temp_directory_path() / "typeflow_test_train_ckpt";
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "state.safetensors";
+  ty::session<> s1;
+  start(s1);
+  step(s1, train);
+  step(s1, train);
+  ty::save_checkpoint(s1, file);
+  step(s1, train);
+
+  ty::session<> s2(ty::session_options{.seed = 99});
+  s2.initialize(train);
+  ty::restore_checkpoint(s2, file);
+  CHECK(s2.read(ty::global_step)[0] == 2);
+  step(s2, train);
+  const auto w1 = s1.read(w), w2 = s2.read(w);
+  for (i64 i = 0; i < 3; ++i)
+    CHECK(w1[i] == w2[i]); // bitwise: same inputs, same kernels
+  CHECK(s2.read(ty::global_step)[0] == 3);
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+/// 512 examples: Fashion-MNIST's first training images when installed, else a synthetic set
+/// whose class is drawn in the image (a bright bar at a class-dependent position).
+std::pair<std::vector<float>, std::vector<std::int32_t>> subset512() {
+  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  if (std::filesystem::exists(dir + "/train-labels-idx1-ubyte.gz")) {
+    auto split = ty::data::load_mnist(dir, true);
+    split.images.resize(512 * 28 * 28);
+    split.labels.resize(512);
+    return {split.images, split.labels};
+  }
+  MESSAGE("Fashion-MNIST not installed: using a synthetic 512-example set");
+  std::vector<float> img(512 * 28 * 28, -0.5f);
+  std::vector<std::int32_t> lab(512);
+  for (int n = 0; n < 512; ++n) {
+    lab[n] = n % 10;
+    for (int r = 0; r < 28; ++r)
+      for (int c = 2 * lab[n]; c < 2 * lab[n] + 4; ++c)
+        img[(n * 28 + r) * 28 + c] = 0.45f;
+  }
+  return {img, lab};
+}
+} // namespace
+
+TEST_CASE("the seed's model lowers its loss on a 512-example subset within 60 steps") {
+  const auto [images, labels] = subset512();
+  ty::session<> s(ty::session_options{.seed = 1});
+  s.initialize(mnist::train_op);
+  s.write(mnist::learning_rate, 0.05f);
+  auto loss_on_all = [&] {
+    auto [l] =
+        s.run(ty::fetch(mnist::cross_entropy),
+              ty::feed(mnist::images, ty::tensor_view<float>(images.data(), {512, 28, 28, 1})),
+              ty::feed(mnist::labels, ty::tensor_view<std::int32_t>(labels.data(), {512})));
+    return static_cast<double>(l[0]);
+  };
+  const double before = loss_on_all();
+  CHECK(before == doctest::Approx(std::log(10.0)).epsilon(0.1)); // near-uniform at the start
+  for (int k = 0; k < 60; ++k) {
+    const i64 b = (k % 4) * 128;
+    s.run(ty::fetch(mnist::train_op),
+          ty::feed(mnist::images,
+                   ty::tensor_view<float>(images.data() + b * 28 * 28, {128, 28, 28, 1})),
+          ty::feed(mnist::labels, ty::tensor_view<std::int32_t>(labels.data() + b, {128})));
+  }
+  const double after = loss_on_all();
+  INFO("cross-entropy before " << before << ", after 60 steps " << after);
+  CHECK(after < 0.6 * before); // the stated margin: at least 40% lower
+  CHECK(s.read(ty::global_step)[0] == 60);
+}
