@@ -1,6 +1,7 @@
 // The session: owns the variables' storage, the thread pool and the buffer pool, and runs the
 // compiled plan of a set of fetches. Only the subgraph the fetches need is evaluated.
 #pragma once
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -371,7 +372,16 @@ private:
                              typename P::template flat<I>, typename region_of<P, I>::type>...};
     constexpr auto& L = P::layout;
     for (std::size_t i = 0; i < P::size; ++i) {
-      (this->*table[i])(vals, &P::node_string);
+      if (opts_.trace) {
+        const std::size_t before = stats_.trace.size();
+        const auto t0 = std::chrono::steady_clock::now();
+        (this->*table[i])(vals, &P::node_string);
+        if (stats_.trace.size() > before)
+          stats_.trace_seconds.push_back(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      } else {
+        (this->*table[i])(vals, &P::node_string);
+      }
       release(vals, &L.releases[L.release_begin[i]], L.release_begin[i + 1] - L.release_begin[i]);
     }
   }
@@ -607,7 +617,7 @@ private:
     const auto g =
         conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims, vals[W::index].dims);
     T* out = allocate<T>(vals[I]);
-    auto col = scratch<T>(cpu_backend::conv_is_pointwise(g) ? 0 : g.rows() * g.patch());
+    auto col = scratch<T>(cpu_backend::conv_scratch(g));
     cpu_backend::conv2d_forward(*pool_, static_cast<const T*>(vals[X::index].data),
                                 static_cast<const T*>(vals[W::index].data), g,
                                 static_cast<T*>(col.get()), out);
@@ -631,7 +641,7 @@ private:
     const auto g =
         conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims, vals[W::index].dims);
     T* out = allocate<T>(vals[I]);
-    auto col = scratch<T>(cpu_backend::conv_is_pointwise(g) ? 0 : g.rows() * g.patch());
+    auto col = scratch<T>(cpu_backend::conv_scratch(g));
     cpu_backend::conv2d_backprop_filter(*pool_, static_cast<const T*>(vals[X::index].data),
                                         static_cast<const T*>(vals[G::index].data), g,
                                         static_cast<T*>(col.get()), out);

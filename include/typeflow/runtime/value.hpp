@@ -58,6 +58,7 @@ struct run_stats {
   std::size_t buffers_reused = 0;    // buffers the pool handed out again
   std::size_t peak_bytes = 0;        // peak bytes of live intermediate buffers
   std::vector<std::string> trace;    // each executed step, as to_string (with options.trace)
+  std::vector<double> trace_seconds; // wall time of each traced step (same order as trace)
 };
 
 /// Size-bucketed pool: a buffer goes back to its bucket when its last reference is dropped, so

@@ -83,9 +83,105 @@ inline bool conv_is_pointwise(const window2d& g) {
   return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
 }
 
-/// y [rows, o] = im2col(x) [rows, patch] * w [patch, o]; `col` has room for rows * patch.
+/// Whether a convolution's filter is small enough ([patch, o] of a few thousand entries, as a
+/// first layer on one or three channels) that direct loops beat a GEMM: the GEMM would have an
+/// inner or outer dimension of a few dozen, where BLAS runs far below its peak.
+inline bool conv_is_small(const window2d& g) {
+  return g.patch() * g.o <= 4096 && g.patch() <= 256;
+}
+
+/// One output pixel's patch (zeros outside the input), as im2col writes it.
+template <class T>
+void gather_patch(const T* xb, const window2d& g, std::int64_t oy, std::int64_t ox, T* dst) {
+  for (std::int64_t ky = 0; ky < g.kh; ++ky) {
+    const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+    for (std::int64_t kx = 0; kx < g.kw; ++kx, dst += g.c) {
+      const std::int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+      if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
+        std::fill_n(dst, g.c, T(0));
+      else
+        std::copy_n(xb + (iy * g.w + ix) * g.c, g.c, dst);
+    }
+  }
+}
+
+/// Small filters, forward: each output pixel is its patch times w [patch, o], o innermost.
+template <class T>
+void conv2d_forward_small(thread_pool& pool, const T* x, const T* w, const window2d& g, T* y) {
+  const std::int64_t patch = g.patch(), o = g.o;
+  pool.parallel_for(g.n * g.oh, 4, [&](std::int64_t r0, std::int64_t r1) {
+    T buf[256];
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t b = r / g.oh, oy = r % g.oh;
+      const T* xb = x + b * g.h * g.w * g.c;
+      for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+        gather_patch(xb, g, oy, ox, buf);
+        T* __restrict out = y + (r * g.ow + ox) * o;
+        std::fill_n(out, o, T(0));
+        for (std::int64_t p = 0; p < patch; ++p) {
+          const T v = buf[p];
+          if (v == T(0))
+            continue;
+          const T* __restrict wr = w + p * o;
+          for (std::int64_t j = 0; j < o; ++j)
+            out[j] += v * wr[j];
+        }
+      }
+    }
+  });
+}
+
+/// Small filters, filter gradient: dw = sum over output pixels of outer(patch, dy). The pixels
+/// are split into a fixed number of parts (so results do not depend on the thread count), each
+/// summed into its own accumulator, then the parts are added in order.
+template <class T>
+void conv2d_backprop_filter_small(thread_pool& pool, const T* x, const T* dy, const window2d& g,
+                                  T* partial, T* dw) {
+  constexpr std::int64_t parts = 8;
+  const std::int64_t patch = g.patch(), o = g.o, rows = g.n * g.oh;
+  pool.parallel_for(parts, 1, [&](std::int64_t q0, std::int64_t q1) {
+    T buf[256];
+    for (std::int64_t q = q0; q < q1; ++q) {
+      T* acc = partial + q * patch * o;
+      std::fill_n(acc, patch * o, T(0));
+      for (std::int64_t r = rows * q / parts; r < rows * (q + 1) / parts; ++r) {
+        const std::int64_t b = r / g.oh, oy = r % g.oh;
+        const T* xb = x + b * g.h * g.w * g.c;
+        for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+          gather_patch(xb, g, oy, ox, buf);
+          const T* d = dy + (r * g.ow + ox) * o;
+          for (std::int64_t p = 0; p < patch; ++p) {
+            const T v = buf[p];
+            if (v == T(0))
+              continue;
+            T* __restrict a = acc + p * o;
+            for (std::int64_t j = 0; j < o; ++j)
+              a[j] += v * d[j];
+          }
+        }
+      }
+    }
+  });
+  std::copy_n(partial, patch * o, dw);
+  for (std::int64_t q = 1; q < parts; ++q)
+    for (std::int64_t i = 0; i < patch * o; ++i)
+      dw[i] += partial[q * patch * o + i];
+}
+
+/// Scratch elements conv2d_forward / conv2d_backprop_filter need for geometry g.
+inline std::int64_t conv_scratch(const window2d& g) {
+  if (conv_is_small(g))
+    return 8 * g.patch() * g.o;
+  return conv_is_pointwise(g) ? 0 : g.rows() * g.patch();
+}
+
+/// y [rows, o] = im2col(x) [rows, patch] * w [patch, o]; `col` has conv_scratch(g) elements.
 template <class T>
 void conv2d_forward(thread_pool& pool, const T* x, const T* w, const window2d& g, T* col, T* y) {
+  if (conv_is_small(g)) {
+    conv2d_forward_small(pool, x, w, g, y);
+    return;
+  }
   const T* a = x;
   if (!conv_is_pointwise(g)) {
     im2col(pool, x, g, col);
@@ -110,6 +206,10 @@ void conv2d_backprop_input(thread_pool& pool, const T* dy, const T* w, const win
 template <class T>
 void conv2d_backprop_filter(thread_pool& pool, const T* x, const T* dy, const window2d& g, T* col,
                             T* dw) {
+  if (conv_is_small(g)) {
+    conv2d_backprop_filter_small(pool, x, dy, g, col, dw);
+    return;
+  }
   const T* a = x;
   if (!conv_is_pointwise(g)) {
     im2col(pool, x, g, col);
