@@ -5,8 +5,9 @@ differentiated with respect to every variable and the loss and all gradients are
 run. Reports g++ wall seconds and peak compiler memory for each N.
 With --shared the graph is N levels of `h = tanh(h * h + h)` instead: every level reuses the one
 below twice, the sharing that gradient graphs are full of. With --quickstart it times
-examples/quickstart.cpp at -O0 and -O2 (the figure the README states).
-Usage: python3 bench/compile_time.py [--grad | --shared | --quickstart] [N ...]
+examples/quickstart.cpp at -O0 and -O2 (the figure the README states), and with --mnist the main
+job, examples/mnist/main.cpp (forward, gradients, optimizer, data and checkpoint code).
+Usage: python3 bench/compile_time.py [--grad | --shared | --quickstart | --mnist] [N ...]
 (default N: 25 50 100 200).
 """
 import os
@@ -100,15 +101,17 @@ def measure(n: int, cxx: str, mode: str) -> tuple[float, float]:
 def main() -> None:
     args = sys.argv[1:]
     cxx = os.environ.get("CXX", "g++")
-    if "--quickstart" in args:
-        print(f"| examples/quickstart.cpp | compile s ({cxx}) | peak MiB |")
-        print("|---|---:|---:|")
-        with tempfile.TemporaryDirectory() as tmp:
-            for opt in ("-O0", "-O2"):
-                secs, mib = compile_file(ROOT / "examples" / "quickstart.cpp", cxx, opt,
-                                         pathlib.Path(tmp) / "q.o")
-                print(f"| {opt} | {secs:.1f} | {mib:.0f} |", flush=True)
-        return
+    examples = {"--quickstart": "quickstart.cpp", "--mnist": "mnist/main.cpp"}
+    for flag, path in examples.items():
+        if flag in args:
+            print(f"| examples/{path} | compile s ({cxx}) | peak MiB |")
+            print("|---|---:|---:|")
+            with tempfile.TemporaryDirectory() as tmp:
+                for opt in ("-O0", "-O2"):
+                    secs, mib = compile_file(ROOT / "examples" / path, cxx, opt,
+                                             pathlib.Path(tmp) / "q.o")
+                    print(f"| {opt} | {secs:.1f} | {mib:.0f} |", flush=True)
+            return
     mode = "grad" if "--grad" in args else "shared" if "--shared" in args else "chain"
     sizes = [int(a) for a in args if not a.startswith("--")] or [25, 50, 100, 200]
     what = {"grad": "N ops, forward + gradient", "shared": "N shared levels",

@@ -179,6 +179,7 @@ int main(int argc, char** argv) try {
   const auto start = std::chrono::steady_clock::now();
   double accuracy = 0;
   float loss_value = 0;
+  std::int64_t examples_seen = 0; // in this run (after a resume, not the skipped ones)
   while (step < total_steps) {
     const std::int64_t epoch = step / per_epoch;
     if (step % per_epoch == 0 || step == 0)
@@ -194,6 +195,7 @@ int main(int argc, char** argv) try {
     const double duration =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loss_value = loss[0];
+    examples_seen += b.size;
     if (!std::isfinite(loss_value))
       throw ty::error("mnist: model diverged with loss = " + std::to_string(loss_value) +
                       " at step " + std::to_string(step));
@@ -220,7 +222,7 @@ int main(int argc, char** argv) try {
   std::printf("%s: done: %d epochs, %lld steps, final loss = %.3f, test accuracy = %.4f, "
               "%.1f s training (%.1f examples/sec)\n",
               now_string().c_str(), f.epochs, static_cast<long long>(step), loss_value, accuracy,
-              wall, static_cast<double>(train_count) * f.epochs / wall);
+              wall, static_cast<double>(examples_seen) / wall);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "mnist: %s\n", e.what());

@@ -79,7 +79,7 @@ inline const dtype_info* by_st_name(std::string_view n) {
 inline std::string shape_string(std::span<const std::int64_t> s) {
   std::string r = "[";
   for (std::size_t i = 0; i < s.size(); ++i)
-    r += (i ? ", " : "") + std::to_string(s[i]);
+    (r += i ? ", " : "", r += std::to_string(s[i]));
   return r + "]";
 }
 
@@ -592,8 +592,11 @@ inline void write_file(const fs::path& file, std::span<const tensor_ref> ts,
     header += ":{\"dtype\":\"";
     header += d->st_name;
     header += "\",\"shape\":[";
-    for (std::size_t i = 0; i < dims.size(); ++i)
-      header += (i ? "," : "") + std::to_string(dims[i]);
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+      if (i)
+        header += ','; // (not `"," + to_string(...)`: g++ 12 -O3 warns, PR105329)
+      header += std::to_string(dims[i]);
+    }
     header +=
         "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + n) + "]}";
     offset += n;

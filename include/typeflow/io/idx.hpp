@@ -358,7 +358,7 @@ inline idx_array read_idx_checked(const std::string& path, std::uint8_t want_typ
     if (total > limit / d) {
       std::string shape;
       for (std::size_t j = 0; j < rank; ++j)
-        shape += (j ? " x " : "") + std::to_string(out.dims[j]);
+        (shape += j ? " x " : "", shape += std::to_string(out.dims[j]));
       r.fail("total size overflow at " + r.where(4) + ": extents " + shape + " of " +
              std::to_string(esize) + "-byte elements exceed the addressable size");
     }

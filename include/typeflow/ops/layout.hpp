@@ -162,9 +162,9 @@ struct slice : no_dtype_rule {
   static std::string attrs() {
     std::string b = "begin=[", s = "size=[";
     for (std::size_t i = 0; i < Begin::size; ++i)
-      b += (i ? "," : "") + std::to_string(begin[i]);
+      (b += i ? "," : "", b += std::to_string(begin[i]));
     for (std::size_t i = 0; i < Size::size; ++i)
-      s += (i ? "," : "") + std::to_string(size[i]);
+      (s += i ? "," : "", s += std::to_string(size[i]));
     return b + "], " + s + "]";
   }
   static constexpr void attrs_message(detail::msg_buf& b) {
@@ -258,7 +258,7 @@ struct pad_like : no_dtype_rule {
   static std::string attrs() {
     std::string b = "begin=[";
     for (std::size_t i = 0; i < Begin::size; ++i)
-      b += (i ? "," : "") + std::to_string(begin[i]);
+      (b += i ? "," : "", b += std::to_string(begin[i]));
     return b + "]";
   }
   template <std::size_t RA, std::size_t RX>

@@ -1,0 +1,58 @@
+# example.mnist: the main job's program on a small slice of Fashion-MNIST: the seed's log line,
+# the per-epoch test accuracy, a checkpoint that --resume continues from, and clear errors for a
+# missing data directory and a bad flag.
+# Usage: cmake -DEXE=<mnist> -DDATA=<dir> -DWORK=<scratch dir> -P mnist_smoke.cmake
+if(NOT EXISTS "${DATA}/train-labels-idx1-ubyte.gz" AND NOT EXISTS "${DATA}/train-labels-idx1-ubyte")
+  message(STATUS "skipped: no Fashion-MNIST in ${DATA} (apt-get install dataset-fashion-mnist)")
+  return()
+endif()
+file(REMOVE_RECURSE "${WORK}")
+
+function(run_mnist out_var)
+  execute_process(COMMAND "${EXE}" ${ARGN} OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "mnist ${ARGN} exited with ${rc}:\n${out}\n${err}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+set(common --data-dir "${DATA}" --train-limit 1024 --batch-size 64 --log-every 4 --threads 2
+           --checkpoint-dir "${WORK}")
+run_mnist(out ${common} --epochs 1)
+set(date "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]\\.[0-9]+")
+if(NOT out MATCHES "${date}: step 0, loss = [0-9]+\\.[0-9][0-9] \\([0-9]+\\.[0-9] examples/sec; [0-9]+\\.[0-9][0-9][0-9] sec/batch\\)\n")
+  message(FATAL_ERROR "no seed-format log line for step 0 in:\n${out}")
+endif()
+if(NOT out MATCHES "step 12, loss = ")
+  message(FATAL_ERROR "no log line every 4 steps in:\n${out}")
+endif()
+if(NOT out MATCHES "epoch 1 done, step 16, test accuracy = 0\\.[0-9][0-9][0-9][0-9]")
+  message(FATAL_ERROR "no end-of-epoch test accuracy in:\n${out}")
+endif()
+if(NOT EXISTS "${WORK}/model.safetensors")
+  message(FATAL_ERROR "no checkpoint written to ${WORK}")
+endif()
+
+# --resume continues from global_step 16: the second epoch starts at step 16.
+run_mnist(out ${common} --epochs 2 --resume)
+if(NOT out MATCHES "resumed from [^\n]* at step 16\n" OR NOT out MATCHES "step 16, loss = "
+   OR out MATCHES "step 0, loss = " OR NOT out MATCHES "epoch 2 done, step 32, test accuracy")
+  message(FATAL_ERROR "--resume did not continue at step 16:\n${out}")
+endif()
+if(NOT out MATCHES "done: 2 epochs, 32 steps, final loss = [0-9.]+, test accuracy = 0\\.[0-9]+")
+  message(FATAL_ERROR "no summary line in:\n${out}")
+endif()
+
+execute_process(COMMAND "${EXE}" --data-dir "${WORK}/no-such-dir" OUTPUT_VARIABLE out
+                ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "no-such-dir")
+  message(FATAL_ERROR "a missing data directory should fail naming it; got ${rc}:\n${err}")
+endif()
+execute_process(COMMAND "${EXE}" --epochs banana OUTPUT_VARIABLE out ERROR_VARIABLE err
+                RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "--epochs expects a number")
+  message(FATAL_ERROR "a bad flag value should fail naming it; got ${rc}:\n${err}")
+endif()
+file(REMOVE_RECURSE "${WORK}")
+message(STATUS "mnist example: log format, accuracy, checkpoint and resume OK")
