@@ -20,10 +20,10 @@
 namespace {
 
 struct flags {
-  int epochs = 12;
+  int epochs = 10;
   std::int64_t batch_size = 128;
-  double learning_rate = 0.01;
-  double lr_decay = 0.85; // per epoch: lr_e = learning_rate * lr_decay^e
+  double learning_rate = 0.03;
+  double lr_decay = 0.9; // per epoch: lr_e = learning_rate * lr_decay^e
   int threads = 0;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string checkpoint_dir;
