@@ -371,6 +371,10 @@ constexpr auto cwf = ty::variable<"wf", float, ty::shape<3, 3, 3, 4>>;
 constexpr auto gx = var<"gx", 2, 5, 6, 2>;
 constexpr auto gw3 = var<"gw3", 3, 3, 2, 3>;
 constexpr auto gw2 = var<"gw2", 2, 2, 2, 3>;
+// Filters with more than 4096 entries take the im2col + GEMM path (smaller ones direct loops);
+// 1x1 stride 1 is a GEMM on the input itself.
+constexpr auto gwide = var<"gwide", 3, 3, 2, 240>;
+constexpr auto gpoint = var<"gpoint", 1, 1, 2, 2100>;
 
 // Pooling.
 constexpr auto px = ty::placeholder<"px", double, ty::shape<ty::dyn, 7, 7, 3>>;
@@ -622,6 +626,15 @@ TEST_SUITE("nn") {
     }
     SUBCASE("SAME 3x3 strides 2,1 dilations 1,2") {
       conv_grad_case<same, 2, 1, 1, 2>(gw3, 80);
+    }
+    SUBCASE("SAME 3x3, 240 filters (im2col + GEMM path)") {
+      conv_grad_case<same, 1, 1, 1, 1>(gwide, 90);
+    }
+    SUBCASE("VALID 3x3 stride 2, 240 filters (im2col + GEMM path)") {
+      conv_grad_case<valid, 2, 2, 1, 1>(gwide, 100);
+    }
+    SUBCASE("1x1, 2100 filters (pointwise GEMM path)") {
+      conv_grad_case<same, 1, 1, 1, 1>(gpoint, 110);
     }
   }
 

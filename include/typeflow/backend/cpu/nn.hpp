@@ -26,27 +26,30 @@ struct window2d {
   std::int64_t rows() const { return n * oh * ow; }
 };
 
+/// One output pixel's patch (zeros outside the input), as im2col writes it.
+template <class T>
+void gather_patch(const T* xb, const window2d& g, std::int64_t oy, std::int64_t ox, T* dst) {
+  for (std::int64_t ky = 0; ky < g.kh; ++ky) {
+    const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+    for (std::int64_t kx = 0; kx < g.kw; ++kx, dst += g.c) {
+      const std::int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+      if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
+        std::fill_n(dst, g.c, T(0));
+      else
+        std::copy_n(xb + (iy * g.w + ix) * g.c, g.c, dst);
+    }
+  }
+}
+
 /// col[(b, oy, ox), (ky, kx, ci)] = x[b, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw, ci] (0 outside).
 template <class T>
 void im2col(thread_pool& pool, const T* x, const window2d& g, T* col) {
   const std::int64_t patch = g.patch();
   pool.parallel_for(g.n * g.oh, 8, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t b = r / g.oh, oy = r % g.oh;
-      const T* xb = x + b * g.h * g.w * g.c;
-      for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-        T* dst = col + ((r * g.ow) + ox) * patch;
-        for (std::int64_t ky = 0; ky < g.kh; ++ky) {
-          const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-          for (std::int64_t kx = 0; kx < g.kw; ++kx, dst += g.c) {
-            const std::int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-            if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
-              std::fill_n(dst, g.c, T(0));
-            else
-              std::copy_n(xb + (iy * g.w + ix) * g.c, g.c, dst);
-          }
-        }
-      }
+      const T* xb = x + (r / g.oh) * g.h * g.w * g.c;
+      for (std::int64_t ox = 0; ox < g.ow; ++ox)
+        gather_patch(xb, g, r % g.oh, ox, col + (r * g.ow + ox) * patch);
     }
   });
 }
@@ -88,21 +91,6 @@ inline bool conv_is_pointwise(const window2d& g) {
 /// inner or outer dimension of a few dozen, where BLAS runs far below its peak.
 inline bool conv_is_small(const window2d& g) {
   return g.patch() * g.o <= 4096 && g.patch() <= 256;
-}
-
-/// One output pixel's patch (zeros outside the input), as im2col writes it.
-template <class T>
-void gather_patch(const T* xb, const window2d& g, std::int64_t oy, std::int64_t ox, T* dst) {
-  for (std::int64_t ky = 0; ky < g.kh; ++ky) {
-    const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-    for (std::int64_t kx = 0; kx < g.kw; ++kx, dst += g.c) {
-      const std::int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-      if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
-        std::fill_n(dst, g.c, T(0));
-      else
-        std::copy_n(xb + (iy * g.w + ix) * g.c, g.c, dst);
-    }
-  }
 }
 
 /// Small filters, forward: each output pixel is its patch times w [patch, o], o innermost.
