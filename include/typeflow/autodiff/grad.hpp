@@ -34,6 +34,13 @@ consteval auto custom_gradient(E, Rule) {
 
 template <>
 struct grad_rule<ops::stop_gradient> : no_gradient {};
+template <class D>
+struct grad_rule<ops::device_scope<D>> {
+  template <std::size_t, class Y, class G, class X>
+  static consteval G vjp(Y, G g, X) {
+    return g;
+  }
+};
 template <class Rule>
 struct grad_rule<ops::custom_gradient<Rule>> {
   template <std::size_t, class Y, class G, class X>

@@ -1,9 +1,18 @@
-// Device tags and placement policies. A placement policy is any type with a member alias template
-// `device<Node>` naming the device tag on which `Node` runs. The core provides `on<D>`; the devices
-// issue adds GPU tags' backends and richer policies on this same interface.
+// Devices and placement policies.
+//
+// A device tag (`cpu<I>`, `gpu<I>`) names a device and prints in TensorFlow's form. A placement
+// policy is any type with a member alias template `device<Node>` naming the device tag on which
+// node type `Node` runs (the concept `placement_policy_for`): the seed's device function
+// (variables on /cpu:0, compute on /gpu:i) is `variables_on<cpu<0>, compute_on<gpu<0>>>`.
+// The plan (graph/plan.hpp) applies the policy, then `with_device<D>(e)` scopes, then soft
+// placement (an op without a kernel on its device falls back to cpu<0>; `strict<Policy>` makes
+// that a compile error), and puts a transfer on every edge that crosses devices.
 #pragma once
 #include <concepts>
 #include <string>
+#include <type_traits>
+
+#include "../ops/elementwise.hpp"
 
 namespace typeflow {
 
@@ -17,7 +26,7 @@ struct cpu {
   }
 };
 
-/// The CUDA device `/gpu:I` (its backend arrives with the devices issue).
+/// The CUDA device `/gpu:I`.
 template <int I = 0>
 struct gpu {
   static constexpr int index = I;
@@ -34,6 +43,23 @@ concept device_tag = requires {
   { D::name() } -> std::convertible_to<std::string>;
 };
 
+/// A device as a constexpr value (what the plan's tables hold).
+struct device_id {
+  bool is_cpu = true;
+  int index = 0;
+  constexpr bool operator==(const device_id&) const = default;
+  std::string name() const {
+    return std::string("/job:localhost/replica:0/task:0/device:") + (is_cpu ? "CPU:" : "GPU:") +
+           std::to_string(index);
+  }
+};
+template <device_tag D>
+inline constexpr device_id id_of = {D::is_cpu, D::index};
+
+/// The device tag of (is_cpu, index).
+template <bool IsCpu, int Index>
+using device_of = std::conditional_t<IsCpu, cpu<Index>, gpu<Index>>;
+
 /// Placement policy: every node on device D.
 template <device_tag D>
 struct on {
@@ -41,8 +67,105 @@ struct on {
   using device = D;
 };
 
+/// The compute part of variables_on: every node that is not a variable runs on D.
+template <device_tag D>
+struct compute_on {
+  template <class Node>
+  using device = D;
+};
+
+namespace detail {
+template <class Node>
+constexpr bool is_variable_node() {
+  if constexpr (Node::op::kind == node_kind::leaf)
+    return static_cast<int>(Node::op::leaf) == 1;
+  else
+    return false;
+}
+} // namespace detail
+
+/// The seed's device function: variables on Dv, everything else where Compute puts it
+/// (`variables_on<cpu<0>, compute_on<gpu<0>>>`). Assignments run where their variable is.
+template <device_tag Dv, class Compute>
+struct variables_on {
+  template <class Node>
+  using device = std::conditional_t<detail::is_variable_node<Node>(), Dv,
+                                    typename Compute::template device<Node>>;
+};
+
+/// One entry of by_op: nodes of kind K run on D.
+template <node_kind K, device_tag D>
+struct kind_on {
+  static constexpr node_kind kind = K;
+  using device = D;
+};
+
+namespace detail {
+template <class Node, class Default, class... Rules>
+struct first_rule {
+  using type = Default;
+};
+template <class Node, class Default, class R, class... Rules>
+struct first_rule<Node, Default, R, Rules...> {
+  using type = std::conditional_t<Node::op::kind == R::kind, typename R::device,
+                                  typename first_rule<Node, Default, Rules...>::type>;
+};
+} // namespace detail
+
+/// A map from op kinds to devices, the first matching rule winning, else Default:
+/// `by_op<cpu<0>, kind_on<node_kind::matmul, gpu<0>>, kind_on<node_kind::nn, gpu<0>>>`.
+template <device_tag Default, class... Rules>
+struct by_op {
+  template <class Node>
+  using device = typename detail::first_rule<Node, Default, Rules...>::type;
+};
+
+/// Placement as Policy, but an op without a kernel on its device is a compile error instead of
+/// falling back to the CPU (TensorFlow's allow_soft_placement=False).
+template <class Policy>
+struct strict {
+  template <class Node>
+  using device = typename Policy::template device<Node>;
+  static constexpr bool soft = false;
+};
+
 /// A placement policy maps every node type to a device tag.
 template <class P, class Node>
 concept placement_policy_for = device_tag<typename P::template device<Node>>;
+
+/// Whether the policy allows soft placement (the default, as the seed's session config).
+template <class P>
+constexpr bool soft_placement() {
+  if constexpr (requires { P::soft; })
+    return P::soft;
+  else
+    return true;
+}
+
+/// Whether op `Op` has a kernel on device D. Every op has a CPU kernel; GPU kernels come with
+/// the CUDA backend, which specializes `has_gpu_kernel`.
+template <class Op>
+struct has_gpu_kernel : std::false_type {};
+template <class Op, device_tag D>
+inline constexpr bool has_kernel_on = D::is_cpu || has_gpu_kernel<Op>::value;
+
+namespace ops {
+/// with_device<D>(e): e, whose non-leaf nodes run on D (a scoped override of the policy).
+template <device_tag D>
+struct device_scope : identity_base {
+  static constexpr std::string_view name = "with_device";
+  using device = D;
+  static std::string attrs() { return D::name(); }
+};
+} // namespace ops
+
+/// with_device<D>(e): the nodes of e's subgraph that are not leaves run on D, whatever the
+/// placement policy says (TensorFlow's `with tf.device(...)` around their construction). Where
+/// scopes nest, the innermost wins; a node reached from two scopes takes the first consumer's
+/// in reverse topological order.
+template <device_tag D, expression E>
+consteval auto with_device(E) {
+  return make_node<ops::device_scope<D>, E>();
+}
 
 } // namespace typeflow

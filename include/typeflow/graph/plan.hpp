@@ -13,6 +13,7 @@
 #include <boost/hana/tuple.hpp>
 #include <boost/hana/type.hpp>
 
+#include "../device/device.hpp"
 #include "../ops/leaves.hpp"
 #include "../ops/state.hpp"
 #include "flat.hpp"
@@ -73,6 +74,18 @@ template <std::size_t Pos, class C>
 struct operand<2, Pos, C> {
   using type = ref_input<Pos>;
 };
+/// Whether op Op is a with_device scope, and its device.
+template <class Op>
+struct scope_of {
+  static constexpr bool value = false;
+  static constexpr device_id id{};
+};
+template <class D>
+struct scope_of<ops::device_scope<D>> {
+  static constexpr bool value = true;
+  static constexpr device_id id = id_of<D>;
+};
+
 struct print_entry {
   std::string_view name;
   std::string (*leaf)();
@@ -91,16 +104,17 @@ constexpr print_entry entry_for() {
 }
 } // namespace detail
 
-template <class... Fetches>
+template <class Placement, class... Fetches>
 struct plan_impl;
 
-/// Analysis of the subgraph that `Fetches` (a type_list) need.
-template <class Fetches>
+/// Analysis of the subgraph that `Fetches` (a type_list) need, placed by `Placement`.
+template <class Fetches, class Placement = on<cpu<0>>>
 struct plan;
-template <class... Fetches>
-struct plan<type_list<Fetches...>> : plan_impl<std::remove_cvref_t<Fetches>...> {};
+template <class... Fetches, class Placement>
+struct plan<type_list<Fetches...>, Placement>
+    : plan_impl<Placement, std::remove_cvref_t<Fetches>...> {};
 
-template <class... Fetches>
+template <class Placement, class... Fetches>
 struct plan_impl {
   using nodes = topological_order<Fetches...>;
   static constexpr std::size_t size = nodes::size;
@@ -188,21 +202,133 @@ private:
 public:
   static constexpr node_facts fact = facts(std::make_index_sequence<size>{});
 
+  /// Devices and transfers. Every node gets the policy's device, or the device of the innermost
+  /// with_device scope above it; an assignment runs where its variable is; an op with no kernel
+  /// on its device falls back to cpu<0> (soft placement) or is an error (strict policies). Each
+  /// edge whose ends are on different devices reads through a transfer: one per (tensor,
+  /// destination device), as TensorFlow's Send/Recv pairs. Constants are inlined where read and
+  /// groups only order their operands, so neither needs one.
+  struct placement_t {
+    std::array<device_id, size> device{};
+    std::array<bool, size> fell_back{};
+    std::size_t strict_violation = static_cast<std::size_t>(-1);
+    std::array<std::size_t, n_edges + 1> edge_transfer{};
+    std::array<std::size_t, n_edges + 1> transfer_source{};
+    std::array<device_id, n_edges + 1> transfer_device{};
+    /// Transfers of source node k: by_source[source_begin[k] .. source_begin[k+1]).
+    std::array<std::size_t, size + 1> source_begin{};
+    std::array<std::size_t, n_edges + 1> by_source{};
+    std::size_t transfers = 0;
+  };
+
+private:
+  template <std::size_t... I>
+  static consteval placement_t place(std::index_sequence<I...>) {
+    constexpr std::size_t no = static_cast<std::size_t>(-1);
+    const node_facts& f = fact;
+    placement_t p;
+    const device_id policy[] = {id_of<typename Placement::template device<node<I>>>..., {}};
+    const bool is_scope[] = {detail::scope_of<typename node<I>::op>::value..., false};
+    const device_id scope_dev[] = {detail::scope_of<typename node<I>::op>::id..., {}};
+    const bool gpu_ok[] = {has_gpu_kernel<typename node<I>::op>::value..., false};
+    const bool state[] = {is_state_op_t<node<I>>::value..., false};
+    const bool leaf[] = {(node<I>::op::kind == node_kind::leaf)..., false};
+    std::array<bool, size> scoped{};
+    std::array<device_id, size> sdev{};
+    for (std::size_t j = size; j-- > 0;) {
+      if (is_scope[j]) {
+        scoped[j] = true;
+        sdev[j] = scope_dev[j];
+      }
+      if (!scoped[j])
+        continue;
+      for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
+        const std::size_t k = f.edges[e];
+        if (!leaf[k] && !scoped[k]) {
+          scoped[k] = true;
+          sdev[k] = sdev[j];
+        }
+      }
+    }
+    for (std::size_t i = 0; i < size; ++i) {
+      device_id d = scoped[i] ? sdev[i] : policy[i];
+      if (state[i])
+        d = p.device[f.edges[f.edge_begin[i]]]; // colocated with its variable
+      if (!d.is_cpu && !gpu_ok[i] && (f.group[i] || f.constant[i])) {
+        d = device_id{}; // no kernel to run: constants are inlined, groups only order
+      } else if (!d.is_cpu && !gpu_ok[i]) {
+        if (soft_placement<Placement>()) {
+          d = device_id{};
+          p.fell_back[i] = true;
+        } else if (p.strict_violation == no || (leaf[p.strict_violation] && !leaf[i])) {
+          p.strict_violation = i; // the first op, else the first leaf
+        }
+      }
+      p.device[i] = d;
+    }
+    std::array<std::size_t, size + 1> count{};
+    for (std::size_t j = 0; j < size; ++j)
+      for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
+        const std::size_t k = f.edges[e];
+        p.edge_transfer[e] = no;
+        if (f.group[j] || f.constant[k] || p.device[k] == p.device[j])
+          continue;
+        std::size_t t = 0;
+        while (t < p.transfers &&
+               !(p.transfer_source[t] == k && p.transfer_device[t] == p.device[j]))
+          ++t;
+        if (t == p.transfers) {
+          p.transfer_source[t] = k;
+          p.transfer_device[t] = p.device[j];
+          ++p.transfers;
+          ++count[k];
+        }
+        p.edge_transfer[e] = t;
+      }
+    std::size_t acc = 0;
+    for (std::size_t k = 0; k < size; ++k) {
+      p.source_begin[k] = acc;
+      acc += count[k];
+    }
+    p.source_begin[size] = acc;
+    std::array<std::size_t, size + 1> fill = p.source_begin;
+    for (std::size_t t = 0; t < p.transfers; ++t)
+      p.by_source[fill[p.transfer_source[t]]++] = t;
+    return p;
+  }
+
+public:
+  static constexpr placement_t placement = place(std::make_index_sequence<size>{});
+  /// Transfers, and value slots: nodes first, then one per transfer.
+  static constexpr std::size_t transfers = placement.transfers;
+  static constexpr std::size_t slots = size + transfers;
+  /// The value slot edge e reads: its child, or the transfer that brings the child over.
+  static constexpr std::size_t edge_slot(std::size_t e) {
+    return placement.edge_transfer[e] == static_cast<std::size_t>(-1)
+               ? fact.edges[e]
+               : size + placement.edge_transfer[e];
+  }
+  /// The device tag node I runs on.
+  template <std::size_t I>
+  using device = typeflow::device_of<placement.device[I].is_cpu, placement.device[I].index>;
+
   /// Fusion and memory plan, all indices into `nodes`.
   struct layout_t {
     /// root[i] == i: node i is materialized (a step); root[i] == r: node i is computed inside
     /// the fused loop of region r; root[i] == none: an inlined constant.
     std::array<std::size_t, size> root{};
-    /// Last step that reads node i's buffer (size for never, or for fetched nodes).
-    std::array<std::size_t, size> last_use{};
+    /// Last step that reads slot i's buffer (none for never, or for fetched nodes).
+    std::array<std::size_t, slots> last_use{};
     /// Region r's members are region_members[member_begin[r] .. member_begin[r+1]) (topological).
     std::array<std::size_t, size + 1> member_begin{};
     std::array<std::size_t, size + 1> members{};
     /// Position of node i within its region's members.
     std::array<std::size_t, size> local_pos{};
-    /// Region r's inputs (materialized nodes it reads), deduplicated.
+    /// Region r's inputs (value slots of materialized nodes or transfers), deduplicated, and
+    /// the node each one holds.
     std::array<std::size_t, size + 1> input_begin{};
     std::array<std::size_t, n_edges + 1> inputs{};
+    std::array<std::size_t, n_edges + 1> input_nodes{};
     /// What the executor does with node i.
     std::array<step_kind, size> step{};
     /// For an edge e inside a fused region: its operand kind (0 inlined constant, 1 member,
@@ -211,7 +337,7 @@ public:
     std::array<std::size_t, n_edges + 1> edge_pos{};
     /// Buffers dropped after step s: releases[release_begin[s] .. release_begin[s+1]).
     std::array<std::size_t, size + 1> release_begin{};
-    std::array<std::size_t, size + 1> releases{};
+    std::array<std::size_t, slots + 1> releases{};
     std::size_t steps = 0, fused = 0;
   };
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
@@ -236,7 +362,8 @@ private:
       }
       for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
         const std::size_t k = f.edges[e];
-        if (f.elementwise[j] && L.root[j] != none) {
+        const bool local = f.constant[k] || placement.device[k] == placement.device[j];
+        if (f.elementwise[j] && L.root[j] != none && local) {
           if (consumer_root[k] == no_consumer)
             consumer_root[k] = L.root[j];
           else if (consumer_root[k] != L.root[j])
@@ -264,7 +391,7 @@ private:
         L.members[fill[L.root[i]]++] = i;
       }
     // Region inputs and last uses.
-    std::array<std::size_t, size> mark{}, mark_pos{};
+    std::array<std::size_t, slots> mark{}, mark_pos{};
     mark.fill(none);
     L.last_use.fill(none);
     std::size_t in = 0;
@@ -284,19 +411,22 @@ private:
             L.edge_kind[e] = 0;
             continue;
           }
-          if (L.root[k] == r) {
+          if (L.root[k] == r && placement.edge_transfer[e] == none) {
             L.edge_kind[e] = 1;
             L.edge_pos[e] = L.local_pos[k];
             continue;
           }
-          if (mark[k] != r) {
-            mark[k] = r;
-            mark_pos[k] = in - L.input_begin[r];
-            L.inputs[in++] = k;
+          const std::size_t slot = edge_slot(e);
+          if (mark[slot] != r) {
+            mark[slot] = r;
+            mark_pos[slot] = in - L.input_begin[r];
+            L.input_nodes[in] = k;
+            L.inputs[in++] = slot;
           }
           L.edge_kind[e] = 2;
-          L.edge_pos[e] = mark_pos[k];
-          L.last_use[k] = (L.last_use[k] == none || L.last_use[k] < r) ? r : L.last_use[k];
+          L.edge_pos[e] = mark_pos[slot];
+          L.last_use[slot] =
+              (L.last_use[slot] == none || L.last_use[slot] < r) ? r : L.last_use[slot];
         }
       }
     }
@@ -314,7 +444,7 @@ private:
       if (f.fetched[i] || f.force_root[i])
         L.last_use[i] = none;
     std::array<std::size_t, size + 1> per{};
-    for (std::size_t i = 0; i < size; ++i)
+    for (std::size_t i = 0; i < slots; ++i)
       if (L.last_use[i] != none)
         ++per[L.last_use[i]];
     std::size_t run = 0;
@@ -324,7 +454,7 @@ private:
     }
     L.release_begin[size] = run;
     std::array<std::size_t, size + 1> pos = L.release_begin;
-    for (std::size_t i = 0; i < size; ++i)
+    for (std::size_t i = 0; i < slots; ++i)
       if (L.last_use[i] != none)
         L.releases[pos[L.last_use[i]]++] = i;
     return L;
@@ -340,14 +470,14 @@ public:
   static constexpr std::size_t fused_nodes = layout.fused;
 
 private:
-  template <std::size_t I, class N = node<I>>
+  template <std::size_t I, class N = node<I>,
+            class Seq = std::make_index_sequence<detail::arity<N>::value>>
   struct flat_of;
-  template <std::size_t I, class Op, class... Cs>
-  struct flat_of<I, expr<Op, Cs...>> {
-    using type =
-        flat_node<layout.step[I], Op, typename expr<Op, Cs...>::value_type,
-                  expr<Op, Cs...>::shape_type::rank,
-                  ref<index_c<Cs>::value, typename Cs::value_type, Cs::shape_type::rank>...>;
+  template <std::size_t I, class Op, class... Cs, std::size_t... C>
+  struct flat_of<I, expr<Op, Cs...>, std::index_sequence<C...>> {
+    using type = flat_node<
+        layout.step[I], Op, typename expr<Op, Cs...>::value_type, expr<Op, Cs...>::shape_type::rank,
+        ref<edge_slot(fact.edge_begin[I] + C), typename Cs::value_type, Cs::shape_type::rank>...>;
   };
 
   template <std::size_t R, std::size_t M, class Seq>
@@ -372,7 +502,7 @@ private:
   struct region_of<R, std::index_sequence<M...>, std::index_sequence<K...>> {
     using type = flat_region<
         typename node<R>::value_type,
-        type_list<typename node<layout.inputs[layout.input_begin[R] + K]>::value_type...>,
+        type_list<typename node<layout.input_nodes[layout.input_begin[R] + K]>::value_type...>,
         type_list<member_t<R, layout.members[layout.member_begin[R] + M]>...>,
         std::array<std::size_t, sizeof...(K)>{layout.inputs[layout.input_begin[R] + K]...}>;
   };
@@ -406,6 +536,29 @@ public:
       if (fused)
         s += "  [fused " + std::to_string(fused + 1) + " ops]";
       s += "\n";
+    }
+    return s;
+  }
+
+  /// describe() with each step's device, and every transfer after the step that produces its
+  /// tensor: `%3 = matmul matmul(x, w)  @/job:localhost/.../device:CPU:1`, then
+  /// `  transfer %3 -> /job:localhost/.../device:CPU:0`.
+  static std::string describe_placement() {
+    std::string s;
+    for (std::size_t i = 0; i < size; ++i) {
+      const bool step = layout.root[i] == i;
+      if (step) {
+        s += "%" + std::to_string(i) + " = " + std::string(kinds[i]) + " " + node_string(i) +
+             "  @" + placement.device[i].name();
+        if (placement.fell_back[i])
+          s += " (soft placement: no kernel on the requested device)";
+        s += "\n";
+      }
+      for (std::size_t q = placement.source_begin[i]; q < placement.source_begin[i + 1]; ++q) {
+        const std::size_t t = placement.by_source[q];
+        s += "  transfer %" + std::to_string(i) + " -> " + placement.transfer_device[t].name() +
+             "\n";
+      }
     }
     return s;
   }

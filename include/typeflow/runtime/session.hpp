@@ -59,6 +59,19 @@ struct fed_twice_message {
   }
 };
 
+template <class Op, class D>
+struct no_kernel_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("placement: op ") << Op::name
+      << std::string_view(" has no kernel on device ")
+      << (D::is_cpu ? std::string_view("CPU:") : std::string_view("GPU:"))
+      << static_cast<std::int64_t>(D::index)
+      << std::string_view(" and soft placement is off (strict policy)");
+    return b;
+  }
+};
+
 template <class V>
 struct duplicate_variable_message {
   static constexpr msg_buf message() {
@@ -89,12 +102,12 @@ public:
   /// (groups have none): `auto [loss] = s.run(fetch(loss, train), feed(x, images));`
   template <class... F, class... Feeds>
   auto run(fetch_t<F...>, const Feeds&... feeds) {
-    using P = graph::plan<type_list<F...>>;
+    using P = graph::plan<type_list<F...>, Placement>;
     check_plan<P, Feeds...>();
     stats_ = run_stats{};
     ++runs_;
     check_feeds(feeds...);
-    std::array<runtime::rt_value, P::size> vals;
+    std::array<runtime::rt_value, P::slots> vals;
     (bind_feed(P::template contains_c<typename Feeds::placeholder>::value, vals.data(),
                feed_slot<P, Feeds>(), feeds),
      ...);
@@ -108,7 +121,7 @@ public:
   /// (Re)initializes the variables reachable from `roots` from their initializers.
   template <expression... E>
   void initialize(E...) {
-    using P = graph::plan<type_list<E...>>;
+    using P = graph::plan<type_list<E...>, Placement>;
     init_all<P>(std::make_index_sequence<P::size>{});
   }
 
@@ -216,6 +229,12 @@ private:
         }(),
         ...);
     check_variables<P>(std::make_index_sequence<P::size>{});
+    if constexpr (P::placement.strict_violation != P::size &&
+                  P::placement.strict_violation != static_cast<std::size_t>(-1))
+      detail::fail<
+          detail::no_kernel_message<typename P::template node<P::placement.strict_violation>::op,
+                                    typename Placement::template device<typename P::template node<
+                                        P::placement.strict_violation>>>>();
   }
   template <class Ph, class... Feeds>
   static constexpr std::size_t feed_count() {
@@ -368,9 +387,12 @@ private:
   template <class P, std::size_t... I>
   void run_steps(value* vals, std::index_sequence<I...>) {
     static constexpr step_fn table[] = {
-        &session::step_entry<I, typename Placement::template device<typename P::template node<I>>,
-                             typename P::template flat<I>, typename region_of<P, I>::type>...};
+        &session::step_entry<I, typename P::template device<I>, typename P::template flat<I>,
+                             typename region_of<P, I>::type>...};
     constexpr auto& L = P::layout;
+    constexpr auto& T = P::placement;
+    static constexpr std::size_t elem_bytes[] = {
+        value_bytes<typename P::template node<I>::value_type>()...};
     for (std::size_t i = 0; i < P::size; ++i) {
       if (opts_.trace) {
         const std::size_t before = stats_.trace.size();
@@ -382,6 +404,9 @@ private:
       } else {
         (this->*table[i])(vals, &P::node_string);
       }
+      for (std::size_t q = T.source_begin[i]; q < T.source_begin[i + 1]; ++q)
+        transfer(vals, i, P::size + T.by_source[q], T.transfer_device[T.by_source[q]],
+                 elem_bytes[i], &P::node_string);
       release(vals, &L.releases[L.release_begin[i]], L.release_begin[i + 1] - L.release_begin[i]);
     }
   }
@@ -389,6 +414,28 @@ private:
   template <std::size_t I, class D, class Flat, class Region>
   void step_entry(value* vals, name_fn name) {
     step<I, D>(static_cast<Flat*>(nullptr), vals, name, static_cast<Region>(nullptr));
+  }
+
+  /// Sends node `from`'s value to device `to` into slot `slot`. Between CPU devices (one host
+  /// memory) the transfer shares the buffer; the CUDA backend copies.
+  template <class T>
+  static constexpr std::size_t value_bytes() {
+    if constexpr (std::is_void_v<T>)
+      return 0;
+    else
+      return sizeof(T);
+  }
+  void transfer(value* vals, std::size_t from, std::size_t slot, device_id to,
+                std::size_t elem_bytes, name_fn name) {
+    if (!to.is_cpu)
+      throw error("transfer to " + to.name() + ": no CUDA backend in this build");
+    vals[slot] = vals[from];
+    ++stats_.transfers;
+    stats_.transfer_bytes += elem_bytes * static_cast<std::size_t>(vals[from].dims.numel());
+    if (opts_.trace) {
+      stats_.trace.push_back("transfer " + name(from) + " -> " + to.name());
+      stats_.trace_seconds.push_back(0.0);
+    }
   }
 
   static void release(value* vals, const std::size_t* which, std::size_t n) {

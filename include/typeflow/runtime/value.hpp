@@ -57,6 +57,8 @@ struct run_stats {
   std::size_t buffers_allocated = 0; // fresh heap allocations by the pool during the run
   std::size_t buffers_reused = 0;    // buffers the pool handed out again
   std::size_t peak_bytes = 0;        // peak bytes of live intermediate buffers
+  std::size_t transfers = 0;         // tensors sent from one device to another
+  std::size_t transfer_bytes = 0;    // ... and their bytes
   std::vector<std::string> trace;    // each executed step, as to_string (with options.trace)
   std::vector<double> trace_seconds; // wall time of each traced step (same order as trace)
 };

@@ -1,0 +1,186 @@
+// Placement: devices print in TensorFlow's form; policies (on, variables_on + compute_on, by_op,
+// strict), with_device scopes and soft placement decide each node's device at compile time;
+// every edge across devices gets exactly one transfer per (tensor, destination); fusion never
+// crosses a device; and a placed graph computes what the unplaced one does.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "typeflow/typeflow.hpp"
+
+namespace ty = typeflow;
+using i64 = std::int64_t;
+
+// In this test only, pretend that `add` has a GPU kernel: soft placement then keeps it on the
+// GPU and moves the ops around it (which have CPU kernels only) to the CPU. Only plans are
+// inspected for GPU placements here; nothing runs on a GPU.
+template <>
+struct typeflow::has_gpu_kernel<typeflow::ops::add> : std::true_type {};
+
+namespace {
+
+constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 4>>;
+constexpr auto w = ty::variable<"w", float, ty::shape<4, 3>, ty::uniform<-1.0, 1.0>>;
+constexpr auto b = ty::variable<"b", float, ty::shape<3>, ty::fill<0.5>>;
+constexpr auto y = ty::relu(ty::matmul(x, w) + b);
+constexpr auto loss = ty::mean(ty::square(y));
+constexpr auto train = ty::gradient_descent(ty::constant<0.1>).minimize(loss);
+
+using seed_policy = ty::variables_on<ty::cpu<0>, ty::compute_on<ty::cpu<1>>>;
+
+template <class P, class N>
+ty::device_id device_of_node() {
+  return P::placement.device[P::template index_c<N>::value];
+}
+
+ty::tensor<float> input() {
+  return ty::tensor<float>({2, 4}, {1, 2, 3, 4, -1, 0.5f, 2, 0});
+}
+
+std::size_t count(const std::string& s, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1))
+    ++n;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("device tags print in TensorFlow's form") {
+  CHECK(ty::cpu<0>::name() == "/job:localhost/replica:0/task:0/device:CPU:0");
+  CHECK(ty::gpu<3>::name() == "/job:localhost/replica:0/task:0/device:GPU:3");
+  CHECK(ty::id_of<ty::gpu<1>>.name() == ty::gpu<1>::name());
+  static_assert(std::is_same_v<ty::device_of<false, 2>, ty::gpu<2>>);
+}
+
+TEST_CASE("the seed's device function: variables on cpu<0>, compute on cpu<1>") {
+  using P = ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>, seed_policy>;
+  CHECK(device_of_node<P, decltype(w)>() == ty::id_of<ty::cpu<0>>);
+  CHECK(device_of_node<P, decltype(b)>() == ty::id_of<ty::cpu<0>>);
+  CHECK(device_of_node<P, decltype(ty::matmul(x, w))>() == ty::id_of<ty::cpu<1>>);
+  CHECK(device_of_node<P, decltype(loss)>() == ty::id_of<ty::cpu<1>>);
+  CHECK(device_of_node<P, decltype(ty::global_step)>() == ty::id_of<ty::cpu<0>>);
+  // Each assignment runs where its variable lives.
+  CHECK(device_of_node<P, decltype(ty::assign_add(ty::global_step, ty::constant<1>))>() ==
+        ty::id_of<ty::cpu<0>>);
+  // Exactly the expected transfers: w and b to the compute device (read by the forward and the
+  // gradient, one transfer each), and the two updates back to the variables' device.
+  // global_step's increment stays on cpu<0>.
+  CHECK(P::transfers == 4);
+  const std::string listing = P::describe_placement();
+  INFO(listing);
+  CHECK(count(listing, "  transfer %") == 4);
+  CHECK(count(listing, "transfer ") >= 4);
+  CHECK(listing.find("leaf w  @/job:localhost/replica:0/task:0/device:CPU:0\n  transfer %") !=
+        std::string::npos);
+  CHECK(count(listing, "-> /job:localhost/replica:0/task:0/device:CPU:1") == 2);
+  CHECK(count(listing, "-> /job:localhost/replica:0/task:0/device:CPU:0") == 2);
+}
+
+// Placed and unplaced graphs fuse differently (fusion stops at a device), so with FMA
+// contraction their results agree to rounding, not bitwise.
+constexpr double same = 1e-5;
+
+TEST_CASE("a placed graph trains as the unplaced one; each run does its transfers") {
+  ty::session<seed_policy> placed(ty::session_options{.seed = 5, .trace = true});
+  ty::session<> plain(ty::session_options{.seed = 5});
+  using P = ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>, seed_policy>;
+  for (int k = 0; k < 3; ++k) {
+    auto [l1] = placed.run(ty::fetch(loss, train), ty::feed(x, input()));
+    auto [l2] = plain.run(ty::fetch(loss, train), ty::feed(x, input()));
+    CHECK(l1[0] == doctest::Approx(l2[0]).epsilon(same));
+    CHECK(placed.stats().transfers == P::transfers);
+    CHECK(placed.stats().transfer_bytes == (4 * 3 + 3) * sizeof(float) * 2);
+    CHECK(plain.stats().transfers == 0);
+  }
+  const auto w1 = placed.read(w), w2 = plain.read(w);
+  for (i64 i = 0; i < w1.size(); ++i)
+    CHECK(w1[i] == doctest::Approx(w2[i]).epsilon(same));
+  std::size_t traced = 0;
+  for (const auto& t : placed.stats().trace)
+    traced += t.rfind("transfer ", 0) == 0;
+  CHECK(traced == P::transfers);
+}
+
+TEST_CASE("one transfer per (tensor, destination device), however many readers") {
+  constexpr auto u = ty::matmul(x, w) * ty::matmul(x * ty::constant<2.0>, w) + ty::sum<0>(w);
+  using P = ty::graph::plan<ty::type_list<decltype(u)>, seed_policy>;
+  // w is read three times on cpu<1>: one transfer.
+  CHECK(P::transfers == 1);
+  CHECK(P::placement.transfer_source[0] == P::index_c<decltype(w)>::value);
+  CHECK(P::placement.transfer_device[0] == ty::id_of<ty::cpu<1>>);
+}
+
+TEST_CASE("by_op maps op kinds to devices") {
+  using policy = ty::by_op<ty::cpu<0>, ty::kind_on<ty::node_kind::matmul, ty::cpu<1>>,
+                           ty::kind_on<ty::node_kind::reduction, ty::cpu<2>>>;
+  using P = ty::graph::plan<ty::type_list<decltype(loss)>, policy>;
+  CHECK(device_of_node<P, decltype(ty::matmul(x, w))>() == ty::id_of<ty::cpu<1>>);
+  CHECK(device_of_node<P, decltype(loss)>() == ty::id_of<ty::cpu<2>>);
+  CHECK(device_of_node<P, decltype(y)>() == ty::id_of<ty::cpu<0>>);
+  CHECK(device_of_node<P, decltype(w)>() == ty::id_of<ty::cpu<0>>);
+  // x and w to cpu<1> for the matmul, its result back to cpu<0>, square(y) to cpu<2>.
+  CHECK(P::transfers == 4);
+  ty::session<policy> s;
+  ty::session<> plain;
+  auto [a] = s.run(ty::fetch(loss), ty::feed(x, input()));
+  auto [c] = plain.run(ty::fetch(loss), ty::feed(x, input()));
+  CHECK(a[0] == doctest::Approx(c[0]).epsilon(same));
+}
+
+TEST_CASE("with_device overrides the policy for a subtree; the innermost scope wins") {
+  constexpr auto inner = ty::with_device<ty::cpu<2>>(ty::matmul(x, w));
+  constexpr auto outer = ty::with_device<ty::cpu<1>>(ty::relu(inner + b));
+  constexpr auto z = outer * ty::constant<3.0>;
+  using P = ty::graph::plan<ty::type_list<decltype(z)>>;
+  CHECK(device_of_node<P, decltype(ty::matmul(x, w))>() == ty::id_of<ty::cpu<2>>);
+  CHECK(device_of_node<P, decltype(inner + b)>() == ty::id_of<ty::cpu<1>>);
+  CHECK(device_of_node<P, decltype(z)>() == ty::id_of<ty::cpu<0>>);
+  // Leaves keep the policy's device.
+  CHECK(device_of_node<P, decltype(w)>() == ty::id_of<ty::cpu<0>>);
+  // Fusion stops at device boundaries: relu(inner + b) is one region on cpu<1>, z another.
+  CHECK(P::layout.root[P::index_c<decltype(inner + b)>::value] ==
+        P::index_c<std::remove_cvref_t<decltype(outer)>>::value);
+  CHECK(P::layout.root[P::index_c<std::remove_cvref_t<decltype(outer)>>::value] ==
+        P::index_c<std::remove_cvref_t<decltype(outer)>>::value);
+  ty::session<> s;
+  auto [got] = s.run(ty::fetch(z), ty::feed(x, input()));
+  auto [want] =
+      s.run(ty::fetch(ty::relu(ty::matmul(x, w) + b) * ty::constant<3.0>), ty::feed(x, input()));
+  REQUIRE(got.size() == want.size());
+  for (i64 i = 0; i < got.size(); ++i)
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(same));
+  // The gradient passes through a scope unchanged.
+  constexpr auto g = ty::grad(ty::sum(z), w);
+  constexpr auto g0 = ty::grad(ty::sum(ty::relu(ty::matmul(x, w) + b) * ty::constant<3.0>), w);
+  auto [ga, gb] = s.run(ty::fetch(g, g0), ty::feed(x, input()));
+  for (i64 i = 0; i < ga.size(); ++i)
+    CHECK(ga[i] == doctest::Approx(gb[i]).epsilon(same));
+}
+
+TEST_CASE("soft placement: ops without a GPU kernel fall back to cpu<0>") {
+  using P = ty::graph::plan<ty::type_list<decltype(y)>, ty::on<ty::gpu<0>>>;
+  constexpr auto sum_node = ty::matmul(x, w) + b;
+  // add has a (pretended) GPU kernel and stays; matmul, relu and the leaves move to the CPU.
+  CHECK(device_of_node<P, decltype(sum_node)>() == ty::id_of<ty::gpu<0>>);
+  CHECK(device_of_node<P, decltype(ty::matmul(x, w))>() == ty::id_of<ty::cpu<0>>);
+  CHECK(device_of_node<P, decltype(y)>() == ty::id_of<ty::cpu<0>>);
+  CHECK(P::placement.fell_back[P::index_c<decltype(y)>::value]);
+  CHECK(!P::placement.fell_back[P::index_c<decltype(sum_node)>::value]);
+  // matmul's result and b go to the GPU for the add, its result comes back for relu.
+  CHECK(P::transfers == 3);
+  const std::string listing = P::describe_placement();
+  INFO(listing);
+  CHECK(listing.find("(soft placement: no kernel on the requested device)") != std::string::npos);
+  CHECK(count(listing, "-> /job:localhost/replica:0/task:0/device:GPU:0") == 2);
+
+  // With no op on a GPU, a gpu<0> session runs everything on the CPU.
+  constexpr auto v = ty::relu(ty::matmul(x, w)) * ty::constant<2.0>;
+  ty::session<ty::on<ty::gpu<0>>> s;
+  ty::session<> plain;
+  auto [a] = s.run(ty::fetch(v), ty::feed(x, input()));
+  auto [c] = plain.run(ty::fetch(v), ty::feed(x, input()));
+  for (i64 i = 0; i < a.size(); ++i)
+    CHECK(a[i] == doctest::Approx(c[i]).epsilon(same));
+  CHECK(s.stats().transfers == 0);
+}
