@@ -136,12 +136,7 @@ struct backprop {
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e)
         ++count[f.edges[e]];
-    std::size_t acc = 0;
-    for (std::size_t k = 0; k < n; ++k) {
-      t.begin[k] = acc;
-      acc += count[k];
-    }
-    t.begin[n] = acc;
+    t.begin = graph::detail::bucket_begins(count);
     auto fill = t.begin;
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e) {

@@ -74,6 +74,20 @@ template <std::size_t Pos, class C>
 struct operand<2, Pos, C> {
   using type = ref_input<Pos>;
 };
+/// Start offsets of buckets of the given sizes (an exclusive prefix sum; the last entry is the
+/// total), for the counting sorts that group edges, members and transfers.
+template <std::size_t N>
+constexpr std::array<std::size_t, N> bucket_begins(const std::array<std::size_t, N>& count) {
+  std::array<std::size_t, N> begin{};
+  std::size_t acc = 0;
+  for (std::size_t k = 0; k + 1 < N; ++k) {
+    begin[k] = acc;
+    acc += count[k];
+  }
+  begin[N - 1] = acc;
+  return begin;
+}
+
 /// Whether op Op is a with_device scope, and its device.
 template <class Op>
 struct scope_of {
@@ -285,12 +299,7 @@ private:
         }
         p.edge_transfer[e] = t;
       }
-    std::size_t acc = 0;
-    for (std::size_t k = 0; k < size; ++k) {
-      p.source_begin[k] = acc;
-      acc += count[k];
-    }
-    p.source_begin[size] = acc;
+    p.source_begin = detail::bucket_begins(count);
     std::array<std::size_t, size + 1> fill = p.source_begin;
     for (std::size_t t = 0; t < p.transfers; ++t)
       p.by_source[fill[p.transfer_source[t]]++] = t;
@@ -378,12 +387,7 @@ private:
     for (std::size_t i = 0; i < size; ++i)
       if (L.root[i] != none)
         ++count[L.root[i]];
-    std::size_t acc = 0;
-    for (std::size_t r = 0; r < size; ++r) {
-      L.member_begin[r] = acc;
-      acc += count[r];
-    }
-    L.member_begin[size] = acc;
+    L.member_begin = detail::bucket_begins(count);
     std::array<std::size_t, size + 1> fill = L.member_begin;
     for (std::size_t i = 0; i < size; ++i)
       if (L.root[i] != none) {
