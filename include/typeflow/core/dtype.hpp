@@ -1,5 +1,13 @@
 // Element types: float, double, int32, int64, bool, each with the name used in messages.
 #pragma once
+
+/// Marks the scalar functions that fused kernels call on both sides: host and, under nvcc,
+/// device (the CUDA backend instantiates its kernels from the same op functors).
+#if defined(__CUDACC__)
+#define TYPEFLOW_HD __host__ __device__
+#else
+#define TYPEFLOW_HD
+#endif
 #include <concepts>
 #include <cstdint>
 #include <string_view>

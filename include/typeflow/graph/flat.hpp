@@ -3,8 +3,10 @@
 // (and so do symbol names: quadratic in all). Flat types name an op, dtypes, ranks and node
 // positions only, so each step's code has a size independent of the graph around it.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "node.hpp"
 
@@ -55,12 +57,21 @@ struct member {
 
 /// A fused region: output dtype, input dtypes, members (topological, the root last), and the
 /// plan positions of its inputs.
-template <class Out, class Ins, class Members, auto InputIndices>
+template <class Seq>
+struct index_array;
+template <std::size_t... K>
+struct index_array<std::index_sequence<K...>> {
+  static constexpr std::array<std::size_t, sizeof...(K)> value{K...};
+};
+
+/// (The input positions are a type, not a std::array template argument: nvcc's host code
+/// generation cannot spell class-type template arguments of that kind.)
+template <class Out, class Ins, class Members, class InputIndices>
 struct flat_region {
   using out_type = Out;
   using inputs = Ins;
   using members = Members;
-  static constexpr auto input_indices = InputIndices;
+  static constexpr auto input_indices = index_array<InputIndices>::value;
 };
 
 } // namespace typeflow::graph

@@ -508,7 +508,7 @@ private:
         typename node<R>::value_type,
         type_list<typename node<layout.input_nodes[layout.input_begin[R] + K]>::value_type...>,
         type_list<member_t<R, layout.members[layout.member_begin[R] + M]>...>,
-        std::array<std::size_t, sizeof...(K)>{layout.inputs[layout.input_begin[R] + K]...}>;
+        std::index_sequence<layout.inputs[layout.input_begin[R] + K]...>>;
   };
 
 public:

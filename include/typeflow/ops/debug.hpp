@@ -19,7 +19,7 @@ struct probe_op : ops::elementwise_base, no_dtype_rule {
   using value_type = typename A::value_type;
   static std::string attrs() { return "\"" + std::string(Tag.view()) + "\""; }
   template <class C, class A>
-  static A eval(A a) {
+  static A eval(A a) { // host only: it counts in a host atomic (no GPU kernel)
     probe_count<Tag>.fetch_add(1, std::memory_order_relaxed);
     return a;
   }

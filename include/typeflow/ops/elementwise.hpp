@@ -61,7 +61,7 @@ struct compare_base : elementwise_base {
   struct NAME : BASE {                                                                             \
     static constexpr std::string_view name = #NAME;                                                \
     template <class C, class A>                                                                    \
-    static C eval(A a_) {                                                                          \
+    TYPEFLOW_HD static C eval(A a_) {                                                              \
       const C x = static_cast<C>(a_);                                                              \
       return EXPR;                                                                                 \
     }                                                                                              \
@@ -85,7 +85,7 @@ TYPEFLOW_UNARY(sigmoid, float_base, C(1) / (C(1) + std::exp(-x)))
   struct NAME : BASE {                                                                             \
     static constexpr std::string_view name = #NAME;                                                \
     template <class C, class A, class B>                                                           \
-    static RESULT eval(A a_, B b_) {                                                               \
+    TYPEFLOW_HD static RESULT eval(A a_, B b_) {                                                   \
       const C a = static_cast<C>(a_);                                                              \
       const C b = static_cast<C>(b_);                                                              \
       return EXPR;                                                                                 \
@@ -124,7 +124,7 @@ struct where : elementwise_base {
     return {};
   }
   template <class C, class Cond, class A, class B>
-  static C eval(Cond c, A a, B b) {
+  TYPEFLOW_HD static C eval(Cond c, A a, B b) {
     return c ? static_cast<C>(a) : static_cast<C>(b);
   }
 };
@@ -136,7 +136,7 @@ struct cast : elementwise_base, no_dtype_rule {
   using value_type = U;
   static std::string attrs() { return std::string(dtype_name<U>); }
   template <class C, class A>
-  static U eval(A a) {
+  TYPEFLOW_HD static U eval(A a) {
     if constexpr (std::is_same_v<U, bool>)
       return a != A(0);
     else
@@ -175,7 +175,7 @@ struct broadcast_to : no_dtype_rule {
     return r;
   }
   template <class C, class A>
-  static A eval(A a) {
+  TYPEFLOW_HD static A eval(A a) {
     return a;
   }
 };
@@ -186,7 +186,7 @@ struct identity_base : elementwise_base, no_dtype_rule {
   template <class A>
   using value_type = typename A::value_type;
   template <class C, class A>
-  static A eval(A a) {
+  TYPEFLOW_HD static A eval(A a) {
     return a;
   }
 };
@@ -204,7 +204,7 @@ struct zeros_like : elementwise_base, no_dtype_rule {
   template <class A>
   using compute = typename A::value_type;
   template <class C, class A>
-  static C eval(A) {
+  TYPEFLOW_HD static C eval(A) {
     return C(0);
   }
 };
@@ -231,7 +231,7 @@ struct broadcast_like : no_dtype_rule {
     return r;
   }
   template <class C, class A, class X>
-  static C eval(A a, X) {
+  TYPEFLOW_HD static C eval(A a, X) {
     return static_cast<C>(a);
   }
 };

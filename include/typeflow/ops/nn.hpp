@@ -299,7 +299,7 @@ struct bias_add : arith_base {
     return r;
   }
   template <class C, class A, class B>
-  static C eval(A a, B b) {
+  TYPEFLOW_HD static C eval(A a, B b) {
     return static_cast<C>(static_cast<C>(a) + static_cast<C>(b));
   }
 };

@@ -46,7 +46,7 @@ struct assign_op : elementwise_base {
   }
   /// The new value (what is fetched); for add/sub computed from the value at the start of the run.
   template <class C, class V, class X>
-  static C eval(V v, X x) {
+  TYPEFLOW_HD static C eval(V v, X x) {
     if constexpr (Mode == assign_mode::set)
       return static_cast<C>(x);
     else if constexpr (Mode == assign_mode::add)

@@ -84,6 +84,15 @@ struct duplicate_variable_message {
 
 } // namespace detail
 
+/// The backend of a device other than the CPU. The CUDA backend (backend/cuda/session.cuh,
+/// compiled by nvcc) specializes it for gpu<I>; without it, placement never leaves the CPU
+/// (no op has a GPU kernel) and this primary template is never instantiated.
+template <class D>
+struct device_backend {
+  static_assert(!sizeof(D*), "session: no backend for this device: include "
+                             "typeflow/backend/cuda/session.cuh and compile with nvcc");
+};
+
 /// Runs graphs. `Placement` maps each node to a device (for now every node is on `cpu<0>`).
 template <class Placement = on<cpu<0>>>
 class session {
@@ -112,8 +121,10 @@ public:
                feed_slot<P, Feeds>(), feeds),
      ...);
     run_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
-    auto out = std::tuple_cat(fetch_value<group_or_value<F>>(
-        vals[P::template index_c<std::remove_cvref_t<F>>::value])...);
+    auto out = std::tuple_cat(
+        fetch_value<group_or_value<F>, typename P::template device<
+                                           P::template index_c<std::remove_cvref_t<F>>::value>>(
+            vals[P::template index_c<std::remove_cvref_t<F>>::value])...);
     commit_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
     return out;
   }
@@ -176,6 +187,8 @@ public:
   std::size_t variable_count() const { return vars_.size(); }
 
 private:
+  template <class D>
+  friend struct device_backend;
   using value = runtime::rt_value;
   using name_fn = const std::string& (*)(std::size_t);
 
@@ -404,9 +417,11 @@ private:
       } else {
         (this->*table[i])(vals, &P::node_string);
       }
-      for (std::size_t q = T.source_begin[i]; q < T.source_begin[i + 1]; ++q)
-        transfer(vals, i, P::size + T.by_source[q], T.transfer_device[T.by_source[q]],
-                 elem_bytes[i], &P::node_string);
+      for (std::size_t q = T.source_begin[i]; q < T.source_begin[i + 1]; ++q) {
+        const std::size_t t = T.by_source[q];
+        (this->*transfers<P>(std::make_index_sequence<P::transfers>{})[t])(
+            vals, i, P::size + t, elem_bytes[i], &P::node_string);
+      }
       release(vals, &L.releases[L.release_begin[i]], L.release_begin[i + 1] - L.release_begin[i]);
     }
   }
@@ -425,11 +440,29 @@ private:
     else
       return sizeof(T);
   }
-  void transfer(value* vals, std::size_t from, std::size_t slot, device_id to,
-                std::size_t elem_bytes, name_fn name) {
-    if (!to.is_cpu)
-      throw error("transfer to " + to.name() + ": no CUDA backend in this build");
-    vals[slot] = vals[from];
+  using transfer_fn = void (session::*)(value*, std::size_t, std::size_t, std::size_t, name_fn);
+  /// One function per transfer of plan P, instantiated from its (source, destination) devices.
+  template <class P, std::size_t... T>
+  static const transfer_fn* transfers(std::index_sequence<T...>) {
+    static constexpr transfer_fn table[] = {
+        &session::transfer<typename P::template device<P::placement.transfer_source[T]>,
+                           device_of<P::placement.transfer_device[T].is_cpu,
+                                     P::placement.transfer_device[T].index>>...,
+        nullptr};
+    return table;
+  }
+  template <class Src, class Dst>
+  void transfer(value* vals, std::size_t from, std::size_t slot, std::size_t elem_bytes,
+                name_fn name) {
+    if constexpr (Src::is_cpu && Dst::is_cpu)
+      vals[slot] = vals[from];
+    else if constexpr (Src::is_cpu)
+      device_backend<Dst>::to_device(*this, vals[from], vals[slot], elem_bytes);
+    else if constexpr (Dst::is_cpu)
+      device_backend<Src>::to_host(*this, vals[from], vals[slot], elem_bytes);
+    else
+      device_backend<Dst>::from_device(*this, Src::index, vals[from], vals[slot], elem_bytes);
+    const device_id to = id_of<Dst>;
     ++stats_.transfers;
     stats_.transfer_bytes += elem_bytes * static_cast<std::size_t>(vals[from].dims.numel());
     if (opts_.trace) {
@@ -459,7 +492,6 @@ private:
   template <std::size_t I, class D, graph::step_kind K, class Op, class T, std::size_t R,
             class... Refs, class Region>
   void step(graph::flat_node<K, Op, T, R, Refs...>*, value* vals, name_fn name, Region* region) {
-    static_assert(D::is_cpu, "session: no backend for this device yet");
     using graph::step_kind;
     value& v = vals[I];
     if constexpr (K == step_kind::placeholder) {
@@ -478,8 +510,13 @@ private:
     } else {
       v.dims = shape_of<Op, Refs...>(vals, I, name);
       if constexpr (K == step_kind::kernel) {
-        kernel<I>(static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals, region,
-                  static_cast<Refs*>(nullptr)...);
+        if constexpr (D::is_cpu)
+          kernel<I>(static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals, region,
+                    static_cast<Refs*>(nullptr)...);
+        else
+          device_backend<D>::template kernel<I>(*this, static_cast<Op*>(nullptr),
+                                                static_cast<T*>(nullptr), vals, region,
+                                                static_cast<Refs*>(nullptr)...);
         note_step(I, name);
       }
     }
@@ -499,9 +536,10 @@ private:
   }
 
   // Elementwise region rooted at node I: one fused loop.
-  template <std::size_t I, class Op, class T, class Out, class Ins, class Members, auto Idx,
+  template <std::size_t I, class Op, class T, class Out, class Ins, class Members, class IdxSeq,
             class... Refs>
-  void kernel(Op*, T*, value* vals, graph::flat_region<Out, Ins, Members, Idx>*, Refs*...) {
+  void kernel(Op*, T*, value* vals, graph::flat_region<Out, Ins, Members, IdxSeq>*, Refs*...) {
+    constexpr auto Idx = graph::index_array<IdxSeq>::value;
     using fused = cpu_backend::fused_kernel<Out, Ins, Members>;
     std::array<const value*, Idx.size()> inputs{};
     for (std::size_t k = 0; k < Idx.size(); ++k)
@@ -741,10 +779,12 @@ private:
   using group_or_value = std::conditional_t<std::remove_cvref_t<F>::op::kind == node_kind::group,
                                             void, typename std::remove_cvref_t<F>::value_type>;
 
-  template <class T>
-  static auto fetch_value(const value& v) {
+  template <class T, class D>
+  auto fetch_value(const value& v) {
     if constexpr (std::is_void_v<T>) {
       return std::tuple<>{};
+    } else if constexpr (!D::is_cpu) {
+      return std::tuple<tensor<T>>{device_backend<D>::template fetch<T>(*this, v)};
     } else {
       tensor<T> t(v.dims.vec());
       if (t.size() > 0)
@@ -781,6 +821,9 @@ private:
   std::map<std::string, var_record, std::less<>> vars_;
   run_stats stats_;
   std::uint64_t runs_ = 0;
+  /// Per-GPU state of the CUDA backend (type-erased, so the session's layout is the same in
+  /// translation units compiled with and without it).
+  std::array<std::shared_ptr<void>, 16> gpu_states_{};
 };
 
 } // namespace typeflow

@@ -1,0 +1,163 @@
+// CUDA runtime support (compiled by nvcc only): checked calls that throw typeflow::cuda_error
+// with the call, file, line and CUDA's message; device discovery that reports "no device" instead
+// of failing where there is no GPU or driver; a caching device allocator (cudaMalloc once per
+// size, reused afterwards); RAII streams and events; pinned host staging buffers.
+#pragma once
+#if !defined(__CUDACC__)
+#error "typeflow/backend/cuda/runtime.hpp is compiled by nvcc (TYPEFLOW_CUDA)"
+#endif
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../../core/error.hpp"
+
+namespace typeflow {
+
+/// A failed CUDA (or cuBLAS, NCCL) call: what was called, where, and the library's message.
+class cuda_error : public error {
+public:
+  cuda_error(const std::string& call, const char* file, int line, const std::string& message)
+      : error("CUDA call " + call + " failed at " + file + ":" + std::to_string(line) + ": " +
+              message) {}
+};
+
+namespace cuda_backend {
+
+inline void check(cudaError_t e, const char* call, const char* file, int line) {
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError(); // clear the sticky-free error state for the next call
+    throw cuda_error(call, file, line,
+                     std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e));
+  }
+}
+
+} // namespace cuda_backend
+} // namespace typeflow
+
+/// Checks a CUDA runtime call: `TYPEFLOW_CUDA_CHECK(cudaMalloc(&p, n));`
+#define TYPEFLOW_CUDA_CHECK(call) ::typeflow::cuda_backend::check((call), #call, __FILE__, __LINE__)
+
+namespace typeflow::cuda_backend {
+
+/// How many CUDA devices this process can use: 0 when there is no GPU, no driver, or a driver
+/// too old for the runtime (never throws).
+inline int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+/// The message tests and examples print when they cannot run: CTest counts it as skipped.
+inline constexpr const char* no_device_message = "skipped: no CUDA device";
+
+/// A stream on the current device, destroyed with its owner.
+class stream {
+public:
+  stream() { TYPEFLOW_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~stream() {
+    if (s_)
+      cudaStreamDestroy(s_);
+  }
+  stream(const stream&) = delete;
+  stream& operator=(const stream&) = delete;
+  cudaStream_t get() const { return s_; }
+  void synchronize() const { TYPEFLOW_CUDA_CHECK(cudaStreamSynchronize(s_)); }
+
+private:
+  cudaStream_t s_ = nullptr;
+};
+
+/// An event, for ordering streams and timing kernels.
+class event {
+public:
+  event() { TYPEFLOW_CUDA_CHECK(cudaEventCreate(&e_)); }
+  ~event() {
+    if (e_)
+      cudaEventDestroy(e_);
+  }
+  event(const event&) = delete;
+  event& operator=(const event&) = delete;
+  void record(cudaStream_t s) { TYPEFLOW_CUDA_CHECK(cudaEventRecord(e_, s)); }
+  float milliseconds_since(const event& start) const {
+    float ms = 0;
+    TYPEFLOW_CUDA_CHECK(cudaEventSynchronize(e_));
+    TYPEFLOW_CUDA_CHECK(cudaEventElapsedTime(&ms, start.e_, e_));
+    return ms;
+  }
+  cudaEvent_t get() const { return e_; }
+
+private:
+  cudaEvent_t e_ = nullptr;
+};
+
+/// Caching allocator for one device: buffers are rounded up to a size class and kept on release,
+/// so steady-state training steps call cudaMalloc never. Device or pinned host memory.
+class caching_allocator {
+public:
+  enum class kind { device, pinned_host };
+  explicit caching_allocator(kind k = kind::device) : kind_(k) {}
+  ~caching_allocator() { release_cached(); }
+  caching_allocator(const caching_allocator&) = delete;
+  caching_allocator& operator=(const caching_allocator&) = delete;
+
+  void* allocate(std::size_t bytes) {
+    bytes = size_class(bytes);
+    {
+      std::lock_guard lock(mu_);
+      auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        ++reused_;
+        return p;
+      }
+    }
+    void* p = nullptr;
+    if (kind_ == kind::device)
+      TYPEFLOW_CUDA_CHECK(cudaMalloc(&p, bytes));
+    else
+      TYPEFLOW_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    ++allocated_;
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes) {
+    std::lock_guard lock(mu_);
+    free_[size_class(bytes)].push_back(p);
+  }
+  /// Returns every cached buffer to CUDA.
+  void release_cached() {
+    std::lock_guard lock(mu_);
+    for (auto& [bytes, list] : free_)
+      for (void* p : list)
+        kind_ == kind::device ? (void)cudaFree(p) : (void)cudaFreeHost(p);
+    free_.clear();
+  }
+  std::size_t allocations() const { return allocated_; }
+  std::size_t reuses() const { return reused_; }
+
+  /// Size classes: multiples of 512 bytes up to 1 MiB, then powers of two.
+  static std::size_t size_class(std::size_t bytes) {
+    if (bytes <= (std::size_t{1} << 20))
+      return (bytes + 511) / 512 * 512;
+    std::size_t c = std::size_t{1} << 20;
+    while (c < bytes)
+      c <<= 1;
+    return c;
+  }
+
+private:
+  kind kind_;
+  std::mutex mu_;
+  std::map<std::size_t, std::vector<void*>> free_;
+  std::size_t allocated_ = 0, reused_ = 0;
+};
+
+} // namespace typeflow::cuda_backend

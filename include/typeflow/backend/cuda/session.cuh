@@ -1,0 +1,143 @@
+// The CUDA backend of the session (compiled by nvcc; include it in every translation unit that
+// runs sessions on GPUs, before their first use, so that every plan sees the same kernels).
+//
+// What runs on a GPU so far: fused elementwise regions (one kernel each, from the same functor
+// types as the CPU loop). Every other op has no GPU kernel yet, so soft placement keeps it on
+// cpu<0>; transfers between host and device are copies on the device's stream, and fetched
+// values come back to the host. Device buffers come from a caching allocator per GPU.
+#pragma once
+#include <memory>
+#include <string_view>
+
+#include "../../runtime/session.hpp"
+#include "fused.cuh"
+#include "runtime.hpp"
+
+namespace typeflow {
+
+/// GPU kernels of the elementwise ops: everything fusable, except assignments (committed on
+/// the host for now) and debug probes (which count in a host atomic).
+template <class Op>
+requires(Op::kind == node_kind::elementwise && !requires { Op::is_state; } &&
+         Op::name != std::string_view("probe")) struct has_gpu_kernel<Op> : std::true_type {
+};
+
+namespace cuda_backend {
+
+/// One GPU's state in a session: its stream and its caching allocator.
+struct gpu_context {
+  int device;
+  stream s;
+  caching_allocator mem;
+  explicit gpu_context(int d) : device(select(d)) {}
+  static int select(int d) {
+    TYPEFLOW_CUDA_CHECK(cudaSetDevice(d));
+    return d;
+  }
+};
+
+} // namespace cuda_backend
+
+template <int N>
+struct device_backend<gpu<N>> {
+  template <class Session>
+  static cuda_backend::gpu_context& context(Session& s) {
+    static_assert(N >= 0 && N < 16, "gpu<N>: at most 16 GPUs per session");
+    auto& slot = s.gpu_states_[N];
+    if (!slot) {
+      const int n = cuda_backend::device_count();
+      if (n <= N)
+        throw error(gpu<N>::name() + ": no such CUDA device (this machine has " +
+                    std::to_string(n) + ")");
+      slot = std::make_shared<cuda_backend::gpu_context>(N);
+    }
+    TYPEFLOW_CUDA_CHECK(cudaSetDevice(N));
+    return *static_cast<cuda_backend::gpu_context*>(slot.get());
+  }
+
+  /// A device buffer for v, returned to the allocator when v's last reference goes.
+  template <class Session>
+  static void* allocate(Session& s, runtime::rt_value& v, std::size_t bytes) {
+    auto& ctx = context(s);
+    void* p = ctx.mem.allocate(bytes);
+    std::shared_ptr<void> keep = s.gpu_states_[N];
+    v.owner = std::shared_ptr<void>(p, [keep, bytes](void* q) {
+      static_cast<cuda_backend::gpu_context*>(keep.get())->mem.deallocate(q, bytes);
+    });
+    v.data = p;
+    return p;
+  }
+
+  /// A fused elementwise region: one kernel.
+  template <std::size_t I, class Session, class Op, class T, class Out, class Ins, class Members,
+            class IdxSeq, class... Refs>
+  static void kernel(Session& s, Op*, T*, runtime::rt_value* vals,
+                     graph::flat_region<Out, Ins, Members, IdxSeq>*, Refs*...) {
+    constexpr auto idx = graph::index_array<IdxSeq>::value;
+    std::array<const runtime::rt_value*, idx.size()> inputs{};
+    for (std::size_t k = 0; k < idx.size(); ++k)
+      inputs[k] = &vals[idx[k]];
+    auto& ctx = context(s);
+    T* out = static_cast<T*>(
+        allocate(s, vals[I], sizeof(T) * static_cast<std::size_t>(vals[I].dims.numel())));
+    cuda_backend::fused_kernel<Out, Ins, Members>::run(ctx.s.get(), out, vals[I].dims, inputs);
+    s.stats_.fused_nodes += Members::size - 1;
+  }
+  /// Any other op: placement never puts one here (has_gpu_kernel is false for it).
+  template <std::size_t I, class Session, class Op, class... A>
+  static void kernel(Session&, Op*, A...) {
+    static_assert(!sizeof(Op*), "CUDA backend: this op has no GPU kernel yet");
+  }
+
+  template <class Session>
+  static void to_device(Session& s, const runtime::rt_value& src, runtime::rt_value& dst,
+                        std::size_t elem_bytes) {
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(src.dims.numel());
+    dst.dims = src.dims;
+    void* p = allocate(s, dst, bytes);
+    if (bytes)
+      TYPEFLOW_CUDA_CHECK(
+          cudaMemcpyAsync(p, src.data, bytes, cudaMemcpyHostToDevice, context(s).s.get()));
+  }
+
+  template <class Session>
+  static void to_host(Session& s, const runtime::rt_value& src, runtime::rt_value& dst,
+                      std::size_t elem_bytes) {
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(src.dims.numel());
+    dst.dims = src.dims;
+    dst.owner = s.mem_->acquire(bytes, s.stats_);
+    dst.data = dst.owner.get();
+    auto& ctx = context(s);
+    if (bytes)
+      TYPEFLOW_CUDA_CHECK(
+          cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToHost, ctx.s.get()));
+    ctx.s.synchronize(); // the host reads it next
+  }
+
+  template <class Session>
+  static void from_device(Session& s, int src_device, const runtime::rt_value& src,
+                          runtime::rt_value& dst, std::size_t elem_bytes) {
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(src.dims.numel());
+    device_backend<gpu<N>>::context(s); // make sure this GPU is set up
+    auto& from = *static_cast<cuda_backend::gpu_context*>(s.gpu_states_[src_device].get());
+    from.s.synchronize();
+    dst.dims = src.dims;
+    void* p = allocate(s, dst, bytes);
+    if (bytes)
+      TYPEFLOW_CUDA_CHECK(
+          cudaMemcpyPeerAsync(p, N, src.data, src_device, bytes, context(s).s.get()));
+  }
+
+  template <class T, class Session>
+  static tensor<T> fetch(Session& s, const runtime::rt_value& v) {
+    tensor<T> t(v.dims.vec());
+    auto& ctx = context(s);
+    if (t.size() > 0)
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(t.data(), v.data, sizeof(T) * t.size(),
+                                          cudaMemcpyDeviceToHost, ctx.s.get()));
+    ctx.s.synchronize();
+    return t;
+  }
+};
+
+} // namespace typeflow
