@@ -145,14 +145,16 @@ template <class X, class W, class B>
 void placement_case(X x, W w, B b) {
   constexpr auto h = ty::tanh(ty::matmul(x, w) + b);
   constexpr auto mm = ty::matmul(x, w);
-  using P = ty::graph::plan<ty::type_list<decltype(h)>, ty::on<ty::gpu<0>>>;
-  // With the CUDA backend the fused region (add, tanh) runs on the GPU; matmul and the leaves
-  // have no GPU kernel yet and run on the CPU by soft placement.
+  constexpr auto total = ty::sum(h);
+  using P = ty::graph::plan<ty::type_list<decltype(total)>, ty::on<ty::gpu<0>>>;
+  // With the CUDA backend the fused region (add, tanh) and matmul (cuBLAS) run on the GPU; the
+  // reduction and the leaves have no GPU kernel yet and run on the CPU by soft placement.
   CHECK(P::placement.device[P::template index_c<decltype(h)>::value] == ty::id_of<ty::gpu<0>>);
-  CHECK(P::placement.device[P::template index_c<decltype(mm)>::value] == ty::id_of<ty::cpu<0>>);
+  CHECK(P::placement.device[P::template index_c<decltype(mm)>::value] == ty::id_of<ty::gpu<0>>);
+  CHECK(P::placement.device[P::template index_c<decltype(total)>::value] == ty::id_of<ty::cpu<0>>);
   CHECK(P::placement.device[P::template index_c<W>::value] == ty::id_of<ty::cpu<0>>);
-  // matmul's result and b go to the GPU.
-  CHECK(P::transfers == 2);
+  // x, w and b go to the GPU; h comes back for the sum.
+  CHECK(P::transfers == 4);
 }
 } // namespace
 

@@ -1,11 +1,13 @@
-// CUDA runtime support (compiled by nvcc only): checked calls that throw typeflow::cuda_error
-// with the call, file, line and CUDA's message; device discovery that reports "no device" instead
-// of failing where there is no GPU or driver; a caching device allocator (cudaMalloc once per
-// size, reused afterwards); RAII streams and events; pinned host staging buffers.
+// CUDA runtime support (compiled by nvcc only): checked CUDA and cuBLAS calls that throw
+// typeflow::cuda_error with the call, file, line and CUDA's message; device discovery that reports
+// "no device" instead of failing where there is no GPU or driver; a caching device allocator
+// (cudaMalloc once per size, reused afterwards); RAII streams and events; pinned host staging
+// buffers.
 #pragma once
 #if !defined(__CUDACC__)
 #error "typeflow/backend/cuda/runtime.hpp is compiled by nvcc (TYPEFLOW_CUDA)"
 #endif
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -36,10 +38,15 @@ inline void check(cudaError_t e, const char* call, const char* file, int line) {
   }
 }
 
+inline void check(cublasStatus_t e, const char* call, const char* file, int line) {
+  if (e != CUBLAS_STATUS_SUCCESS)
+    throw cuda_error(call, file, line, cublasGetStatusString(e));
+}
+
 } // namespace cuda_backend
 } // namespace typeflow
 
-/// Checks a CUDA runtime call: `TYPEFLOW_CUDA_CHECK(cudaMalloc(&p, n));`
+/// Checks a CUDA runtime or cuBLAS call: `TYPEFLOW_CUDA_CHECK(cudaMalloc(&p, n));`
 #define TYPEFLOW_CUDA_CHECK(call) ::typeflow::cuda_backend::check((call), #call, __FILE__, __LINE__)
 
 namespace typeflow::cuda_backend {

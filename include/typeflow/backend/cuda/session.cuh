@@ -2,9 +2,10 @@
 // runs sessions on GPUs, before their first use, so that every plan sees the same kernels).
 //
 // What runs on a GPU so far: fused elementwise regions (one kernel each, from the same functor
-// types as the CPU loop). Every other op has no GPU kernel yet, so soft placement keeps it on
-// cpu<0>; transfers between host and device are copies on the device's stream, and fetched
-// values come back to the host. Device buffers come from a caching allocator per GPU.
+// types as the CPU loop) and matmul (cuBLAS). Every other op has no GPU kernel yet, so soft
+// placement keeps it on cpu<0>; transfers between host and device are copies on the device's
+// stream, and fetched values come back to the host. Device buffers come from a caching allocator
+// per GPU.
 #pragma once
 #include <memory>
 #include <string_view>
@@ -22,19 +23,52 @@ requires(Op::kind == node_kind::elementwise && !requires { Op::is_state; } &&
          Op::name != std::string_view("probe")) struct has_gpu_kernel<Op> : std::true_type {
 };
 
+/// matmul (2-D and batched) runs on cuBLAS, for float32 and float64.
+template <bool TA, bool TB>
+struct has_gpu_kernel<ops::matmul<TA, TB>> : std::true_type {};
+
 namespace cuda_backend {
 
-/// One GPU's state in a session: its stream and its caching allocator.
+/// One GPU's state in a session: its stream, caching allocator and cuBLAS handle.
 struct gpu_context {
   int device;
   stream s;
   caching_allocator mem;
-  explicit gpu_context(int d) : device(select(d)) {}
+  cublasHandle_t blas = nullptr;
+  explicit gpu_context(int d) : device(select(d)) {
+    TYPEFLOW_CUDA_CHECK(cublasCreate(&blas));
+    TYPEFLOW_CUDA_CHECK(cublasSetStream(blas, s.get()));
+  }
+  ~gpu_context() {
+    if (blas)
+      cublasDestroy(blas);
+  }
+  gpu_context(const gpu_context&) = delete;
+  gpu_context& operator=(const gpu_context&) = delete;
   static int select(int d) {
     TYPEFLOW_CUDA_CHECK(cudaSetDevice(d));
     return d;
   }
 };
+
+/// Row-major C[b] = op(A[b]) op(B[b]) through column-major cuBLAS: C^T = op(B)^T op(A)^T.
+template <class T>
+void gemm_strided_batched(cublasHandle_t h, bool ta, bool tb, std::int64_t m, std::int64_t n,
+                          std::int64_t k, const T* a, const T* b, T* c, std::int64_t batch) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "CUDA backend: matmul on the GPU takes float32 or float64");
+  const T alpha = 1, beta = 0;
+  const auto opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
+  if constexpr (std::is_same_v<T, float>)
+    TYPEFLOW_CUDA_CHECK(cublasSgemmStridedBatched(
+        h, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, ldb,
+        k * n, a, lda, m * k, &beta, c, static_cast<int>(n), m * n, static_cast<int>(batch)));
+  else
+    TYPEFLOW_CUDA_CHECK(cublasDgemmStridedBatched(
+        h, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, ldb,
+        k * n, a, lda, m * k, &beta, c, static_cast<int>(n), m * n, static_cast<int>(batch)));
+}
 
 } // namespace cuda_backend
 
@@ -83,6 +117,30 @@ struct device_backend<gpu<N>> {
     cuda_backend::fused_kernel<Out, Ins, Members>::run(ctx.s.get(), out, vals[I].dims, inputs);
     s.stats_.fused_nodes += Members::size - 1;
   }
+  /// matmul, 2-D or batched: one strided-batched cuBLAS call.
+  template <std::size_t I, class Session, bool TA, bool TB, class T, class A, class B>
+  static void kernel(Session& s, ops::matmul<TA, TB>*, T*, runtime::rt_value* vals, void*, A*, B*) {
+    const runtime::rt_value &a = vals[A::index], &b = vals[B::index];
+    runtime::rt_value& o = vals[I];
+    const std::size_t R = o.dims.rank;
+    const std::int64_t m = o.dims.d[R - 2], n = o.dims.d[R - 1];
+    const std::int64_t k = TA ? a.dims.d[R - 2] : a.dims.d[R - 1];
+    std::int64_t batch = 1;
+    for (std::size_t i = 0; i + 2 < R; ++i)
+      batch *= o.dims.d[i];
+    T* out = static_cast<T*>(allocate(s, o, sizeof(T) * static_cast<std::size_t>(o.dims.numel())));
+    if (o.dims.numel() == 0)
+      return;
+    if (k == 0) {
+      TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(
+          out, 0, sizeof(T) * static_cast<std::size_t>(o.dims.numel()), context(s).s.get()));
+      return;
+    }
+    cuda_backend::gemm_strided_batched<T>(context(s).blas, TA, TB, m, n, k,
+                                          static_cast<const T*>(a.data),
+                                          static_cast<const T*>(b.data), out, batch);
+  }
+
   /// Any other op: placement never puts one here (has_gpu_kernel is false for it).
   template <std::size_t I, class Session, class Op, class... A>
   static void kernel(Session&, Op*, A...) {
