@@ -145,15 +145,15 @@ template <class X, class W, class B>
 void placement_case(X x, W w, B b) {
   constexpr auto h = ty::tanh(ty::matmul(x, w) + b);
   constexpr auto mm = ty::matmul(x, w);
-  constexpr auto total = ty::sum(h);
+  constexpr auto total = ty::argmax<1>(h);
   using P = ty::graph::plan<ty::type_list<decltype(total)>, ty::on<ty::gpu<0>>>;
-  // With the CUDA backend the fused region (add, tanh) and matmul (cuBLAS) run on the GPU; the
-  // reduction and the leaves have no GPU kernel yet and run on the CPU by soft placement.
+  // With the CUDA backend the fused region (add, tanh) and matmul (cuBLAS) run on the GPU;
+  // argmax and the leaves have no GPU kernel yet and run on the CPU by soft placement.
   CHECK(P::placement.device[P::template index_c<decltype(h)>::value] == ty::id_of<ty::gpu<0>>);
   CHECK(P::placement.device[P::template index_c<decltype(mm)>::value] == ty::id_of<ty::gpu<0>>);
   CHECK(P::placement.device[P::template index_c<decltype(total)>::value] == ty::id_of<ty::cpu<0>>);
   CHECK(P::placement.device[P::template index_c<W>::value] == ty::id_of<ty::cpu<0>>);
-  // x, w and b go to the GPU; h comes back for the sum.
+  // x, w and b go to the GPU; h comes back for the argmax.
   CHECK(P::transfers == 4);
 }
 } // namespace
@@ -163,4 +163,25 @@ TEST_CASE("with the CUDA backend, fused regions are placed on the GPU") {
   constexpr auto w = ty::variable<"w", float, ty::shape<16, 16>>;
   constexpr auto b = ty::variable<"b", float, ty::shape<16>>;
   placement_case(x, w, b);
+}
+
+TEST_CASE("reduction parameters: kept and reduced axes with their strides") {
+  ty::runtime::rt_dims d = ty::runtime::rt_dims::from(ty::dims_t<3>{2, 3, 4});
+  const auto p =
+      cb::make_reduce_params(nullptr, nullptr, d, std::array<bool, 3>{true, false, true});
+  CHECK(p.out_n == 3);
+  CHECK(p.red_n == 8);
+  REQUIRE(p.kept_rank == 1);
+  CHECK(p.kept_dims[0] == 3);
+  CHECK(p.kept_strides[0] == 4);
+  REQUIRE(p.red_rank == 2);
+  CHECK(p.red_dims[0] == 2);
+  CHECK(p.red_strides[0] == 12);
+  CHECK(p.red_dims[1] == 4);
+  CHECK(p.red_strides[1] == 1);
+  // combiner: NaN propagates through max from either side.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(std::isnan(cb::combiner<ty::ops::reducers::max>{}(nan, 1.0)));
+  CHECK(std::isnan(cb::combiner<ty::ops::reducers::max>{}(1.0, nan)));
+  CHECK(cb::combiner<ty::ops::reducers::min>{}(2.0, -1.0) == -1.0);
 }

@@ -19,14 +19,22 @@ int run_case(X x, W w, B b) {
   constexpr auto h = ty::tanh(ty::matmul(x, w) + b) * ty::constant<0.5>;
   constexpr auto loss = ty::mean(ty::square(h - ty::sigmoid(x * ty::constant<2.0>)));
   constexpr auto gw = ty::grad(loss, w);
+  constexpr auto col_max = ty::max<0>(h);
   ty::tensor<float> xv({64, 16});
   for (std::int64_t i = 0; i < xv.size(); ++i)
     xv[i] = static_cast<float>(std::sin(0.3 * static_cast<double>(i)));
   ty::session<ty::on<ty::gpu<0>>> g(ty::session_options{.seed = 3});
   ty::session<> c(ty::session_options{.seed = 3});
-  auto [lg, gg] = g.run(ty::fetch(loss, gw), ty::feed(x, xv));
-  auto [lc, gc] = c.run(ty::fetch(loss, gw), ty::feed(x, xv));
+  auto [lg, gg, mg] = g.run(ty::fetch(loss, gw, col_max), ty::feed(x, xv));
+  auto [lc, gc, mc] = c.run(ty::fetch(loss, gw, col_max), ty::feed(x, xv));
   int failures = 0;
+  for (std::int64_t i = 0; i < mc.size(); ++i)
+    if (mg[i] != mc[i]) {
+      std::printf("FAIL max<0>[%lld]: GPU %.9g, CPU %.9g\n", static_cast<long long>(i), mg[i],
+                  mc[i]);
+      ++failures;
+      break;
+    }
   if (std::abs(lg[0] - lc[0]) > 1e-5f * (1 + std::abs(lc[0]))) {
     std::printf("FAIL loss: GPU %.9g, CPU %.9g\n", lg[0], lc[0]);
     ++failures;

@@ -2,7 +2,8 @@
 // runs sessions on GPUs, before their first use, so that every plan sees the same kernels).
 //
 // What runs on a GPU so far: fused elementwise regions (one kernel each, from the same functor
-// types as the CPU loop) and matmul (cuBLAS). Every other op has no GPU kernel yet, so soft
+// types as the CPU loop), matmul (cuBLAS), and sum/mean/max/min reductions. Every other op has no
+// GPU kernel yet, so soft
 // placement keeps it on cpu<0>; transfers between host and device are copies on the device's
 // stream, and fetched values come back to the host. Device buffers come from a caching allocator
 // per GPU.
@@ -12,6 +13,7 @@
 
 #include "../../runtime/session.hpp"
 #include "fused.cuh"
+#include "reduce.cuh"
 #include "runtime.hpp"
 
 namespace typeflow {
@@ -26,6 +28,13 @@ requires(Op::kind == node_kind::elementwise && !requires { Op::is_state; } &&
 /// matmul (2-D and batched) runs on cuBLAS, for float32 and float64.
 template <bool TA, bool TB>
 struct has_gpu_kernel<ops::matmul<TA, TB>> : std::true_type {};
+
+/// sum, mean, max and min run as CUDA reductions (argmax not yet).
+template <class Rd, bool K, std::int64_t... Ax>
+requires(
+    !std::is_same_v<Rd, ops::reducers::argmax>) struct has_gpu_kernel<ops::reduce<Rd, K, Ax...>>
+    : std::true_type {
+};
 
 namespace cuda_backend {
 
@@ -139,6 +148,18 @@ struct device_backend<gpu<N>> {
     cuda_backend::gemm_strided_batched<T>(context(s).blas, TA, TB, m, n, k,
                                           static_cast<const T*>(a.data),
                                           static_cast<const T*>(b.data), out, batch);
+  }
+
+  /// sum, mean, max, min over any axes.
+  template <std::size_t I, class Session, class Rd, bool K, std::int64_t... Ax, class T, class A>
+  static void kernel(Session& s, ops::reduce<Rd, K, Ax...>*, T*, runtime::rt_value* vals, void*,
+                     A*) {
+    const runtime::rt_value& in = vals[A::index];
+    runtime::rt_value& o = vals[I];
+    T* out = static_cast<T*>(allocate(s, o, sizeof(T) * static_cast<std::size_t>(o.dims.numel())));
+    cuda_backend::reduce<Rd>(context(s).s.get(),
+                             static_cast<const typename A::value_type*>(in.data), in.dims,
+                             ops::reduce<Rd, K, Ax...>::template mask<A::rank>(), out);
   }
 
   /// Any other op: placement never puts one here (has_gpu_kernel is false for it).
