@@ -185,3 +185,40 @@ TEST_CASE("reduction parameters: kept and reduced axes with their strides") {
   CHECK(std::isnan(cb::combiner<ty::ops::reducers::max>{}(1.0, nan)));
   CHECK(cb::combiner<ty::ops::reducers::min>{}(2.0, -1.0) == -1.0);
 }
+
+namespace {
+template <class X, class Y>
+void conv_placement_case(X x, Y y) {
+  constexpr auto conv = ty::conv2d_layer<"conv", 3, 3, 8>(x);
+  constexpr auto pool = ty::max_pool<ty::padding::same, 2>(ty::relu(conv));
+  constexpr auto logits = ty::dense<"fc", 10>(ty::reshape<-1, 4 * 4 * 8>(pool));
+  constexpr auto loss = ty::mean(ty::sparse_softmax_cross_entropy_with_logits(logits, y));
+  constexpr auto cw = ty::find_variable<"conv/weights">(loss);
+  constexpr auto gw = ty::grad(loss, cw);
+  using P = ty::graph::plan<ty::type_list<decltype(gw)>, ty::on<ty::gpu<0>>>;
+  // Every op of the model and of its gradient has a GPU kernel except element_count (the mean's
+  // divisor, a host scalar) and sum_to_like: count the nodes left on the CPU that are not leaves.
+  std::size_t on_cpu = 0;
+  const char* names[P::size];
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((names[I] = P::template node<I>::op::name.data()), ...);
+  }
+  (std::make_index_sequence<P::size>{});
+  std::string left;
+  for (std::size_t i = 0; i < P::size; ++i)
+    if (P::placement.device[i].is_cpu && P::fact.edge_begin[i] != P::fact.edge_begin[i + 1]) {
+      ++on_cpu;
+      left += std::string(names[i]) + " ";
+    }
+  INFO("ops left on the CPU: " << left);
+  CHECK(P::placement.device[P::template index_c<decltype(conv)>::value] == ty::id_of<ty::gpu<0>>);
+  CHECK(P::placement.device[P::template index_c<decltype(pool)>::value] == ty::id_of<ty::gpu<0>>);
+  CHECK(on_cpu <= 2);
+}
+} // namespace
+
+TEST_CASE("with the CUDA backend, a convolutional model and its gradient run on the GPU") {
+  constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 8, 8, 3>>;
+  constexpr auto y = ty::placeholder<"y", std::int32_t, ty::shape<ty::dyn>>;
+  conv_placement_case(x, y);
+}

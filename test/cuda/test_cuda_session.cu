@@ -50,6 +50,53 @@ int run_case(X x, W w, B b) {
   return failures;
 }
 
+/// A small convolutional model and its gradients: conv2d, bias_add, relu, max_pool, reshape,
+/// matmul and the fused cross-entropy on the GPU.
+template <class X, class Y>
+int conv_case(X x, Y y) {
+  constexpr auto h = ty::max_pool<ty::padding::same, 2>(
+      ty::relu(ty::conv2d_layer<"conv", 3, 3, 8, ty::uniform<-0.3, 0.3>, ty::fill<0.1>>(x)));
+  constexpr auto logits =
+      ty::dense<"fc", 10, ty::uniform<-0.2, 0.2>>(ty::reshape<-1, 4 * 4 * 8>(h));
+  constexpr auto loss = ty::mean(ty::sparse_softmax_cross_entropy_with_logits(logits, y));
+  constexpr auto cw = ty::find_variable<"conv/weights">(loss);
+  constexpr auto fw = ty::find_variable<"fc/weights">(loss);
+  constexpr auto grads = ty::grad(loss, cw, fw);
+  constexpr auto gcw = ty::get<0>(grads);
+  constexpr auto gfw = ty::get<1>(grads);
+  ty::tensor<float> xv({6, 8, 8, 3});
+  for (std::int64_t i = 0; i < xv.size(); ++i)
+    xv[i] = static_cast<float>(std::cos(0.17 * static_cast<double>(i)));
+  ty::tensor<std::int32_t> yv({6}, {0, 3, 9, 2, 2, 7});
+  ty::session<ty::on<ty::gpu<0>>> g(ty::session_options{.seed = 4});
+  ty::session<> c(ty::session_options{.seed = 4});
+  auto [lg, ag, bg] = g.run(ty::fetch(loss, gcw, gfw), ty::feed(x, xv), ty::feed(y, yv));
+  auto [lc, ac, bc] = c.run(ty::fetch(loss, gcw, gfw), ty::feed(x, xv), ty::feed(y, yv));
+  int failures = 0;
+  auto close = [](float a, float b) { return std::abs(a - b) <= 1e-4f * (1 + std::abs(b)); };
+  if (!close(lg[0], lc[0])) {
+    std::printf("FAIL conv loss: GPU %.9g, CPU %.9g\n", lg[0], lc[0]);
+    ++failures;
+  }
+  for (std::int64_t i = 0; i < ac.size(); ++i)
+    if (!close(ag[i], ac[i])) {
+      std::printf("FAIL d/dconv[%lld]: GPU %.9g, CPU %.9g\n", static_cast<long long>(i), ag[i],
+                  ac[i]);
+      ++failures;
+      break;
+    }
+  for (std::int64_t i = 0; i < bc.size(); ++i)
+    if (!close(bg[i], bc[i])) {
+      std::printf("FAIL d/dfc[%lld]: GPU %.9g, CPU %.9g\n", static_cast<long long>(i), bg[i],
+                  bc[i]);
+      ++failures;
+      break;
+    }
+  std::printf("%s: conv model loss %.6f, %zu transfers, %zu kernels\n", failures ? "FAIL" : "ok",
+              lg[0], g.stats().transfers, g.stats().steps);
+  return failures;
+}
+
 } // namespace
 
 int main() {
@@ -60,5 +107,8 @@ int main() {
   constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 16>>;
   constexpr auto w = ty::variable<"w", float, ty::shape<16, 16>, ty::uniform<-0.5, 0.5>>;
   constexpr auto b = ty::variable<"b", float, ty::shape<16>, ty::fill<0.1>>;
-  return run_case(x, w, b) == 0 ? 0 : 1;
+  constexpr auto images = ty::placeholder<"images", float, ty::shape<ty::dyn, 8, 8, 3>>;
+  constexpr auto labels = ty::placeholder<"labels", std::int32_t, ty::shape<ty::dyn>>;
+  const int failures = run_case(x, w, b) + conv_case(images, labels);
+  return failures == 0 ? 0 : 1;
 }

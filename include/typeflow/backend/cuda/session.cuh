@@ -2,8 +2,9 @@
 // runs sessions on GPUs, before their first use, so that every plan sees the same kernels).
 //
 // What runs on a GPU so far: fused elementwise regions (one kernel each, from the same functor
-// types as the CPU loop), matmul (cuBLAS), and sum/mean/max/min reductions. Every other op has no
-// GPU kernel yet, so soft
+// types as the CPU loop), matmul (cuBLAS), sum/mean/max/min reductions, conv2d and its gradients
+// (im2col + cuBLAS), pooling and its gradients, the fused cross-entropy, and the views (reshape,
+// expand_dims). Every other op has no GPU kernel yet, so soft
 // placement keeps it on cpu<0>; transfers between host and device are copies on the device's
 // stream, and fetched values come back to the host. Device buffers come from a caching allocator
 // per GPU.
@@ -13,6 +14,7 @@
 
 #include "../../runtime/session.hpp"
 #include "fused.cuh"
+#include "nn.cuh"
 #include "reduce.cuh"
 #include "runtime.hpp"
 
@@ -35,6 +37,30 @@ requires(
     !std::is_same_v<Rd, ops::reducers::argmax>) struct has_gpu_kernel<ops::reduce<Rd, K, Ax...>>
     : std::true_type {
 };
+
+/// The neural-network ops and the view-only layout ops.
+template <padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH, std::int64_t DW>
+struct has_gpu_kernel<ops::conv2d<P, SH, SW, DH, DW>> : std::true_type {};
+template <padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH, std::int64_t DW>
+struct has_gpu_kernel<ops::conv2d_backprop_input<P, SH, SW, DH, DW>> : std::true_type {};
+template <padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH, std::int64_t DW>
+struct has_gpu_kernel<ops::conv2d_backprop_filter<P, SH, SW, DH, DW>> : std::true_type {};
+template <ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW, std::int64_t SH,
+          std::int64_t SW>
+struct has_gpu_kernel<ops::pool<K, P, KH, KW, SH, SW>> : std::true_type {};
+template <ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW, std::int64_t SH,
+          std::int64_t SW>
+struct has_gpu_kernel<ops::pool_grad<K, P, KH, KW, SH, SW>> : std::true_type {};
+template <>
+struct has_gpu_kernel<ops::sparse_softmax_xent> : std::true_type {};
+template <>
+struct has_gpu_kernel<ops::sparse_softmax_xent_grad> : std::true_type {};
+template <std::int64_t... D>
+struct has_gpu_kernel<ops::reshape<D...>> : std::true_type {};
+template <std::int64_t... A>
+struct has_gpu_kernel<ops::expand_dims<A...>> : std::true_type {};
+template <>
+struct has_gpu_kernel<ops::reshape_like> : std::true_type {};
 
 namespace cuda_backend {
 
@@ -160,6 +186,147 @@ struct device_backend<gpu<N>> {
     cuda_backend::reduce<Rd>(context(s).s.get(),
                              static_cast<const typename A::value_type*>(in.data), in.dims,
                              ops::reduce<Rd, K, Ax...>::template mask<A::rank>(), out);
+  }
+
+  // ---- views: share the input's device buffer ----------------------------------------------
+  template <std::size_t I, class Session, std::int64_t... D, class T, class A>
+  static void kernel(Session&, ops::reshape<D...>*, T*, runtime::rt_value* vals, void*, A*) {
+    vals[I].owner = vals[A::index].owner;
+    vals[I].data = vals[A::index].data;
+  }
+  template <std::size_t I, class Session, std::int64_t... Ax, class T, class A>
+  static void kernel(Session&, ops::expand_dims<Ax...>*, T*, runtime::rt_value* vals, void*, A*) {
+    vals[I].owner = vals[A::index].owner;
+    vals[I].data = vals[A::index].data;
+  }
+  template <std::size_t I, class Session, class T, class A, class X>
+  static void kernel(Session&, ops::reshape_like*, T*, runtime::rt_value* vals, void*, A*, X*) {
+    if (vals[A::index].dims.numel() != vals[I].dims.numel())
+      throw error("reshape_like: element counts differ: " + vals[A::index].dims.str() + " x " +
+                  vals[I].dims.str());
+    vals[I].owner = vals[A::index].owner;
+    vals[I].data = vals[A::index].data;
+  }
+
+  // ---- convolutions: im2col + cuBLAS ---------------------------------------------------------
+  template <class T, class Session>
+  static T* scratch(Session& s, runtime::rt_value& holder, std::int64_t elements) {
+    return static_cast<T*>(
+        allocate(s, holder, sizeof(T) * static_cast<std::size_t>(elements > 0 ? elements : 1)));
+  }
+  template <std::size_t I, class Session, padding P, std::int64_t SH, std::int64_t SW,
+            std::int64_t DH, std::int64_t DW, class T, class X, class W>
+  static void kernel(Session& s, ops::conv2d<P, SH, SW, DH, DW>*, T*, runtime::rt_value* vals,
+                     void*, X*, W*) {
+    const auto g = Session::template conv_window<ops::conv2d<P, SH, SW, DH, DW>>(
+        vals[X::index].dims, vals[W::index].dims);
+    auto& ctx = context(s);
+    T* y = scratch<T>(s, vals[I], g.rows() * g.o);
+    runtime::rt_value tmp;
+    T* col = scratch<T>(s, tmp, g.rows() * g.patch());
+    cuda_backend::
+        im2col_kernel<<<cuda_backend::grid_for(g.rows() * g.patch()), 256, 0, ctx.s.get()>>>(
+            static_cast<const T*>(vals[X::index].data), g, col);
+    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+    cuda_backend::gemm_strided_batched<T>(ctx.blas, false, false, g.rows(), g.o, g.patch(), col,
+                                          static_cast<const T*>(vals[W::index].data), y, 1);
+  }
+  template <std::size_t I, class Session, padding P, std::int64_t SH, std::int64_t SW,
+            std::int64_t DH, std::int64_t DW, class T, class G, class W, class X>
+  static void kernel(Session& s, ops::conv2d_backprop_input<P, SH, SW, DH, DW>*, T*,
+                     runtime::rt_value* vals, void*, G*, W*, X*) {
+    const auto g = Session::template conv_window<ops::conv2d<P, SH, SW, DH, DW>>(
+        vals[X::index].dims, vals[W::index].dims);
+    auto& ctx = context(s);
+    T* dx = scratch<T>(s, vals[I], g.n * g.h * g.w * g.c);
+    runtime::rt_value tmp;
+    T* col = scratch<T>(s, tmp, g.rows() * g.patch());
+    cuda_backend::gemm_strided_batched<T>(ctx.blas, false, true, g.rows(), g.patch(), g.o,
+                                          static_cast<const T*>(vals[G::index].data),
+                                          static_cast<const T*>(vals[W::index].data), col, 1);
+    cuda_backend::
+        col2im_kernel<<<cuda_backend::grid_for(g.n * g.h * g.w * g.c), 256, 0, ctx.s.get()>>>(
+            col, g, dx);
+    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+  }
+  template <std::size_t I, class Session, padding P, std::int64_t SH, std::int64_t SW,
+            std::int64_t DH, std::int64_t DW, class T, class X, class G, class W>
+  static void kernel(Session& s, ops::conv2d_backprop_filter<P, SH, SW, DH, DW>*, T*,
+                     runtime::rt_value* vals, void*, X*, G*, W*) {
+    const auto g = Session::template conv_window<ops::conv2d<P, SH, SW, DH, DW>>(
+        vals[X::index].dims, vals[W::index].dims);
+    auto& ctx = context(s);
+    T* dw = scratch<T>(s, vals[I], g.patch() * g.o);
+    runtime::rt_value tmp;
+    T* col = scratch<T>(s, tmp, g.rows() * g.patch());
+    cuda_backend::
+        im2col_kernel<<<cuda_backend::grid_for(g.rows() * g.patch()), 256, 0, ctx.s.get()>>>(
+            static_cast<const T*>(vals[X::index].data), g, col);
+    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+    cuda_backend::gemm_strided_batched<T>(ctx.blas, true, false, g.patch(), g.o, g.rows(), col,
+                                          static_cast<const T*>(vals[G::index].data), dw, 1);
+  }
+
+  // ---- pooling ----------------------------------------------------------------------------
+  template <std::size_t I, class Session, ops::pool_kind K, padding P, std::int64_t KH,
+            std::int64_t KW, std::int64_t SH, std::int64_t SW, class T, class X>
+  static void kernel(Session& s, ops::pool<K, P, KH, KW, SH, SW>*, T*, runtime::rt_value* vals,
+                     void*, X*) {
+    const auto g =
+        Session::template pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
+    const std::int64_t n = g.n * g.oh * g.ow * g.c;
+    T* y = scratch<T>(s, vals[I], n);
+    cuda_backend::pool_forward_kernel<K == ops::pool_kind::max>
+        <<<cuda_backend::grid_for(n), 256, 0, context(s).s.get()>>>(
+            static_cast<const T*>(vals[X::index].data), g, y);
+    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+  }
+  template <std::size_t I, class Session, ops::pool_kind K, padding P, std::int64_t KH,
+            std::int64_t KW, std::int64_t SH, std::int64_t SW, class T, class X, class G>
+  static void kernel(Session& s, ops::pool_grad<K, P, KH, KW, SH, SW>*, T*, runtime::rt_value* vals,
+                     void*, X*, G*) {
+    const auto g =
+        Session::template pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
+    const std::int64_t n = g.n * g.h * g.w * g.c;
+    T* dx = scratch<T>(s, vals[I], n);
+    cuda_backend::pool_backward_kernel<K == ops::pool_kind::max>
+        <<<cuda_backend::grid_for(n), 256, 0, context(s).s.get()>>>(
+            static_cast<const T*>(vals[X::index].data), static_cast<const T*>(vals[G::index].data),
+            g, dx);
+    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+  }
+
+  // ---- the fused cross-entropy ------------------------------------------------------------
+  template <bool Grad, class T, class Session, class L, class Y>
+  static void xent(Session& s, runtime::rt_value* vals, std::size_t i) {
+    const auto& ld = vals[L::index].dims;
+    const std::int64_t n = ld.d[0], k = ld.d[1];
+    auto& ctx = context(s);
+    T* out = scratch<T>(s, vals[i], Grad ? n * k : n);
+    runtime::rt_value flag_holder;
+    int* bad = scratch<int>(s, flag_holder, 1);
+    TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), ctx.s.get()));
+    cuda_backend::sparse_xent_kernel<Grad><<<cuda_backend::grid_for(n), 256, 0, ctx.s.get()>>>(
+        static_cast<const T*>(vals[L::index].data),
+        static_cast<const typename Y::value_type*>(vals[Y::index].data), n, k, out, bad);
+    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+    int flag = 0;
+    TYPEFLOW_CUDA_CHECK(
+        cudaMemcpyAsync(&flag, bad, sizeof(int), cudaMemcpyDeviceToHost, ctx.s.get()));
+    ctx.s.synchronize();
+    if (flag)
+      throw error("sparse_softmax_cross_entropy_with_logits: a label is outside [0, " +
+                  std::to_string(k) + ")");
+  }
+  template <std::size_t I, class Session, class T, class L, class Y>
+  static void kernel(Session& s, ops::sparse_softmax_xent*, T*, runtime::rt_value* vals, void*, L*,
+                     Y*) {
+    xent<false, T, Session, L, Y>(s, vals, I);
+  }
+  template <std::size_t I, class Session, class T, class L, class Y>
+  static void kernel(Session& s, ops::sparse_softmax_xent_grad*, T*, runtime::rt_value* vals, void*,
+                     L*, Y*) {
+    xent<true, T, Session, L, Y>(s, vals, I);
   }
 
   /// Any other op: placement never puts one here (has_gpu_kernel is false for it).
