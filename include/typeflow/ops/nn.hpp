@@ -371,7 +371,8 @@ consteval auto l2_loss(X x) {
 
 /// dropout<seed>(x, keep_prob): keeps each element with probability keep_prob, scaled by
 /// 1/keep_prob; keep_prob is a scalar expression (feed or variable), so feeding 1 turns it off
-/// at inference. The mask is drawn afresh on every run.
+/// at inference. The mask is drawn afresh on every run from (seed, run count, element index):
+/// give each dropout layer its own seed, or two layers of one shape drop the same elements.
 template <std::uint64_t Seed, expression X, expression Keep>
 consteval auto dropout(X x, Keep) {
   return x * make_node<ops::dropout_mask<Seed>, X, Keep>();
