@@ -13,12 +13,14 @@
 #include <typeflow/typeflow.hpp>
 #include <vector>
 
+#include "gradcheck_support.hpp"
+
 namespace ty = typeflow;
 
 namespace {
 
 using i64 = std::int64_t;
-using session_t = ty::session<>;
+using namespace test_support;
 
 template <ty::fixed_string Name, i64... D>
 inline constexpr auto var = ty::variable<Name, double, ty::shape<D...>>;
@@ -26,19 +28,6 @@ inline constexpr auto var = ty::variable<Name, double, ty::shape<D...>>;
 // ---------------------------------------------------------------------------------------------
 // Inputs.
 // ---------------------------------------------------------------------------------------------
-
-/// Uniform in [lo, hi], with |x| > away (keeps relu/abs away from their kink).
-struct uniform_gen {
-  std::mt19937 rng;
-  double lo, hi, away = 0;
-  uniform_gen(unsigned seed, double l, double h, double a = 0) : rng(seed), lo(l), hi(h), away(a) {}
-  double operator()() {
-    std::uniform_real_distribution<double> u(lo, hi);
-    for (;;)
-      if (const double x = u(rng); std::abs(x) > away)
-        return x;
-  }
-};
 
 /// Values on two interleaved grids: any "even" value differs from any "odd" one by >= 0.08, so
 /// maximum/minimum of an even and an odd operand never tie, whatever the broadcasting.
@@ -54,47 +43,10 @@ struct separated_gen {
 };
 
 template <class V>
-std::vector<i64> dims_of(V) {
-  return {V::shape_type::dims.begin(), V::shape_type::dims.end()};
-}
-
-template <class V, class Gen>
-ty::tensor<double> set(session_t& s, V v, Gen&& gen) {
-  ty::tensor<double> t(dims_of(v));
-  for (i64 i = 0; i < t.size(); ++i)
-    t[i] = gen();
-  s.write(v, t);
-  return t;
-}
-
-template <class V>
 ty::tensor<double> set_values(session_t& s, V v, std::vector<double> values) {
   ty::tensor<double> t(dims_of(v), std::span<const double>(values));
   s.write(v, t);
   return t;
-}
-
-/// gradcheck with the default (torch) tolerances; checks that it passed and compared every
-/// element of every small variable (or `directions` directions of a large one).
-template <class Y, class... X, class... F>
-ty::gradcheck_result expect_gradcheck(session_t& s, Y y, ty::wrt_t<X...> w,
-                                      const ty::gradcheck_options& o, const F&... feeds) {
-  const auto r = ty::gradcheck(s, y, w, o, feeds...);
-  const std::size_t expected = ((ty::numel(X::shape_type::dims) <= o.max_elements
-                                     ? static_cast<std::size_t>(ty::numel(X::shape_type::dims))
-                                     : static_cast<std::size_t>(o.directions)) +
-                                ...);
-  INFO(ty::to_string(y));
-  INFO(r.report());
-  CHECK(r.ok);
-  CHECK(r.checked == expected);
-  CHECK(r.worst_ratio <= 1.0);
-  return r;
-}
-
-template <class Y, class... X, class... F>
-ty::gradcheck_result expect_gradcheck(session_t& s, Y y, ty::wrt_t<X...> w, const F&... feeds) {
-  return expect_gradcheck(s, y, w, ty::gradcheck_options{}, feeds...);
 }
 
 // ---------------------------------------------------------------------------------------------

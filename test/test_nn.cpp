@@ -17,6 +17,8 @@
 #include <typeflow/typeflow.hpp>
 #include <vector>
 
+#include "gradcheck_support.hpp"
+
 #include "fixtures/nn_fixtures.hpp"
 
 namespace ty = typeflow;
@@ -26,7 +28,7 @@ namespace {
 
 using i64 = std::int64_t;
 using dims = std::vector<i64>;
-using session_t = ty::session<>;
+using namespace test_support;
 constexpr auto same = ty::padding::same;
 constexpr auto valid = ty::padding::valid;
 
@@ -294,34 +296,8 @@ nd naive_dense(const nd& a, const nd& b, const nd& bias) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Inputs and the gradcheck helper (as in test_autodiff.cpp).
+// Inputs (the gradcheck helpers are in gradcheck_support.hpp).
 // ---------------------------------------------------------------------------------------------
-struct uniform_gen {
-  std::mt19937 rng;
-  double lo, hi, away = 0;
-  uniform_gen(unsigned seed, double l, double h, double a = 0) : rng(seed), lo(l), hi(h), away(a) {}
-  double operator()() {
-    std::uniform_real_distribution<double> u(lo, hi);
-    for (;;)
-      if (const double x = u(rng); std::abs(x) > away)
-        return x;
-  }
-};
-
-template <class V>
-dims dims_of(V) {
-  return {V::shape_type::dims.begin(), V::shape_type::dims.end()};
-}
-
-template <class V, class Gen>
-ty::tensor<double> set(session_t& s, V v, Gen&& gen) {
-  ty::tensor<double> t(dims_of(v));
-  for (i64 i = 0; i < t.size(); ++i)
-    t[i] = gen();
-  s.write(v, t);
-  return t;
-}
-
 /// Distinct values (a shuffled grid with spacing 0.05 plus < 0.01 noise): maxima are unique and
 /// separated by far more than gradcheck's eps.
 template <class V>
@@ -337,22 +313,6 @@ ty::tensor<double> set_distinct(session_t& s, V v, unsigned seed) {
     t[i] = 0.05 * static_cast<double>(perm[static_cast<std::size_t>(i)]) - 2.0 + noise(rng);
   s.write(v, t);
   return t;
-}
-
-template <class Y, class... X, class... F>
-ty::gradcheck_result expect_gradcheck(session_t& s, Y y, ty::wrt_t<X...> w, const F&... feeds) {
-  const ty::gradcheck_options o;
-  const auto r = ty::gradcheck(s, y, w, o, feeds...);
-  const std::size_t expected = ((ty::numel(X::shape_type::dims) <= o.max_elements
-                                     ? static_cast<std::size_t>(ty::numel(X::shape_type::dims))
-                                     : static_cast<std::size_t>(o.directions)) +
-                                ...);
-  INFO(ty::to_string(y));
-  INFO(r.report());
-  CHECK(r.ok);
-  CHECK(r.checked == expected);
-  CHECK(r.worst_ratio <= 1.0);
-  return r;
 }
 
 // ---------------------------------------------------------------------------------------------

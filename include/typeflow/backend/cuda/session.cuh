@@ -214,6 +214,18 @@ struct device_backend<gpu<N>> {
     return static_cast<T*>(
         allocate(s, holder, sizeof(T) * static_cast<std::size_t>(elements > 0 ? elements : 1)));
   }
+  /// The patches of x, in a scratch buffer that `holder` keeps alive.
+  template <class T, class Session>
+  static const T* im2col(Session& s, const T* x, const cuda_backend::window2d& g,
+                         runtime::rt_value& holder) {
+    T* col = scratch<T>(s, holder, g.rows() * g.patch());
+    cuda_backend::
+        im2col_kernel<<<cuda_backend::grid_for(g.rows() * g.patch()), 256, 0, context(s).s.get()>>>(
+            x, g, col);
+    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+    return col;
+  }
+
   template <std::size_t I, class Session, padding P, std::int64_t SH, std::int64_t SW,
             std::int64_t DH, std::int64_t DW, class T, class X, class W>
   static void kernel(Session& s, ops::conv2d<P, SH, SW, DH, DW>*, T*, runtime::rt_value* vals,
@@ -223,11 +235,7 @@ struct device_backend<gpu<N>> {
     auto& ctx = context(s);
     T* y = scratch<T>(s, vals[I], g.rows() * g.o);
     runtime::rt_value tmp;
-    T* col = scratch<T>(s, tmp, g.rows() * g.patch());
-    cuda_backend::
-        im2col_kernel<<<cuda_backend::grid_for(g.rows() * g.patch()), 256, 0, ctx.s.get()>>>(
-            static_cast<const T*>(vals[X::index].data), g, col);
-    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+    const T* col = im2col(s, static_cast<const T*>(vals[X::index].data), g, tmp);
     cuda_backend::gemm_strided_batched<T>(ctx.blas, false, false, g.rows(), g.o, g.patch(), col,
                                           static_cast<const T*>(vals[W::index].data), y, 1);
   }
@@ -258,11 +266,7 @@ struct device_backend<gpu<N>> {
     auto& ctx = context(s);
     T* dw = scratch<T>(s, vals[I], g.patch() * g.o);
     runtime::rt_value tmp;
-    T* col = scratch<T>(s, tmp, g.rows() * g.patch());
-    cuda_backend::
-        im2col_kernel<<<cuda_backend::grid_for(g.rows() * g.patch()), 256, 0, ctx.s.get()>>>(
-            static_cast<const T*>(vals[X::index].data), g, col);
-    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+    const T* col = im2col(s, static_cast<const T*>(vals[X::index].data), g, tmp);
     cuda_backend::gemm_strided_batched<T>(ctx.blas, true, false, g.patch(), g.o, g.rows(), col,
                                           static_cast<const T*>(vals[G::index].data), dw, 1);
   }
