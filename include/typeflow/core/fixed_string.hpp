@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 namespace typeflow {
 
@@ -36,6 +37,31 @@ constexpr fixed_string<N + M> operator+(const fixed_string<N>& a, const fixed_st
     r.data[N + i] = b.data[i];
   return r;
 }
+
+/// A name as a type: the characters of a fixed_string as a pack. Op types hold names this way,
+/// not as class-type template arguments, so that nvcc's host-code generation can spell them (it
+/// cannot spell a class-type template argument outside a template).
+template <char... C>
+struct static_name {
+  static constexpr char chars[] = {C..., '\0'};
+  static constexpr fixed_string<sizeof...(C)> value{chars};
+  static constexpr std::string_view view() { return {chars, sizeof...(C)}; }
+};
+
+namespace detail {
+template <class Seq>
+struct static_name_of;
+template <std::size_t... I>
+struct static_name_of<std::index_sequence<I...>> {
+  template <fixed_string S>
+  using type = static_name<S.data[I]...>;
+};
+} // namespace detail
+
+/// `name_t<"conv1/weights">` is `static_name<'c', 'o', ...>`.
+template <fixed_string S>
+using name_t =
+    typename detail::static_name_of<std::make_index_sequence<S.size()>>::template type<S>;
 
 namespace detail {
 

@@ -93,9 +93,9 @@ struct variable_traits {
   static constexpr bool trainable = false;
   static constexpr double weight_decay = 0;
 };
-template <auto Name, dtype T, class Shape, class Init>
+template <class Name, dtype T, class Shape, class Init>
 struct variable_traits<ops::variable<Name, T, Shape, Init>> {
-  static constexpr auto name = Name;
+  static constexpr auto name = Name::value;
   static constexpr bool trainable = is_floating<T> && init_trainable<Init>();
   static constexpr double weight_decay = init_weight_decay<Init>();
 };

@@ -8,19 +8,25 @@
 namespace typeflow {
 namespace debug {
 
+namespace detail {
+template <class Tag>
+inline std::atomic<std::int64_t> probe_counter{0};
+}
+
 /// Elements computed so far by every probe<Tag>.
 template <fixed_string Tag>
-inline std::atomic<std::int64_t> probe_count{0};
+inline std::atomic<std::int64_t>& probe_count = detail::probe_counter<name_t<Tag>>;
 
-template <fixed_string Tag>
+/// Tag is a static_name (see name_t).
+template <class Tag>
 struct probe_op : ops::elementwise_base, no_dtype_rule {
   static constexpr std::string_view name = "probe";
   template <class A>
   using value_type = typename A::value_type;
-  static std::string attrs() { return "\"" + std::string(Tag.view()) + "\""; }
+  static std::string attrs() { return "\"" + std::string(Tag::view()) + "\""; }
   template <class C, class A>
   static A eval(A a) { // host only: it counts in a host atomic (no GPU kernel)
-    probe_count<Tag>.fetch_add(1, std::memory_order_relaxed);
+    detail::probe_counter<Tag>.fetch_add(1, std::memory_order_relaxed);
     return a;
   }
 };
@@ -28,7 +34,7 @@ struct probe_op : ops::elementwise_base, no_dtype_rule {
 /// probe<"tag">(x): identity that counts evaluations per element (for tests and debugging).
 template <fixed_string Tag, expression A>
 consteval auto probe(A) {
-  return make_node<probe_op<Tag>, A>();
+  return make_node<probe_op<name_t<Tag>>, A>();
 }
 
 } // namespace debug

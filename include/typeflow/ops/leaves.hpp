@@ -140,18 +140,19 @@ using truncated_normal = truncated_normal_bits<detail::bits<Stddev>, detail::bit
 
 namespace ops {
 
-template <fixed_string Name, dtype T, class Shape>
+/// Name is a static_name (see name_t).
+template <class Name, dtype T, class Shape>
 struct placeholder : detail::leaf_base<T, Shape> {
   static constexpr leaf_kind leaf = leaf_kind::placeholder;
-  static constexpr std::string_view name = Name.view();
+  static constexpr std::string_view name = Name::view();
   static std::string to_string() { return std::string(name); }
 };
 
-template <fixed_string Name, dtype T, class Shape, class Init>
+template <class Name, dtype T, class Shape, class Init>
 struct variable : detail::leaf_base<T, Shape> {
   static_assert(is_static(Shape::dims), "variable: every extent of a variable must be static");
   static constexpr leaf_kind leaf = leaf_kind::variable;
-  static constexpr std::string_view name = Name.view();
+  static constexpr std::string_view name = Name::view();
   using initializer = Init;
   static std::string to_string() { return std::string(name); }
 };
@@ -185,11 +186,11 @@ struct full : detail::leaf_base<T, Shape> {
 
 /// A fed input: `placeholder<"images", float, shape<dyn, 28, 28, 1>>`.
 template <fixed_string Name, dtype T, class Shape>
-inline constexpr expr<ops::placeholder<Name, T, Shape>> placeholder{};
+inline constexpr expr<ops::placeholder<name_t<Name>, T, Shape>> placeholder{};
 
 /// A variable kept by the session; its identity is its name.
 template <fixed_string Name, dtype T, class Shape, class Init = zeros>
-inline constexpr expr<ops::variable<Name, T, Shape, Init>> variable{};
+inline constexpr expr<ops::variable<name_t<Name>, T, Shape, Init>> variable{};
 
 /// A compile-time scalar that adopts the dtype of the other operand.
 template <auto V>
