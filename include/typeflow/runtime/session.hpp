@@ -33,6 +33,9 @@ struct session_options {
   int threads = 0;        ///< worker threads, BLAS included; 0: all hardware threads
   std::uint64_t seed = 0; ///< seeds every variable's initializer (with the variable's name)
   bool trace = false;     ///< record each executed step in stats().trace
+  /// CUDA backend: let float32 matmul and convolutions use TF32 tensor cores (about 1e-3
+  /// relative error instead of 1e-6; off by default, as in PyTorch's matmul).
+  bool allow_tf32 = false;
 };
 
 using runtime::run_stats;
@@ -142,7 +145,7 @@ public:
     static_assert(is_variable<V>, "session::read: not a variable");
     tensor<typename V::value_type> t(
         std::vector<std::int64_t>(V::shape_type::dims.begin(), V::shape_type::dims.end()));
-    std::memcpy(t.data(), bind_variable<V>(), sizeof(typename V::value_type) * t.size());
+    std::memcpy(t.data(), host_variable<V>().data.get(), sizeof(typename V::value_type) * t.size());
     return t;
   }
 
@@ -159,7 +162,9 @@ public:
     if (!same_dims(t.shape(), V::shape_type::dims))
       throw error("session::write: variable \"" + std::string(V::op::name) + "\" has shape " +
                   dims_string(V::shape_type::dims) + ", given " + dims_string(t.shape()));
-    std::memcpy(bind_variable<V>(), t.data(), sizeof(typename V::value_type) * t.size());
+    var_record& rec = host_variable<V>();
+    std::memcpy(rec.data.get(), t.data(), sizeof(typename V::value_type) * t.size());
+    rec.device_valid = false; // the host copy is the value now
   }
 
   /// One variable the session holds, as seen by `for_each_variable`.
@@ -176,10 +181,9 @@ public:
   template <class F>
   void for_each_variable(F&& f) {
     for (auto& [name, rec] : vars_) {
-      std::size_t bytes = dtype_size(rec.dtype);
-      for (auto d : rec.dims)
-        bytes *= static_cast<std::size_t>(d);
-      f(variable_entry{name, rec.dtype, rec.dims, rec.data.get(), bytes});
+      sync_host(rec);
+      rec.device_valid = false; // f may write: the host copy is the value from now on
+      f(variable_entry{name, rec.dtype, rec.dims, rec.data.get(), rec.bytes});
     }
   }
 
@@ -192,11 +196,26 @@ private:
   using value = runtime::rt_value;
   using name_fn = const std::string& (*)(std::size_t);
 
+  /// A variable's storage. Its value lives in the host copy, in a copy on one GPU, or in both
+  /// (the *_valid flags): a run that places the variable on a GPU keeps it there between runs,
+  /// and host access (read, write, for_each_variable, a CPU placement) copies it back first.
   struct var_record {
     std::string_view dtype;
     std::vector<std::int64_t> dims;
     std::unique_ptr<void, detail::aligned_free> data;
+    std::size_t bytes = 0;
+    bool host_valid = true;
+    bool device_valid = false;
+    int gpu = -1;                      ///< the GPU holding device_data
+    std::shared_ptr<void> device_data; ///< set by the CUDA backend
+    void (*download)(session&, var_record&) = nullptr;
   };
+  void sync_host(var_record& rec) {
+    if (!rec.host_valid) {
+      rec.download(*this, rec);
+      rec.host_valid = true;
+    }
+  }
 
   static std::size_t dtype_size(std::string_view d) {
     if (d == dtype_name<double> || d == dtype_name<std::int64_t>)
@@ -283,16 +302,18 @@ private:
       Init::template init<T>(static_cast<T*>(data), numel(V::shape_type::dims), rng);
   }
 
+  /// V's record, created and initialized on first use (its value may be on a GPU).
   template <class V>
-  void* bind_variable() {
+  var_record& variable_record() {
     using T = typename V::value_type;
     auto it = vars_.find(V::op::name);
     if (it == vars_.end()) {
-      var_record rec{
-          dtype_name<T>,
-          std::vector<std::int64_t>(V::shape_type::dims.begin(), V::shape_type::dims.end()),
-          std::unique_ptr<void, detail::aligned_free>(
-              detail::aligned_bytes(sizeof(T) * numel(V::shape_type::dims)))};
+      const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(numel(V::shape_type::dims));
+      var_record rec;
+      rec.dtype = dtype_name<T>;
+      rec.dims.assign(V::shape_type::dims.begin(), V::shape_type::dims.end());
+      rec.data.reset(detail::aligned_bytes(bytes));
+      rec.bytes = bytes;
       initialize_into<V>(rec.data.get());
       it = vars_.emplace(std::string(V::op::name), std::move(rec)).first;
     } else if (it->second.dtype != dtype_name<T> ||
@@ -302,7 +323,14 @@ private:
                   " but this graph declares it " + std::string(dtype_name<T>) + " " +
                   dims_string(V::shape_type::dims));
     }
-    return it->second.data.get();
+    return it->second;
+  }
+  /// V's record with its host copy up to date.
+  template <class V>
+  var_record& host_variable() {
+    var_record& rec = variable_record<V>();
+    sync_host(rec);
+    return rec;
   }
 
   template <bool IsVariable, class Op>
@@ -311,7 +339,12 @@ private:
   };
   template <class Op>
   struct initializer_of<true, Op> {
-    static void run(session& s) { s.initialize_into<expr<Op>>(s.bind_variable<expr<Op>>()); }
+    static void run(session& s) {
+      var_record& rec = s.variable_record<expr<Op>>();
+      s.initialize_into<expr<Op>>(rec.data.get());
+      rec.host_valid = true;
+      rec.device_valid = false;
+    }
     static constexpr void (*fn)(session&) = &run;
   };
   template <class P, std::size_t... I>
@@ -497,7 +530,14 @@ private:
     if constexpr (K == step_kind::placeholder) {
       // bound before the steps run
     } else if constexpr (K == step_kind::variable) {
-      v.data = bind_variable<expr<Op>>();
+      var_record* rec = &variable_record<expr<Op>>();
+      if constexpr (D::is_cpu) {
+        sync_host(*rec);
+        v.data = rec->data.get();
+      } else {
+        v.data = device_backend<D>::bind_variable(*this, *rec);
+      }
+      v.variable = rec;
       v.dims = runtime::rt_dims::from(expr<Op>::shape_type::dims);
     } else if constexpr (K == step_kind::inline_constant) {
       v.dims = runtime::rt_dims::from(expr<Op>::shape_type::dims);
@@ -793,26 +833,37 @@ private:
     }
   }
 
+  using commit_fn = void (session::*)(value*);
   template <class P, std::size_t... I>
   void commit_steps(value* vals, std::index_sequence<I...>) {
-    static constexpr void (*table[])(value*) = {
-        session::commit<I>(static_cast<typename P::template flat<I>*>(nullptr))...};
-    for (auto* fn : table)
+    static constexpr commit_fn table[] = {session::commit<I, typename P::template device<I>>(
+        static_cast<typename P::template flat<I>*>(nullptr))...};
+    for (auto fn : table)
       if (fn)
-        fn(vals);
+        (this->*fn)(vals);
   }
   /// The commit function of node I when it is an assignment, else nullptr.
-  template <std::size_t I, graph::step_kind K, class Op, class T, std::size_t R, class... Refs>
-  static constexpr void (*commit(graph::flat_node<K, Op, T, R, Refs...>*))(value*) {
+  template <std::size_t I, class D, graph::step_kind K, class Op, class T, std::size_t R,
+            class... Refs>
+  static constexpr commit_fn commit(graph::flat_node<K, Op, T, R, Refs...>*) {
     if constexpr (requires { Op::is_state; })
-      return &commit_assignment<I, T, std::tuple_element_t<0, std::tuple<Refs...>>::index>;
+      return &session::commit_assignment<I, D, T,
+                                         std::tuple_element_t<0, std::tuple<Refs...>>::index>;
     else
       return nullptr;
   }
-  template <std::size_t I, class T, std::size_t Var>
-  static void commit_assignment(value* vals) {
-    std::memmove(vals[Var].data, vals[I].data,
-                 sizeof(T) * static_cast<std::size_t>(vals[I].dims.numel()));
+  /// An assignment runs on its variable's device, so both buffers are there.
+  template <std::size_t I, class D, class T, std::size_t Var>
+  void commit_assignment(value* vals) {
+    const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(vals[I].dims.numel());
+    auto* rec = static_cast<var_record*>(vals[Var].variable);
+    if constexpr (D::is_cpu) {
+      std::memmove(vals[Var].data, vals[I].data, bytes);
+      rec->device_valid = false;
+    } else {
+      device_backend<D>::commit(*this, vals[Var].data, vals[I].data, bytes);
+      rec->host_valid = false;
+    }
   }
 
   session_options opts_;

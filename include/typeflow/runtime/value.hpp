@@ -48,6 +48,7 @@ struct rt_value {
   std::shared_ptr<void> owner;
   void* data = nullptr;
   rt_dims dims;
+  void* variable = nullptr; ///< a variable node's storage record (the session's)
 };
 
 /// Statistics of the last run, the instrumentation behind the tests of the plan.

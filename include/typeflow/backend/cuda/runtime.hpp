@@ -167,4 +167,67 @@ private:
   std::size_t allocated_ = 0, reused_ = 0;
 };
 
+/// Pinned host buffers for staging host-device copies. A buffer handed to an asynchronous copy
+/// is reused only once an event recorded after that copy has completed.
+class staging_buffers {
+public:
+  staging_buffers() = default;
+  ~staging_buffers() {
+    for (auto& f : busy_) {
+      cudaEventSynchronize(f.done);
+      mem_.deallocate(f.p, f.bytes);
+      cudaEventDestroy(f.done);
+    }
+    for (auto e : spare_)
+      cudaEventDestroy(e);
+  }
+  staging_buffers(const staging_buffers&) = delete;
+  staging_buffers& operator=(const staging_buffers&) = delete;
+
+  void* acquire(std::size_t bytes) {
+    reap();
+    return mem_.allocate(bytes);
+  }
+  /// p is read by work queued on s: reuse it once that work is done.
+  void release_after(void* p, std::size_t bytes, cudaStream_t s) {
+    cudaEvent_t e = nullptr;
+    if (!spare_.empty()) {
+      e = spare_.back();
+      spare_.pop_back();
+    } else {
+      TYPEFLOW_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    TYPEFLOW_CUDA_CHECK(cudaEventRecord(e, s));
+    busy_.push_back({p, bytes, e});
+  }
+  /// p is no longer used by any queued work.
+  void release_now(void* p, std::size_t bytes) { mem_.deallocate(p, bytes); }
+  std::size_t in_flight() const { return busy_.size(); }
+  std::size_t allocations() const { return mem_.allocations(); }
+
+private:
+  struct flight {
+    void* p;
+    std::size_t bytes;
+    cudaEvent_t done;
+  };
+  void reap() {
+    std::size_t keep = 0;
+    for (auto& f : busy_) {
+      const cudaError_t q = cudaEventQuery(f.done);
+      if (q == cudaErrorNotReady) {
+        busy_[keep++] = f;
+        continue;
+      }
+      TYPEFLOW_CUDA_CHECK(q);
+      mem_.deallocate(f.p, f.bytes);
+      spare_.push_back(f.done);
+    }
+    busy_.resize(keep);
+  }
+  caching_allocator mem_{caching_allocator::kind::pinned_host};
+  std::vector<flight> busy_;
+  std::vector<cudaEvent_t> spare_;
+};
+
 } // namespace typeflow::cuda_backend

@@ -9,6 +9,7 @@
 // stream, and fetched values come back to the host. Device buffers come from a caching allocator
 // per GPU.
 #pragma once
+#include <cstring>
 #include <memory>
 #include <string_view>
 
@@ -20,12 +21,16 @@
 
 namespace typeflow {
 
-/// GPU kernels of the elementwise ops: everything fusable, except assignments (committed on
-/// the host for now) and debug probes (which count in a host atomic).
+/// GPU kernels of the elementwise ops: everything fusable (assignments included: they are
+/// committed on their variable's device), except debug probes (which count in a host atomic).
 template <class Op>
-requires(Op::kind == node_kind::elementwise && !requires { Op::is_state; } &&
+requires(Op::kind == node_kind::elementwise &&
          Op::name != std::string_view("probe")) struct has_gpu_kernel<Op> : std::true_type {
 };
+
+/// Variables live on the GPU their policy names, between runs too.
+template <class Name, dtype T, class Shape, class Init>
+struct has_gpu_kernel<ops::variable<Name, T, Shape, Init>> : std::true_type {};
 
 /// matmul (2-D and batched) runs on cuBLAS, for float32 and float64.
 template <bool TA, bool TB>
@@ -64,15 +69,19 @@ struct has_gpu_kernel<ops::reshape_like> : std::true_type {};
 
 namespace cuda_backend {
 
-/// One GPU's state in a session: its stream, caching allocator and cuBLAS handle.
+/// One GPU's state in a session: its stream, caching allocator, pinned staging buffers and
+/// cuBLAS handle.
 struct gpu_context {
   int device;
   stream s;
   caching_allocator mem;
+  staging_buffers staging;
   cublasHandle_t blas = nullptr;
-  explicit gpu_context(int d) : device(select(d)) {
+  gpu_context(int d, bool allow_tf32) : device(select(d)) {
     TYPEFLOW_CUDA_CHECK(cublasCreate(&blas));
     TYPEFLOW_CUDA_CHECK(cublasSetStream(blas, s.get()));
+    TYPEFLOW_CUDA_CHECK(
+        cublasSetMathMode(blas, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   }
   ~gpu_context() {
     if (blas)
@@ -118,10 +127,67 @@ struct device_backend<gpu<N>> {
       if (n <= N)
         throw error(gpu<N>::name() + ": no such CUDA device (this machine has " +
                     std::to_string(n) + ")");
-      slot = std::make_shared<cuda_backend::gpu_context>(N);
+      slot = std::make_shared<cuda_backend::gpu_context>(N, s.opts_.allow_tf32);
     }
     TYPEFLOW_CUDA_CHECK(cudaSetDevice(N));
     return *static_cast<cuda_backend::gpu_context*>(slot.get());
+  }
+
+  // ---- variables: kept on this GPU between runs -------------------------------------------
+
+  /// The device copy of a variable, uploaded when the host (or another GPU) holds the value.
+  template <class Session, class Record>
+  static void* bind_variable(Session& s, Record& rec) {
+    if (rec.device_valid && rec.gpu == N)
+      return rec.device_data.get();
+    s.sync_host(rec); // the value may be on another GPU
+    auto& ctx = context(s);
+    if (rec.gpu != N || !rec.device_data) {
+      runtime::rt_value holder;
+      allocate(s, holder, rec.bytes);
+      rec.device_data = std::move(holder.owner);
+      rec.gpu = N;
+    }
+    upload(ctx, rec.device_data.get(), rec.data.get(), rec.bytes);
+    rec.device_valid = true;
+    rec.download = &download<Session, Record>;
+    return rec.device_data.get();
+  }
+  template <class Session, class Record>
+  static void download(Session& s, Record& rec) {
+    download_into(context(s), rec.data.get(), rec.device_data.get(), rec.bytes);
+  }
+  /// An assignment's new value becomes the variable's (both on this GPU).
+  template <class Session>
+  static void commit(Session& s, void* dst, const void* src, std::size_t bytes) {
+    if (bytes && dst != src)
+      TYPEFLOW_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, context(s).s.get()));
+  }
+
+  // ---- host <-> device copies through pinned staging buffers --------------------------------
+
+  /// Host to device, asynchronous: the bytes go through a pinned buffer, so the caller's memory
+  /// is free again on return and the copy overlaps the work queued before it.
+  static void upload(cuda_backend::gpu_context& ctx, void* dst, const void* src,
+                     std::size_t bytes) {
+    if (!bytes)
+      return;
+    void* pinned = ctx.staging.acquire(bytes);
+    std::memcpy(pinned, src, bytes);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, ctx.s.get()));
+    ctx.staging.release_after(pinned, bytes, ctx.s.get());
+  }
+  /// Device to host, after the work queued before it: the host reads dst on return.
+  static void download_into(cuda_backend::gpu_context& ctx, void* dst, const void* src,
+                            std::size_t bytes) {
+    if (!bytes)
+      return;
+    void* pinned = ctx.staging.acquire(bytes);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(pinned, src, bytes, cudaMemcpyDeviceToHost, ctx.s.get()));
+    ctx.s.synchronize();
+    std::memcpy(dst, pinned, bytes);
+    ctx.staging.release_now(pinned, bytes);
   }
 
   /// A device buffer for v, returned to the allocator when v's last reference goes.
@@ -345,9 +411,7 @@ struct device_backend<gpu<N>> {
     const std::size_t bytes = elem_bytes * static_cast<std::size_t>(src.dims.numel());
     dst.dims = src.dims;
     void* p = allocate(s, dst, bytes);
-    if (bytes)
-      TYPEFLOW_CUDA_CHECK(
-          cudaMemcpyAsync(p, src.data, bytes, cudaMemcpyHostToDevice, context(s).s.get()));
+    upload(context(s), p, src.data, bytes);
   }
 
   template <class Session>
@@ -357,11 +421,7 @@ struct device_backend<gpu<N>> {
     dst.dims = src.dims;
     dst.owner = s.mem_->acquire(bytes, s.stats_);
     dst.data = dst.owner.get();
-    auto& ctx = context(s);
-    if (bytes)
-      TYPEFLOW_CUDA_CHECK(
-          cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToHost, ctx.s.get()));
-    ctx.s.synchronize(); // the host reads it next
+    download_into(context(s), dst.data, src.data, bytes); // the host reads it next
   }
 
   template <class Session>
@@ -381,11 +441,7 @@ struct device_backend<gpu<N>> {
   template <class T, class Session>
   static tensor<T> fetch(Session& s, const runtime::rt_value& v) {
     tensor<T> t(v.dims.vec());
-    auto& ctx = context(s);
-    if (t.size() > 0)
-      TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(t.data(), v.data, sizeof(T) * t.size(),
-                                          cudaMemcpyDeviceToHost, ctx.s.get()));
-    ctx.s.synchronize();
+    download_into(context(s), t.data(), v.data, sizeof(T) * static_cast<std::size_t>(t.size()));
     return t;
   }
 };
