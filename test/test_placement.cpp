@@ -184,3 +184,31 @@ TEST_CASE("soft placement: ops without a GPU kernel fall back to cpu<0>") {
     CHECK(a[i] == doctest::Approx(c[i]).epsilon(same));
   CHECK(s.stats().transfers == 0);
 }
+
+TEST_CASE("a materialized constant read on another device travels like any tensor") {
+  // The constant is a leaf (placed by the policy, cpu<0>); the matmul reading its buffer is
+  // scoped to cpu<1>, so the constant needs a transfer, as does x. A constant that is only read
+  // by elementwise ops is inlined into their loops and needs none.
+  constexpr auto c = ty::full<2, float, ty::shape<4, 3>>;
+  constexpr auto m = ty::with_device<ty::cpu<1>>(ty::matmul(x, c));
+  constexpr auto inl = ty::with_device<ty::cpu<1>>(x * ty::full<3, float, ty::shape<4>>);
+  using P = ty::graph::plan<ty::type_list<decltype(m), decltype(inl)>, ty::on<ty::cpu<0>>>;
+  CHECK(device_of_node<P, decltype(c)>() == ty::id_of<ty::cpu<0>>);
+  CHECK(P::transfers == 2);
+  const std::string listing = P::describe_placement();
+  INFO(listing);
+  CHECK(count(listing, "-> /job:localhost/replica:0/task:0/device:CPU:1") == 2);
+  ty::session<ty::on<ty::cpu<0>>> s;
+  auto [mv, iv] = s.run(ty::fetch(m, inl), ty::feed(x, input()));
+  const auto in = input();
+  for (i64 r = 0; r < 2; ++r)
+    for (i64 j = 0; j < 3; ++j) {
+      double ref = 0;
+      for (i64 k = 0; k < 4; ++k)
+        ref += 2.0 * in[r * 4 + k];
+      CHECK(mv[r * 3 + j] == doctest::Approx(ref));
+    }
+  for (i64 i = 0; i < 8; ++i)
+    CHECK(iv[i] == doctest::Approx(3.0 * in[i]));
+  CHECK(s.stats().transfers == 2);
+}

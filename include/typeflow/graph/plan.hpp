@@ -280,12 +280,22 @@ private:
       }
       p.device[i] = d;
     }
+    // A constant is materialized (a host buffer, see compute_layout) when it is fetched or read
+    // by an op other than an elementwise one; then its readers on other devices need a
+    // transfer like any tensor. Otherwise it is inlined into the fused loops that read it.
+    std::array<bool, size> materialized{};
+    for (std::size_t j = 0; j < size; ++j) {
+      materialized[j] = materialized[j] || (f.constant[j] && f.fetched[j]);
+      for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e)
+        if (f.constant[f.edges[e]] && !f.elementwise[j] && !f.group[j])
+          materialized[f.edges[e]] = true;
+    }
     std::array<std::size_t, size + 1> count{};
     for (std::size_t j = 0; j < size; ++j)
       for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
         const std::size_t k = f.edges[e];
         p.edge_transfer[e] = no;
-        if (f.group[j] || f.constant[k] || p.device[k] == p.device[j])
+        if (f.group[j] || (f.constant[k] && !materialized[k]) || p.device[k] == p.device[j])
           continue;
         std::size_t t = 0;
         while (t < p.transfers &&
