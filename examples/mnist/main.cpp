@@ -2,6 +2,11 @@
 // MNIST-format files, logging as the TensorFlow tutorial did:
 //   <date time>: step N, loss = X.XX (N.N examples/sec; N.NNN sec/batch)
 // with the test accuracy at each epoch's end and a summary line at the end.
+//
+// --placement picks the session's placement policy: cpu (everything on cpu<0>), gpu (everything
+// on gpu<0>, variables included) or variables-on-cpu (the seed's device function: variables on
+// cpu<0>, compute on gpu<0>). The GPU policies exist in the CUDA build of this file
+// (examples/mnist/main.cu, target mnist_cuda, which defines TYPEFLOW_MNIST_CUDA).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -31,13 +36,15 @@ struct flags {
   std::uint64_t seed = 1;
   std::int64_t train_limit = 0; // use only the first N training examples (0: all)
   int log_every = 100;
+  std::string placement = "cpu";
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "mnist: " << why << "\n"
             << "usage: mnist [--epochs N] [--batch-size N] [--learning-rate X] [--lr-decay X]\n"
                "             [--threads N] [--data-dir DIR] [--checkpoint-dir DIR] [--resume]\n"
-               "             [--seed N] [--train-limit N] [--log-every N]\n";
+               "             [--seed N] [--train-limit N] [--log-every N]\n"
+               "             [--placement cpu|gpu|variables-on-cpu]\n";
   std::exit(2);
 }
 
@@ -86,6 +93,8 @@ flags parse(int argc, char** argv) {
       f.train_limit = parse_number<std::int64_t>(a, value());
     else if (a == "--log-every")
       f.log_every = parse_number<int>(a, value());
+    else if (a == "--placement")
+      f.placement = value();
     else if (a == "--help" || a == "-h")
       usage("train the seed's model on MNIST-format data");
     else
@@ -95,6 +104,8 @@ flags parse(int argc, char** argv) {
       !(f.learning_rate > 0) || !(f.lr_decay > 0))
     usage("--epochs, --batch-size and --log-every must be positive, --learning-rate and "
           "--lr-decay positive, --threads and --train-limit non-negative");
+  if (f.placement != "cpu" && f.placement != "gpu" && f.placement != "variables-on-cpu")
+    usage("--placement must be cpu, gpu or variables-on-cpu, got \"" + f.placement + "\"");
   if (f.resume && f.checkpoint_dir.empty())
     usage("--resume needs --checkpoint-dir");
   return f;
@@ -132,12 +143,10 @@ double test_accuracy(Session& s, const typeflow::data::mnist_split& test) {
   return static_cast<double>(correct) / static_cast<double>(test.count);
 }
 
-} // namespace
-
-int main(int argc, char** argv) try {
+/// Trains with every node placed by Placement.
+template <class Placement>
+int run_training(const flags& f) {
   namespace ty = typeflow;
-  const flags f = parse(argc, argv);
-
   auto train = ty::data::load_mnist(f.data_dir, true);
   const auto test = ty::data::load_mnist(f.data_dir, false);
   if (train.rows != 28 || train.cols != 28 || test.rows != 28 || test.cols != 28)
@@ -152,9 +161,10 @@ int main(int argc, char** argv) try {
               static_cast<long long>(train_count), static_cast<long long>(test.count),
               f.data_dir.c_str());
 
-  ty::session<> s(ty::session_options{.threads = f.threads, .seed = f.seed});
+  ty::session<Placement> s(ty::session_options{.threads = f.threads, .seed = f.seed});
   s.initialize(mnist::train_op);
-  std::printf("%s: session: %d threads\n", now_string().c_str(), s.threads());
+  std::printf("%s: session: %d threads, placement %s\n", now_string().c_str(), s.threads(),
+              f.placement.c_str());
 
   const std::filesystem::path ckpt =
       f.checkpoint_dir.empty() ? std::filesystem::path{}
@@ -224,6 +234,26 @@ int main(int argc, char** argv) try {
               now_string().c_str(), f.epochs, static_cast<long long>(step), loss_value, accuracy,
               wall, static_cast<double>(examples_seen) / wall);
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) try {
+  namespace ty = typeflow;
+  const flags f = parse(argc, argv);
+  if (f.placement == "cpu")
+    return run_training<ty::on<ty::cpu<0>>>(f);
+#ifdef TYPEFLOW_MNIST_CUDA
+  if (ty::cuda_backend::device_count() == 0)
+    throw ty::error("--placement " + f.placement + ": no CUDA device on this machine");
+  if (f.placement == "gpu")
+    return run_training<ty::on<ty::gpu<0>>>(f);
+  return run_training<ty::variables_on<ty::cpu<0>, ty::compute_on<ty::gpu<0>>>>(f);
+#else
+  throw ty::error("--placement " + f.placement +
+                  " needs the CUDA build of this example (target mnist_cuda, built when CMake "
+                  "finds nvcc)");
+#endif
 } catch (const std::exception& e) {
   std::fprintf(stderr, "mnist: %s\n", e.what());
   return 1;

@@ -54,5 +54,10 @@ execute_process(COMMAND "${EXE}" --epochs banana OUTPUT_VARIABLE out ERROR_VARIA
 if(rc EQUAL 0 OR NOT err MATCHES "--epochs expects a number")
   message(FATAL_ERROR "a bad flag value should fail naming it; got ${rc}:\n${err}")
 endif()
+execute_process(COMMAND "${EXE}" --placement tpu OUTPUT_VARIABLE out ERROR_VARIABLE err
+                RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "--placement must be cpu, gpu or variables-on-cpu")
+  message(FATAL_ERROR "an unknown placement should fail naming the choices; got ${rc}:\n${err}")
+endif()
 file(REMOVE_RECURSE "${WORK}")
 message(STATUS "mnist example: log format, accuracy, checkpoint and resume OK")

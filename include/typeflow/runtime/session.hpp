@@ -833,35 +833,34 @@ private:
     }
   }
 
-  using commit_fn = void (session::*)(value*);
+  using commit_fn = void (*)(session&, value*);
   template <class P, std::size_t... I>
   void commit_steps(value* vals, std::index_sequence<I...>) {
     static constexpr commit_fn table[] = {session::commit<I, typename P::template device<I>>(
         static_cast<typename P::template flat<I>*>(nullptr))...};
     for (auto fn : table)
       if (fn)
-        (this->*fn)(vals);
+        fn(*this, vals);
   }
   /// The commit function of node I when it is an assignment, else nullptr.
   template <std::size_t I, class D, graph::step_kind K, class Op, class T, std::size_t R,
             class... Refs>
   static constexpr commit_fn commit(graph::flat_node<K, Op, T, R, Refs...>*) {
     if constexpr (requires { Op::is_state; })
-      return &session::commit_assignment<I, D, T,
-                                         std::tuple_element_t<0, std::tuple<Refs...>>::index>;
+      return &commit_assignment<I, D, T, std::tuple_element_t<0, std::tuple<Refs...>>::index>;
     else
       return nullptr;
   }
   /// An assignment runs on its variable's device, so both buffers are there.
   template <std::size_t I, class D, class T, std::size_t Var>
-  void commit_assignment(value* vals) {
+  static void commit_assignment(session& s, value* vals) {
     const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(vals[I].dims.numel());
     auto* rec = static_cast<var_record*>(vals[Var].variable);
     if constexpr (D::is_cpu) {
       std::memmove(vals[Var].data, vals[I].data, bytes);
       rec->device_valid = false;
     } else {
-      device_backend<D>::commit(*this, vals[Var].data, vals[I].data, bytes);
+      device_backend<D>::commit(s, vals[Var].data, vals[I].data, bytes);
       rec->host_valid = false;
     }
   }
