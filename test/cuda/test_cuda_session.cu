@@ -97,6 +97,141 @@ int conv_case(X x, Y y) {
   return failures;
 }
 
+// ---- training with the variables on the GPU ------------------------------------------------
+// A model written at namespace scope (names are types, so nvcc's host-code generation can spell
+// these types too).
+namespace model {
+constexpr auto x = ty::placeholder<"tx", float, ty::shape<ty::dyn, 12>>;
+constexpr auto y = ty::placeholder<"ty", std::int32_t, ty::shape<ty::dyn>>;
+constexpr auto h = ty::relu(ty::dense<"l1", 20, ty::uniform<-0.4, 0.4>, ty::fill<0.05>>(x));
+constexpr auto logits = ty::dense<"l2", 5, ty::uniform<-0.4, 0.4>>(h);
+constexpr auto loss = ty::mean(ty::sparse_softmax_cross_entropy_with_logits(logits, y));
+constexpr auto train =
+    ty::momentum(ty::constant<0.1>, ty::constant<0.9>, ty::nesterov).minimize(loss);
+constexpr auto w1 = ty::find_variable<"l1/weights">(loss);
+using gpu_plan =
+    ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>, ty::on<ty::gpu<0>>>;
+using seed_plan = ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>,
+                                  ty::variables_on<ty::cpu<0>, ty::compute_on<ty::gpu<0>>>>;
+// On gpu<0> everything stays there: the only transfers are the two feeds.
+static_assert(gpu_plan::transfers == 2);
+// The seed's policy: each trainable variable and slot goes over and its update comes back;
+// global_step's increment stays on the CPU.
+static_assert(seed_plan::transfers > 2);
+} // namespace model
+
+/// k steps on a GPU policy against k steps on the CPU: the variables must agree, read back
+/// through read() and for_each_variable; a host write() must reach the device copy.
+template <class Policy>
+int training_case(const char* label) {
+  using namespace model;
+  ty::tensor<float> xv({32, 12});
+  ty::tensor<std::int32_t> yv({32});
+  for (std::int64_t i = 0; i < xv.size(); ++i)
+    xv[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+  for (std::int64_t i = 0; i < yv.size(); ++i)
+    yv[i] = static_cast<std::int32_t>((i * 7) % 5);
+  ty::session<Policy> g(ty::session_options{.seed = 9});
+  ty::session<> c(ty::session_options{.seed = 9});
+  float lg = 0, lc = 0;
+  for (int k = 0; k < 5; ++k) {
+    auto [a] = g.run(ty::fetch(loss, train), ty::feed(x, xv), ty::feed(y, yv));
+    auto [b] = c.run(ty::fetch(loss, train), ty::feed(x, xv), ty::feed(y, yv));
+    lg = a[0];
+    lc = b[0];
+  }
+  int failures = 0;
+  auto close = [](double a, double b) { return std::abs(a - b) <= 1e-4 * (1 + std::abs(b)); };
+  if (!close(lg, lc)) {
+    std::printf("FAIL %s: loss after 5 steps: GPU %.9g, CPU %.9g\n", label, lg, lc);
+    ++failures;
+  }
+  const auto wg = g.read(w1), wc = c.read(w1);
+  for (std::int64_t i = 0; i < wc.size(); ++i)
+    if (!close(wg[i], wc[i])) {
+      std::printf("FAIL %s: l1/weights[%lld]: GPU %.9g, CPU %.9g\n", label,
+                  static_cast<long long>(i), wg[i], wc[i]);
+      ++failures;
+      break;
+    }
+  if (g.read(ty::global_step)[0] != 5) {
+    std::printf("FAIL %s: global_step %lld after 5 steps\n", label,
+                static_cast<long long>(g.read(ty::global_step)[0]));
+    ++failures;
+  }
+  // Every variable the GPU session holds matches the CPU session's.
+  std::size_t seen = 0;
+  g.for_each_variable([&](const auto& v) {
+    ++seen;
+    if (v.dtype != "float32")
+      return;
+    const float* p = static_cast<const float*>(v.data);
+    bool ok = true;
+    c.for_each_variable([&](const auto& u) {
+      if (u.name == v.name)
+        for (std::size_t i = 0; i < v.bytes / 4; ++i)
+          ok = ok && close(p[i], static_cast<const float*>(u.data)[i]);
+    });
+    if (!ok) {
+      std::printf("FAIL %s: variable %.*s differs\n", label, static_cast<int>(v.name.size()),
+                  v.name.data());
+      ++failures;
+    }
+  });
+  if (seen != c.variable_count()) {
+    std::printf("FAIL %s: %zu variables, CPU has %zu\n", label, seen, c.variable_count());
+    ++failures;
+  }
+  // A host write reaches the device: zero weights give equal logits, so the loss is log(5)
+  // plus nothing from l2 (its biases are zero).
+  g.write(w1, ty::tensor<float>({12, 20}));
+  g.write(ty::find_variable<"l2/weights">(loss), ty::tensor<float>({20, 5}));
+  g.write(ty::find_variable<"l2/biases">(loss), ty::tensor<float>({5}));
+  auto [l0] = g.run(ty::fetch(loss), ty::feed(x, xv), ty::feed(y, yv));
+  if (std::abs(l0[0] - std::log(5.0f)) > 1e-5f) {
+    std::printf("FAIL %s: loss with zero weights %.9g, expected log 5\n", label, l0[0]);
+    ++failures;
+  }
+  std::printf("%s %s: 5 steps, loss %.6f (CPU %.6f), %zu transfers per step\n",
+              failures ? "FAIL" : "ok", label, lg, lc, g.stats().transfers);
+  return failures;
+}
+
+/// TF32 (opt-in): a float32 matmul within TF32's precision of the exact one, and the default
+/// session exact to float32 rounding.
+template <class A, class B>
+int tf32_case(A a, B b) {
+  constexpr auto p = ty::matmul(a, b);
+  ty::tensor<float> av({64, 256}), bv({256, 32});
+  for (std::int64_t i = 0; i < av.size(); ++i)
+    av[i] = static_cast<float>(std::sin(0.11 * static_cast<double>(i)));
+  for (std::int64_t i = 0; i < bv.size(); ++i)
+    bv[i] = static_cast<float>(std::cos(0.07 * static_cast<double>(i)));
+  ty::session<ty::on<ty::gpu<0>>> exact, fast(ty::session_options{.allow_tf32 = true});
+  auto [pe] = exact.run(ty::fetch(p), ty::feed(a, av), ty::feed(b, bv));
+  auto [pf] = fast.run(ty::fetch(p), ty::feed(a, av), ty::feed(b, bv));
+  int failures = 0;
+  double worst_exact = 0, worst_fast = 0;
+  for (std::int64_t i = 0; i < 64; ++i)
+    for (std::int64_t j = 0; j < 32; ++j) {
+      double ref = 0, mag = 0;
+      for (std::int64_t k = 0; k < 256; ++k) {
+        ref += static_cast<double>(av[i * 256 + k]) * bv[k * 32 + j];
+        mag += std::abs(static_cast<double>(av[i * 256 + k]) * bv[k * 32 + j]);
+      }
+      worst_exact = std::max(worst_exact, std::abs(pe[i * 32 + j] - ref) / (1 + mag));
+      worst_fast = std::max(worst_fast, std::abs(pf[i * 32 + j] - ref) / (1 + mag));
+    }
+  // float32 accumulation of 256 products: ~256 * 6e-8; TF32 inputs keep 10 mantissa bits.
+  if (worst_exact > 2e-5 || worst_fast > 2e-3) {
+    std::printf("FAIL tf32: worst error default %.3g, tf32 %.3g\n", worst_exact, worst_fast);
+    ++failures;
+  }
+  std::printf("%s tf32: worst relative error default %.3g, tf32 %.3g\n", failures ? "FAIL" : "ok",
+              worst_exact, worst_fast);
+  return failures;
+}
+
 } // namespace
 
 int main() {
@@ -109,6 +244,11 @@ int main() {
   constexpr auto b = ty::variable<"b", float, ty::shape<16>, ty::fill<0.1>>;
   constexpr auto images = ty::placeholder<"images", float, ty::shape<ty::dyn, 8, 8, 3>>;
   constexpr auto labels = ty::placeholder<"labels", std::int32_t, ty::shape<ty::dyn>>;
-  const int failures = run_case(x, w, b) + conv_case(images, labels);
+  int failures = run_case(x, w, b) + conv_case(images, labels);
+  failures += training_case<ty::on<ty::gpu<0>>>("training on gpu<0>");
+  failures +=
+      training_case<ty::variables_on<ty::cpu<0>, ty::compute_on<ty::gpu<0>>>>("seed's policy");
+  failures += tf32_case(ty::placeholder<"a", float, ty::shape<64, 256>>,
+                        ty::placeholder<"b", float, ty::shape<256, 32>>);
   return failures == 0 ? 0 : 1;
 }
