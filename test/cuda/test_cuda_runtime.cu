@@ -1,13 +1,19 @@
 // The CUDA backend's host side, which runs with or without a GPU: checked calls throw
 // typeflow::cuda_error naming the call, the file and the line; device discovery never throws;
 // the caching allocator's size classes; the fused kernel's parameters (vector path, broadcast
-// strides); and the device evaluator of a region, called on the host, against the CPU loop's.
+// strides); the device evaluator of a region, called on the host, against the CPU loop's; the
+// placement of the ops with GPU kernels; and the index arithmetic of the layout, argmax and
+// dropout kernels (backend/cuda/layout.cuh), run on the host against the CPU kernels.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "typeflow/backend/cuda/fused.cuh"
+#include "typeflow/backend/cuda/layout.cuh"
 #include "typeflow/backend/cuda/session.cuh"
 #include "typeflow/typeflow.hpp"
 
@@ -150,14 +156,12 @@ void placement_case(X x, W w, B b) {
   constexpr auto mm = ty::matmul(x, w);
   constexpr auto total = ty::argmax<1>(h);
   using P = ty::graph::plan<ty::type_list<decltype(total)>, ty::on<ty::gpu<0>>>;
-  // With the CUDA backend the fused region (add, tanh) and matmul (cuBLAS) run on the GPU;
-  // argmax and the leaves have no GPU kernel yet and run on the CPU by soft placement.
+  // With the CUDA backend the fused region (add, tanh), matmul (cuBLAS) and argmax run on the
+  // GPU; the placeholder stays on the CPU.
   CHECK(P::placement.device[P::template index_c<decltype(h)>::value] == ty::id_of<ty::gpu<0>>);
   CHECK(P::placement.device[P::template index_c<decltype(mm)>::value] == ty::id_of<ty::gpu<0>>);
-  CHECK(P::placement.device[P::template index_c<decltype(total)>::value] == ty::id_of<ty::cpu<0>>);
-  CHECK(P::placement.device[P::template index_c<W>::value] == ty::id_of<ty::cpu<0>>);
-  // x, w and b go to the GPU; h comes back for the argmax.
-  CHECK(P::transfers == 4);
+  CHECK(P::placement.device[P::template index_c<decltype(total)>::value] == ty::id_of<ty::gpu<0>>);
+  CHECK(P::placement.device[P::template index_c<X>::value] == ty::id_of<ty::cpu<0>>);
 }
 } // namespace
 
@@ -199,8 +203,8 @@ void conv_placement_case(X x, Y y) {
   constexpr auto cw = ty::find_variable<"conv/weights">(loss);
   constexpr auto gw = ty::grad(loss, cw);
   using P = ty::graph::plan<ty::type_list<decltype(gw)>, ty::on<ty::gpu<0>>>;
-  // Every op of the model and of its gradient has a GPU kernel except element_count (the mean's
-  // divisor, a host scalar) and sum_to_like: count the nodes left on the CPU that are not leaves.
+  // Every op of the model and of its gradient has a GPU kernel (element_count, the mean's
+  // divisor, and sum_to_like included): no node but the leaves is left on the CPU.
   std::size_t on_cpu = 0;
   const char* names[P::size];
   [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -216,7 +220,7 @@ void conv_placement_case(X x, Y y) {
   INFO("ops left on the CPU: " << left);
   CHECK(P::placement.device[P::template index_c<decltype(conv)>::value] == ty::id_of<ty::gpu<0>>);
   CHECK(P::placement.device[P::template index_c<decltype(pool)>::value] == ty::id_of<ty::gpu<0>>);
-  CHECK(on_cpu <= 2);
+  CHECK(on_cpu == 0);
 }
 } // namespace
 
@@ -224,4 +228,254 @@ TEST_CASE("with the CUDA backend, a convolutional model and its gradient run on 
   constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 8, 8, 3>>;
   constexpr auto y = ty::placeholder<"y", std::int32_t, ty::shape<ty::dyn>>;
   conv_placement_case(x, y);
+}
+
+// ---- layout.cuh: placement, and the kernels' index arithmetic on the host ---------------------
+
+TEST_CASE("the layout ops, argmax, element_count, sum_to_like and dropout have GPU kernels") {
+  using ty::has_gpu_kernel;
+  static_assert(has_gpu_kernel<ty::ops::transpose<1, 0>>::value);
+  static_assert(has_gpu_kernel<ty::ops::slice<ty::ints<0, 1>, ty::ints<2, -1>>>::value);
+  static_assert(has_gpu_kernel<ty::ops::slice_like<ty::ints<0, 1>>>::value);
+  static_assert(has_gpu_kernel<ty::ops::pad_like<ty::ints<0, 1>>>::value);
+  static_assert(has_gpu_kernel<ty::ops::concat<-1>>::value);
+  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, false, 1>>::value);
+  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, true, 0>>::value);
+  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::sum, false, 0>>::value);
+  static_assert(has_gpu_kernel<ty::ops::element_count<0, 1>>::value);
+  static_assert(has_gpu_kernel<ty::ops::sum_to_like>::value);
+  static_assert(has_gpu_kernel<ty::ops::dropout_mask<7>>::value);
+  CHECK(true);
+}
+
+namespace {
+/// The nodes of P left on the CPU by soft placement that are not leaves.
+template <class P>
+std::string fell_back_ops() {
+  std::string left;
+  for (std::size_t i = 0; i < P::size; ++i)
+    if (P::placement.fell_back[i] && P::fact.edge_begin[i] != P::fact.edge_begin[i + 1])
+      left += P::node_string(i) + "; ";
+  return left;
+}
+
+template <class X, class Y, class K>
+void layout_placement_case(X x, Y y, K keep) {
+  constexpr auto t =
+      ty::transpose<1, 0, 2>(x) + ty::slice<ty::ints<0, 1, 0>, ty::ints<-1, 4, 5>>(y);
+  constexpr auto c = ty::concat<1>(t, x, ty::dropout<3>(y, keep));
+  constexpr auto a = ty::argmax<2>(c);
+  constexpr auto loss = ty::mean(ty::square(c));
+  constexpr auto g = ty::grad(loss, x, y);
+  using P =
+      ty::graph::plan<ty::type_list<decltype(a), decltype(ty::get<0>(g)), decltype(ty::get<1>(g))>,
+                      ty::on<ty::gpu<0>>>;
+  INFO("ops left on the CPU: " << fell_back_ops<P>());
+  CHECK(fell_back_ops<P>().empty());
+  CHECK(P::placement.device[P::template index_c<decltype(c)>::value] == ty::id_of<ty::gpu<0>>);
+  CHECK(P::placement.device[P::template index_c<decltype(a)>::value] == ty::id_of<ty::gpu<0>>);
+}
+} // namespace
+
+TEST_CASE("transpose, slice, concat, dropout, argmax and their gradients are placed on the GPU") {
+  constexpr auto x = ty::placeholder<"x", float, ty::shape<4, ty::dyn, 5>>;
+  constexpr auto y = ty::placeholder<"y", float, ty::shape<ty::dyn, 6, 5>>;
+  constexpr auto keep = ty::placeholder<"keep", float, ty::shape<>>;
+  layout_placement_case(x, y, keep);
+}
+
+namespace {
+ty::runtime::rt_dims dims_of(std::vector<std::int64_t> d) {
+  ty::runtime::rt_dims r;
+  r.rank = d.size();
+  for (std::size_t i = 0; i < d.size(); ++i)
+    r.d[i] = d[i];
+  return r;
+}
+std::vector<float> iota_values(std::int64_t n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), 1.0f);
+  return v;
+}
+std::vector<float> emulate_gather(const float* in, const cb::gather_params& p) {
+  std::vector<float> out(static_cast<std::size_t>(p.total));
+  for (std::int64_t i = 0; i < p.total; ++i)
+    out[static_cast<std::size_t>(i)] = in[cb::gather_offset(p, i)];
+  return out;
+}
+} // namespace
+
+TEST_CASE("the gather of transpose and slice matches the CPU kernels (emulated on the host)") {
+  ty::cpu_backend::thread_pool pool(1);
+  // Every permutation of a rank-4 input with an extent-1 axis, and of one without.
+  for (const auto& d :
+       {std::vector<std::int64_t>{3, 1, 4, 5}, std::vector<std::int64_t>{2, 3, 4, 5}}) {
+    const auto id = dims_of(d);
+    const auto in = iota_values(id.numel());
+    std::array<std::int64_t, 4> perm{0, 1, 2, 3};
+    do {
+      const auto od = dims_of({d[perm[0]], d[perm[1]], d[perm[2]], d[perm[3]]});
+      std::vector<float> want(static_cast<std::size_t>(od.numel()));
+      ty::cpu_backend::transpose(pool, in.data(), id, perm, want.data(), od);
+      const auto p = cb::make_transpose_params(id, perm, od);
+      INFO("perm " << perm[0] << perm[1] << perm[2] << perm[3] << " of " << id.str());
+      CHECK(emulate_gather(in.data(), p) == want);
+    } while (std::next_permutation(perm.begin(), perm.end()));
+  }
+  // The identity permutation is one contiguous axis.
+  const auto id = dims_of({2, 3, 4});
+  CHECK(cb::make_transpose_params(id, std::array<std::int64_t, 3>{0, 1, 2}, id).rank == 1);
+  CHECK(cb::make_transpose_params(id, std::array<std::int64_t, 3>{0, 2, 1}, dims_of({2, 4, 3}))
+            .rank == 3);
+
+  // Slices: full inner axes coalesce with the axis above them.
+  const auto sd = dims_of({4, 6, 5, 3});
+  const auto in = iota_values(sd.numel());
+  const std::array<std::int64_t, 4> begins[] = {
+      {0, 0, 0, 0}, {1, 2, 0, 0}, {3, 5, 4, 2}, {1, 0, 2, 1}};
+  const std::vector<std::int64_t> sizes[] = {
+      {4, 6, 5, 3}, {2, 3, 5, 3}, {1, 1, 1, 1}, {3, 6, 2, 2}};
+  for (std::size_t k = 0; k < 4; ++k) {
+    const auto od = dims_of(sizes[k]);
+    std::vector<float> want(static_cast<std::size_t>(od.numel()));
+    ty::cpu_backend::slice(pool, in.data(), sd, begins[k], want.data(), od);
+    std::int64_t offset = -1;
+    const auto p = cb::make_slice_params(sd, begins[k], od, offset);
+    INFO("slice " << k);
+    CHECK(emulate_gather(in.data() + offset, p) == want);
+    if (k == 1)
+      CHECK(p.rank == 2); // [2, 3*5*3]
+  }
+}
+
+TEST_CASE("pad_like's gather matches the CPU pad (emulated on the host)") {
+  const auto od = dims_of({4, 6, 5});
+  const std::array<std::int64_t, 3> begins[] = {{0, 0, 0}, {1, 2, 3}, {3, 5, 4}, {0, 1, 0}};
+  const std::vector<std::int64_t> sizes[] = {{4, 6, 5}, {2, 3, 2}, {1, 1, 1}, {4, 5, 5}};
+  for (std::size_t k = 0; k < 4; ++k) {
+    const auto id = dims_of(sizes[k]);
+    const auto in = iota_values(id.numel());
+    std::vector<float> want(static_cast<std::size_t>(od.numel()), -1.0f);
+    ty::cpu_backend::pad(in.data(), id, begins[k], want.data(), od);
+    const auto p = cb::make_pad_params(id, begins[k], od);
+    std::vector<float> got(static_cast<std::size_t>(p.total));
+    for (std::int64_t i = 0; i < p.total; ++i) {
+      const std::int64_t src = cb::pad_source(p, i);
+      got[static_cast<std::size_t>(i)] = src < 0 ? 0.0f : in[static_cast<std::size_t>(src)];
+    }
+    INFO("pad " << k);
+    CHECK(got == want);
+  }
+}
+
+namespace {
+/// argmax_rows_kernel on the host: 32 lanes, then __shfl_down_sync's tree (a lane whose source is
+/// out of range reads its own value).
+template <class T>
+std::int64_t emulate_warp_argmax(const T* row, std::int64_t n) {
+  T best[32];
+  std::int64_t arg[32];
+  for (int l = 0; l < 32; ++l)
+    cb::argmax_lane(row, n, l, 32, best[l], arg[l]);
+  for (int d = 16; d > 0; d /= 2) {
+    T nb[32];
+    std::int64_t na[32];
+    for (int l = 0; l < 32; ++l) {
+      const int src = l + d < 32 ? l + d : l;
+      nb[l] = best[l];
+      na[l] = arg[l];
+      if (cb::argmax_precedes(best[src], arg[src], best[l], arg[l])) {
+        nb[l] = best[src];
+        na[l] = arg[src];
+      }
+    }
+    std::copy(nb, nb + 32, best);
+    std::copy(na, na + 32, arg);
+  }
+  return arg[0];
+}
+} // namespace
+
+TEST_CASE("argmax on the GPU's terms: a thread per output and a warp per row, as the CPU") {
+  ty::cpu_backend::thread_pool pool(1);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // Rows of 7 and of 200: ties, NaNs first, later, twice, -inf only, signed zeros.
+  for (std::int64_t n : {7, 31, 32, 33, 200}) {
+    const std::int64_t rows = 9;
+    std::vector<float> v(static_cast<std::size_t>(rows * n));
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t k = 0; k < n; ++k)
+        v[static_cast<std::size_t>(r * n + k)] = static_cast<float>((k * 13 + r * 5) % 11);
+    auto at = [&](std::int64_t r, std::int64_t k) -> float& {
+      return v[static_cast<std::size_t>(r * n + k % n)];
+    };
+    at(1, 0) = nan;
+    at(2, n / 2) = nan;
+    at(3, n - 1) = nan;
+    at(3, 3) = nan;
+    for (std::int64_t k = 0; k < n; ++k)
+      at(4, k) = -inf;
+    for (std::int64_t k = 0; k < n; ++k)
+      at(5, k) = (k % 2) ? 0.0f : -0.0f;
+    at(6, 5) = 20;
+    at(6, n - 2) = 20;
+    at(7, 1) = inf;
+    at(7, n - 3) = inf;
+    std::vector<std::int64_t> want(static_cast<std::size_t>(rows));
+    ty::cpu_backend::reduce<ty::ops::reducers::argmax>(
+        pool, v.data(), dims_of({rows, n}), std::array<bool, 2>{false, true}, want.data());
+    std::vector<std::int64_t> want0(static_cast<std::size_t>(n));
+    ty::cpu_backend::reduce<ty::ops::reducers::argmax>(
+        pool, v.data(), dims_of({rows, n}), std::array<bool, 2>{true, false}, want0.data());
+    const auto view1 = cb::argmax_view(dims_of({rows, n}), std::array<bool, 2>{false, true});
+    CHECK(view1.k1 == rows);
+    CHECK(view1.rn == n);
+    CHECK(view1.k2 == 1);
+    CHECK(cb::argmax_by_warps(view1) == (n >= 64));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      INFO("row " << r << " of " << n);
+      CHECK(cb::argmax_scan(v.data() + r * n, n, 1) == want[static_cast<std::size_t>(r)]);
+      CHECK(emulate_warp_argmax(v.data() + r * n, n) == want[static_cast<std::size_t>(r)]);
+    }
+    for (std::int64_t c = 0; c < n; ++c)
+      CHECK(cb::argmax_scan(v.data() + c, rows, n) == want0[static_cast<std::size_t>(c)]);
+  }
+  const auto v3 =
+      cb::argmax_view(dims_of({2, 3, 4, 5}), std::array<bool, 4>{false, false, true, false});
+  CHECK(v3.k1 == 6);
+  CHECK(v3.rn == 4);
+  CHECK(v3.k2 == 5);
+}
+
+TEST_CASE("the dropout hash is shared: the masks are those drawn before it was") {
+  // Masks of 64 elements recorded from the CPU kernel before its hash became TYPEFLOW_HD
+  // functions; the GPU kernel draws element i as dropout_uniform(base, i) < keep.
+  struct drawn {
+    std::uint64_t seed, run;
+    double keep;
+    std::uint64_t kept_bits;
+  };
+  ty::cpu_backend::thread_pool pool(2);
+  for (const drawn& d :
+       {drawn{7, 1, 0.5, 0x5553e8c924e63dc5ULL}, drawn{42, 3, 0.8, 0xafa9bff6f7dfffa3ULL},
+        drawn{0, 0, 0.3, 0x2044062493008a03ULL}}) {
+    float mask[64];
+    ty::cpu_backend::dropout_mask(pool, d.seed, d.run, d.keep, 64, mask);
+    const std::uint64_t base = ty::cpu_backend::dropout_base(d.seed, d.run);
+    std::uint64_t cpu_bits = 0, kernel_bits = 0;
+    for (int i = 0; i < 64; ++i) {
+      if (mask[i] != 0.0f) {
+        cpu_bits |= std::uint64_t{1} << i;
+        CHECK(mask[i] == static_cast<float>(1.0 / d.keep));
+      }
+      if (ty::cpu_backend::dropout_uniform(base, i) < d.keep)
+        kernel_bits |= std::uint64_t{1} << i;
+    }
+    CHECK(cpu_bits == d.kept_bits);
+    CHECK(kernel_bits == d.kept_bits);
+  }
+  CHECK_THROWS_WITH(ty::cpu_backend::check_keep_prob(0.0),
+                    "typeflow: dropout: keep_prob must be in (0, 1], got 0.000000");
+  CHECK_NOTHROW(ty::cpu_backend::check_keep_prob(1.0));
 }

@@ -62,6 +62,15 @@ inline int device_count() {
   return n;
 }
 
+/// Makes d the calling thread's current device, calling cudaSetDevice only when it differs
+/// (cudaGetDevice is a cheap query; the user may have changed the device in between).
+inline void use_device(int d) {
+  int current = -1;
+  TYPEFLOW_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != d)
+    TYPEFLOW_CUDA_CHECK(cudaSetDevice(d));
+}
+
 /// The message tests and examples print when they cannot run: CTest counts it as skipped.
 inline constexpr const char* no_device_message = "skipped: no CUDA device";
 

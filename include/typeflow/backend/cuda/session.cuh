@@ -1,13 +1,14 @@
 // The CUDA backend of the session (compiled by nvcc; include it in every translation unit that
 // runs sessions on GPUs, before their first use, so that every plan sees the same kernels).
 //
-// What runs on a GPU so far: fused elementwise regions (one kernel each, from the same functor
-// types as the CPU loop), matmul (cuBLAS), sum/mean/max/min reductions, conv2d and its gradients
-// (im2col + cuBLAS), pooling and its gradients, the fused cross-entropy, and the views (reshape,
-// expand_dims). Every other op has no GPU kernel yet, so soft
-// placement keeps it on cpu<0>; transfers between host and device are copies on the device's
-// stream, and fetched values come back to the host. Device buffers come from a caching allocator
-// per GPU.
+// What runs on a GPU: fused elementwise regions (one kernel each, from the same functor types as
+// the CPU loop; assignments included), matmul (cuBLAS), the reductions (sum/mean/max/min, argmax),
+// conv2d and its gradients (im2col + cuBLAS), pooling and its gradients, the fused cross-entropy,
+// the layout ops (transpose, slice, pad, concat; layout.cuh), dropout masks, and the views.
+// Variables placed on a GPU stay there between runs. Ops without a GPU kernel (debug probes) fall
+// back to cpu<0> by soft placement; transfers between host and device are copies on the device's
+// stream through pinned staging buffers, and fetched values come back to the host. Device
+// buffers come from a caching allocator per GPU.
 #pragma once
 #include <cstring>
 #include <memory>
@@ -15,6 +16,7 @@
 
 #include "../../runtime/session.hpp"
 #include "fused.cuh"
+#include "layout.cuh"
 #include "nn.cuh"
 #include "reduce.cuh"
 #include "runtime.hpp"
@@ -36,7 +38,7 @@ struct has_gpu_kernel<ops::variable<Name, T, Shape, Init>> : std::true_type {};
 template <bool TA, bool TB>
 struct has_gpu_kernel<ops::matmul<TA, TB>> : std::true_type {};
 
-/// sum, mean, max and min run as CUDA reductions (argmax not yet).
+/// sum, mean, max and min run as CUDA reductions (argmax: layout.cuh).
 template <class Rd, bool K, std::int64_t... Ax>
 requires(
     !std::is_same_v<Rd, ops::reducers::argmax>) struct has_gpu_kernel<ops::reduce<Rd, K, Ax...>>
@@ -90,7 +92,7 @@ struct gpu_context {
   gpu_context(const gpu_context&) = delete;
   gpu_context& operator=(const gpu_context&) = delete;
   static int select(int d) {
-    TYPEFLOW_CUDA_CHECK(cudaSetDevice(d));
+    use_device(d);
     return d;
   }
 };
@@ -117,7 +119,14 @@ void gemm_strided_batched(cublasHandle_t h, bool ta, bool tb, std::int64_t m, st
 } // namespace cuda_backend
 
 template <int N>
-struct device_backend<gpu<N>> {
+struct device_backend<gpu<N>> : cuda_backend::layout_steps<N> {
+  using cuda_backend::layout_steps<N>::kernel;
+  /// The session's run counter (dropout's masks depend on it).
+  template <class Session>
+  static std::uint64_t run_count(const Session& s) {
+    return s.runs_;
+  }
+
   template <class Session>
   static cuda_backend::gpu_context& context(Session& s) {
     static_assert(N >= 0 && N < 16, "gpu<N>: at most 16 GPUs per session");
@@ -129,7 +138,7 @@ struct device_backend<gpu<N>> {
                     std::to_string(n) + ")");
       slot = std::make_shared<cuda_backend::gpu_context>(N, s.opts_.allow_tf32);
     }
-    TYPEFLOW_CUDA_CHECK(cudaSetDevice(N));
+    cuda_backend::use_device(N);
     return *static_cast<cuda_backend::gpu_context*>(slot.get());
   }
 
