@@ -31,4 +31,5 @@
 #include "ops/reduce.hpp"
 #include "ops/state.hpp"
 #include "runtime/feed.hpp"
+#include "runtime/replicate.hpp"
 #include "runtime/session.hpp"

@@ -31,11 +31,15 @@ template <class Opt, class Loss, class... V, std::size_t... I>
 consteval auto apply_updates(Loss loss, type_list<V...>, std::index_sequence<I...>) {
   static_assert(sizeof...(V) > 0, "minimize: the loss depends on no trainable variable");
   using G = decltype(typeflow::grad(loss, V{}...));
+  // Each gradient passes through replica_mean: the towers of a replicated session average
+  // there; any other session reads the gradient itself.
   if constexpr (sizeof...(V) == 1)
-    return typeflow::group(Opt::update(V{}..., G{}), assign_add(global_step, constant<1>));
-  else
-    return typeflow::group(Opt::update(V{}, typename G::template type_at<I>{})...,
+    return typeflow::group(Opt::update(V{}..., typeflow::replica_mean(G{})),
                            assign_add(global_step, constant<1>));
+  else
+    return typeflow::group(
+        Opt::update(V{}, typeflow::replica_mean(typename G::template type_at<I>{}))...,
+        assign_add(global_step, constant<1>));
 }
 
 template <class Opt, class Loss>

@@ -246,6 +246,20 @@ struct reshape_like : no_dtype_rule {
   }
 };
 
+/// replica_mean(g): g averaged over the towers of a replicated session, each weighted by its
+/// share of the batch (minimize() wraps every gradient in one). Outside a replicated session it
+/// is g itself (a view).
+struct replica_mean : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::layout;
+  static constexpr std::string_view name = "replica_mean";
+  template <class A>
+  using value_type = typename A::value_type;
+  template <std::size_t R>
+  static constexpr rule_result<R> rule(const dims_t<R>& a) {
+    return {{}, a};
+  }
+};
+
 /// pad_like<ints<begin...>>(g, x): a zero tensor of x's shape with g written at `begin` (the
 /// gradient of slice).
 template <class Begin>
@@ -315,6 +329,12 @@ consteval auto slice_like(G, A) {
 template <std::int64_t... Axes, expression A>
 consteval auto expand_dims(A) {
   return make_node<ops::expand_dims<Axes...>, A>();
+}
+
+/// replica_mean(g): see ops::replica_mean.
+template <expression A>
+consteval auto replica_mean(A) {
+  return make_node<ops::replica_mean, A>();
 }
 
 /// reshape_like(a, x)

@@ -31,6 +31,14 @@ struct grad_rule<ops::reshape_like> {
   }
 };
 
+template <>
+struct grad_rule<ops::replica_mean> {
+  template <std::size_t, class Y, class G, class X>
+  static consteval auto vjp(Y, G g, X) {
+    return typeflow::replica_mean(g);
+  }
+};
+
 template <std::int64_t... Perm>
 struct grad_rule<ops::transpose<Perm...>> {
   template <std::size_t, class Y, class G, class X>

@@ -107,6 +107,11 @@ public:
     cpu_backend::set_blas_threads(pool_->size());
   }
 
+  /// A tower of a replicated session: its own options and threads, the variables shared.
+  session(session_options o, std::shared_ptr<runtime::variable_store> vars) : session(o) {
+    vars_ = std::move(vars);
+  }
+
   int threads() const { return pool_->size(); }
   const run_stats& stats() const { return stats_; }
 
@@ -116,18 +121,11 @@ public:
   auto run(fetch_t<F...>, const Feeds&... feeds) {
     using P = graph::plan<type_list<F...>, Placement>;
     check_plan<P, Feeds...>();
-    stats_ = run_stats{};
-    ++runs_;
     check_feeds(feeds...);
     std::array<runtime::rt_value, P::slots> vals;
-    (bind_feed(P::template contains_c<typename Feeds::placeholder>::value, vals.data(),
-               feed_slot<P, Feeds>(), feeds),
-     ...);
-    run_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
-    auto out = std::tuple_cat(
-        fetch_value<group_or_value<F>, typename P::template device<
-                                           P::template index_c<std::remove_cvref_t<F>>::value>>(
-            vals[P::template index_c<std::remove_cvref_t<F>>::value])...);
+    begin_run<P>(vals.data(), feeds...);
+    run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
+    auto out = fetch_all<P, F...>(vals.data());
     commit_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
     return out;
   }
@@ -180,7 +178,7 @@ public:
   /// come into being when a graph using them first runs or is initialized).
   template <class F>
   void for_each_variable(F&& f) {
-    for (auto& [name, rec] : vars_) {
+    for (auto& [name, rec] : *vars_) {
       sync_host(rec);
       rec.device_valid = false; // f may write: the host copy is the value from now on
       f(variable_entry{name, rec.dtype, rec.dims, rec.data.get(), rec.bytes});
@@ -188,7 +186,7 @@ public:
   }
 
   /// How many variables the session holds.
-  std::size_t variable_count() const { return vars_.size(); }
+  std::size_t variable_count() const { return vars_->size(); }
 
 private:
   template <class D>
@@ -196,23 +194,10 @@ private:
   using value = runtime::rt_value;
   using name_fn = const std::string& (*)(std::size_t);
 
-  /// A variable's storage. Its value lives in the host copy, in a copy on one GPU, or in both
-  /// (the *_valid flags): a run that places the variable on a GPU keeps it there between runs,
-  /// and host access (read, write, for_each_variable, a CPU placement) copies it back first.
-  struct var_record {
-    std::string_view dtype;
-    std::vector<std::int64_t> dims;
-    std::unique_ptr<void, detail::aligned_free> data;
-    std::size_t bytes = 0;
-    bool host_valid = true;
-    bool device_valid = false;
-    int gpu = -1;                      ///< the GPU holding device_data
-    std::shared_ptr<void> device_data; ///< set by the CUDA backend
-    void (*download)(session&, var_record&) = nullptr;
-  };
+  using var_record = runtime::variable_record;
   void sync_host(var_record& rec) {
     if (!rec.host_valid) {
-      rec.download(*this, rec);
+      rec.download(rec.download_context, rec);
       rec.host_valid = true;
     }
   }
@@ -306,8 +291,8 @@ private:
   template <class V>
   var_record& variable_record() {
     using T = typename V::value_type;
-    auto it = vars_.find(V::op::name);
-    if (it == vars_.end()) {
+    auto it = vars_->find(V::op::name);
+    if (it == vars_->end()) {
       const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(numel(V::shape_type::dims));
       var_record rec;
       rec.dtype = dtype_name<T>;
@@ -315,7 +300,7 @@ private:
       rec.data.reset(detail::aligned_bytes(bytes));
       rec.bytes = bytes;
       initialize_into<V>(rec.data.get());
-      it = vars_.emplace(std::string(V::op::name), std::move(rec)).first;
+      it = vars_->emplace(std::string(V::op::name), std::move(rec)).first;
     } else if (it->second.dtype != dtype_name<T> ||
                !same_dims(it->second.dims, V::shape_type::dims)) {
       throw error("variable \"" + std::string(V::op::name) + "\" exists as " +
@@ -347,6 +332,28 @@ private:
     }
     static constexpr void (*fn)(session&) = &run;
   };
+  template <bool IsVariable, class Op>
+  struct creator_of {
+    static constexpr void (*fn)(session&) = nullptr;
+  };
+  template <class Op>
+  struct creator_of<true, Op> {
+    static void run(session& s) { s.variable_record<expr<Op>>(); }
+    static constexpr void (*fn)(session&) = &run;
+  };
+  /// Creates (and initializes) the variables of plan P that do not exist yet.
+  template <class P>
+  void create_variables() {
+    [this]<std::size_t... I>(std::index_sequence<I...>) {
+      static constexpr void (*table[])(session&) = {
+          creator_of<is_variable_t<typename P::template node<I>>::value,
+                     typename P::template node<I>::op>::fn...};
+      for (auto* fn : table)
+        if (fn)
+          fn(*this);
+    }
+    (std::make_index_sequence<P::size>{});
+  }
   template <class P, std::size_t... I>
   void init_all(std::index_sequence<I...>) {
     static constexpr void (*table[])(session&) = {
@@ -394,6 +401,23 @@ private:
     (void)one;
   }
 
+  template <class P, class... Feeds>
+  void begin_run(value* vals, const Feeds&... feeds) {
+    stats_ = run_stats{};
+    ++runs_;
+    (void)vals; // no feeds
+    (bind_feed(P::template contains_c<typename Feeds::placeholder>::value, vals,
+               feed_slot<P, Feeds>(), feeds),
+     ...);
+  }
+  template <class P, class... F>
+  auto fetch_all(value* vals) {
+    return std::tuple_cat(
+        fetch_value<group_or_value<F>, typename P::template device<
+                                           P::template index_c<std::remove_cvref_t<F>>::value>>(
+            vals[P::template index_c<std::remove_cvref_t<F>>::value])...);
+  }
+
   template <class P, class Feed>
   static constexpr std::size_t feed_slot() {
     if constexpr (P::template contains_c<typename Feed::placeholder>::value)
@@ -430,16 +454,26 @@ private:
 
   // The steps run from a table of member-function pointers, one per node: a single fold
   // expression over hundreds of steps made g++'s call-graph construction quadratic.
-  template <class P, std::size_t... I>
+  // Phase 0 runs every step. A replicated session runs phase 1 in each tower (every step that
+  // does not read a replica_mean, keeping the buffers phase 2 reads), averages the replica_mean
+  // values, then phase 2 in tower 0 (the rest, after the transfers of the averaged values).
+  template <class P, int Phase, std::size_t... I>
   void run_steps(value* vals, std::index_sequence<I...>) {
     static constexpr step_fn table[] = {
         &session::step_entry<I, typename P::template device<I>, typename P::template flat<I>,
                              typename region_of<P, I>::type>...};
     constexpr auto& L = P::layout;
-    constexpr auto& T = P::placement;
     static constexpr std::size_t elem_bytes[] = {
         value_bytes<typename P::template node<I>::value_type>()...};
     for (std::size_t i = 0; i < P::size; ++i) {
+      if constexpr (Phase != 0) {
+        constexpr auto& R = replica_phases<P>::value;
+        if (R.after[i] != (Phase == 2)) {
+          if (Phase == 2 && R.mean[i])
+            run_transfers<P>(vals, i, elem_bytes[i]);
+          continue;
+        }
+      }
       if (opts_.trace) {
         const std::size_t before = stats_.trace.size();
         const auto t0 = std::chrono::steady_clock::now();
@@ -450,14 +484,58 @@ private:
       } else {
         (this->*table[i])(vals, &P::node_string);
       }
-      for (std::size_t q = T.source_begin[i]; q < T.source_begin[i + 1]; ++q) {
-        const std::size_t t = T.by_source[q];
-        (this->*transfers<P>(std::make_index_sequence<P::transfers>{})[t])(
-            vals, i, P::size + t, elem_bytes[i], &P::node_string);
+      if constexpr (Phase == 1) {
+        if (!replica_phases<P>::value.mean[i])
+          run_transfers<P>(vals, i, elem_bytes[i]);
+        for (std::size_t r = L.release_begin[i]; r < L.release_begin[i + 1]; ++r)
+          if (!replica_phases<P>::value.read_after[L.releases[r]])
+            vals[L.releases[r]].owner.reset();
+      } else {
+        run_transfers<P>(vals, i, elem_bytes[i]);
+        release(vals, &L.releases[L.release_begin[i]], L.release_begin[i + 1] - L.release_begin[i]);
       }
-      release(vals, &L.releases[L.release_begin[i]], L.release_begin[i + 1] - L.release_begin[i]);
     }
   }
+  template <class P>
+  void run_transfers(value* vals, std::size_t i, std::size_t elem_bytes) {
+    constexpr auto& T = P::placement;
+    for (std::size_t q = T.source_begin[i]; q < T.source_begin[i + 1]; ++q) {
+      const std::size_t t = T.by_source[q];
+      (this->*transfers<P>(std::make_index_sequence<P::transfers>{})[t])(
+          vals, i, P::size + t, elem_bytes, &P::node_string);
+    }
+  }
+
+  /// Which steps of plan P a replicated session runs in its towers and which once after the
+  /// average (see run_steps), and which slots phase 2 reads.
+  template <class P>
+  struct replica_phases {
+    struct result {
+      std::array<bool, P::size> mean{}, after{}, batch{};
+      std::array<bool, P::slots> read_after{};
+    };
+    template <std::size_t... I>
+    static consteval result make(std::index_sequence<I...>) {
+      result r;
+      const bool is_mean[] = {
+          std::is_same_v<typename P::template node<I>::op, ops::replica_mean>..., false};
+      const auto& f = P::fact;
+      for (std::size_t j = 0; j < P::size; ++j) {
+        r.mean[j] = is_mean[j];
+        r.batch[j] = f.placeholder[j];
+        for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
+          const std::size_t k = f.edges[e];
+          r.after[j] = r.after[j] || r.after[k] || is_mean[k];
+          r.batch[j] = r.batch[j] || r.batch[k];
+        }
+        if (r.after[j])
+          for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e)
+            r.read_after[P::edge_slot(e)] = true;
+      }
+      return r;
+    }
+    static constexpr result value = make(std::make_index_sequence<P::size>{});
+  };
 
   template <std::size_t I, class D, class Flat, class Region>
   void step_entry(value* vals, name_fn name) {
@@ -640,6 +718,12 @@ private:
   template <std::size_t I, std::int64_t... Ax, class T, class A>
   void kernel(ops::expand_dims<Ax...>*, T*, value* vals, void*, A*) {
     vals[I].owner = vals[A::index].owner; // a view
+    vals[I].data = vals[A::index].data;
+  }
+
+  template <std::size_t I, class T, class A>
+  void kernel(ops::replica_mean*, T*, value* vals, void*, A*) {
+    vals[I].owner = vals[A::index].owner; // a view (a replicated session averages it)
     vals[I].data = vals[A::index].data;
   }
 
@@ -868,9 +952,11 @@ private:
   session_options opts_;
   std::unique_ptr<cpu_backend::thread_pool> pool_;
   std::shared_ptr<runtime::buffer_pool> mem_;
-  std::map<std::string, var_record, std::less<>> vars_;
+  std::shared_ptr<runtime::variable_store> vars_ = std::make_shared<runtime::variable_store>();
   run_stats stats_;
   std::uint64_t runs_ = 0;
+  template <class>
+  friend class session;
   /// Per-GPU state of the CUDA backend (type-erased, so the session's layout is the same in
   /// translation units compiled with and without it).
   std::array<std::shared_ptr<void>, 16> gpu_states_{};

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../core/shape.hpp"
@@ -50,6 +51,25 @@ struct rt_value {
   rt_dims dims;
   void* variable = nullptr; ///< a variable node's storage record (the session's)
 };
+
+/// A variable's storage, shared by the sessions of one replicated session. Its value lives in
+/// the host copy, in a copy on one GPU, or in both (the *_valid flags): a run that places the
+/// variable on a GPU keeps it there between runs, and host access (read, write,
+/// for_each_variable, a CPU placement) copies it back first through `download`.
+struct variable_record {
+  std::string_view dtype;
+  std::vector<std::int64_t> dims;
+  std::unique_ptr<void, detail::aligned_free> data;
+  std::size_t bytes = 0;
+  bool host_valid = true;
+  bool device_valid = false;
+  int gpu = -1;                      ///< the GPU holding device_data
+  std::shared_ptr<void> device_data; ///< set by the CUDA backend
+  void (*download)(void* context, variable_record&) = nullptr;
+  void* download_context = nullptr; ///< the GPU's backend state
+};
+/// Variables by name.
+using variable_store = std::map<std::string, variable_record, std::less<>>;
 
 /// Statistics of the last run, the instrumentation behind the tests of the plan.
 struct run_stats {

@@ -68,6 +68,8 @@ template <std::int64_t... A>
 struct has_gpu_kernel<ops::expand_dims<A...>> : std::true_type {};
 template <>
 struct has_gpu_kernel<ops::reshape_like> : std::true_type {};
+template <>
+struct has_gpu_kernel<ops::replica_mean> : std::true_type {};
 
 namespace cuda_backend {
 
@@ -159,12 +161,14 @@ struct device_backend<gpu<N>> : cuda_backend::layout_steps<N> {
     }
     upload(ctx, rec.device_data.get(), rec.data.get(), rec.bytes);
     rec.device_valid = true;
-    rec.download = &download<Session, Record>;
+    rec.download = &download;
+    rec.download_context = &ctx;
     return rec.device_data.get();
   }
-  template <class Session, class Record>
-  static void download(Session& s, Record& rec) {
-    download_into(context(s), rec.data.get(), rec.device_data.get(), rec.bytes);
+  static void download(void* ctx, runtime::variable_record& rec) {
+    auto& c = *static_cast<cuda_backend::gpu_context*>(ctx);
+    cuda_backend::use_device(c.device);
+    download_into(c, rec.data.get(), rec.device_data.get(), rec.bytes);
   }
   /// An assignment's new value becomes the variable's (both on this GPU).
   template <class Session>
@@ -271,6 +275,11 @@ struct device_backend<gpu<N>> : cuda_backend::layout_steps<N> {
   }
   template <std::size_t I, class Session, std::int64_t... Ax, class T, class A>
   static void kernel(Session&, ops::expand_dims<Ax...>*, T*, runtime::rt_value* vals, void*, A*) {
+    vals[I].owner = vals[A::index].owner;
+    vals[I].data = vals[A::index].data;
+  }
+  template <std::size_t I, class Session, class T, class A>
+  static void kernel(Session&, ops::replica_mean*, T*, runtime::rt_value* vals, void*, A*) {
     vals[I].owner = vals[A::index].owner;
     vals[I].data = vals[A::index].data;
   }

@@ -1,0 +1,309 @@
+// Data-parallel replication: session<replicate<D0, D1, ...>> runs one tower per device on a share
+// of every fed batch, with the variables shared by name, averages the towers' gradients (the
+// replica_mean nodes that minimize() puts on every gradient) weighted by their shares of the
+// batch, and applies the optimizer once: the seed's multi-GPU training, as a policy.
+//
+// In one process the towers run on threads, each with its own share of the cores, and the
+// average is taken in a fixed order (tower 0, 1, ...), so results are deterministic.
+#pragma once
+#include <exception>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "session.hpp"
+
+namespace typeflow {
+
+/// Replication policy: one tower per device D..., tower k placed by Tower<Dk> (a placement
+/// policy built from the tower's device). `replicate<D...>` places each tower on its device;
+/// the seed's towers are `replicate_with<seed_tower, gpu<0>, gpu<1>>` with
+/// `template <class D> using seed_tower = variables_on<cpu<0>, compute_on<D>>`.
+template <template <class> class Tower, class... D>
+struct replicate_with {
+  static_assert(sizeof...(D) >= 1, "replicate: at least one tower");
+  static constexpr std::size_t towers = sizeof...(D);
+};
+
+namespace detail {
+template <class D>
+using on_device = on<D>;
+} // namespace detail
+
+template <class... D>
+using replicate = replicate_with<detail::on_device, D...>;
+
+/// How a batch of B rows is split over N towers: the first B % N towers get one row more.
+struct batch_split {
+  std::int64_t begin, rows;
+  static batch_split of(std::int64_t batch, std::size_t towers, std::size_t k) {
+    const auto n = static_cast<std::int64_t>(towers), i = static_cast<std::int64_t>(k);
+    const std::int64_t base = batch / n, extra = batch % n;
+    return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+  }
+};
+
+namespace detail {
+template <class P>
+struct batch_axis_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("replicate: placeholder \"") << P::op::name
+      << std::string_view("\" has a dyn extent that is not its first: towers split the batch "
+                          "along the first axis");
+    return b;
+  }
+};
+} // namespace detail
+
+template <template <class> class Tower, class... D>
+class session<replicate_with<Tower, D...>> {
+public:
+  static constexpr std::size_t towers = sizeof...(D);
+
+  session() : session(session_options{}) {}
+  explicit session(session_options o)
+      : opts_(o), vars_(std::make_shared<runtime::variable_store>()),
+        towers_(session<Tower<D>>(share(o), vars_)...) {}
+
+  /// Threads of all towers together.
+  int threads() const {
+    return std::apply([](const auto&... t) { return (0 + ... + t.threads()); }, towers_);
+  }
+  /// Statistics of tower 0's part of the last run.
+  const run_stats& stats() const { return std::get<0>(towers_).stats(); }
+
+  /// Runs the fetches with every fed batch split over the towers. Fetched values that depend on
+  /// the feeds are combined: along the batch axis when they have one (predictions), else as the
+  /// batch-weighted mean of the towers' values (a mean loss); the others are tower 0's.
+  template <class... F, class... Feeds>
+  auto run(fetch_t<F...> fetches, const Feeds&... feeds) {
+    using P = graph::plan<type_list<F...>, Tower<first_device>>;
+    auto& t0 = std::get<0>(towers_);
+    t0.template check_plan<P, Feeds...>();
+    (check_batch_axis<typename Feeds::placeholder>(), ...);
+    t0.check_feeds(feeds...);
+    std::int64_t batch = -1;
+    ((batch = batch >= 0 ? batch : batch_of(feeds)), ...);
+    if (batch < 0) // nothing to split: every tower would compute the same
+      return t0.run(fetches, feeds...);
+    t0.template create_variables<P>();
+    return run_towers<P, F...>(batch, std::index_sequence_for<D...>{}, feeds...);
+  }
+
+  // ---- variables: one store, shared by the towers ----------------------------------------
+  template <expression... E>
+  void initialize(E... e) {
+    std::get<0>(towers_).initialize(e...);
+  }
+  template <expression V>
+  tensor<typename V::value_type> read(V v) {
+    return std::get<0>(towers_).read(v);
+  }
+  template <expression V>
+  requires(V::shape_type::rank == 0) void write(V v, typename V::value_type x) {
+    std::get<0>(towers_).write(v, x);
+  }
+  template <expression V>
+  void write(V v, const tensor<typename V::value_type>& t) {
+    std::get<0>(towers_).write(v, t);
+  }
+  template <class Fn>
+  void for_each_variable(Fn&& f) {
+    std::get<0>(towers_).for_each_variable(std::forward<Fn>(f));
+  }
+  std::size_t variable_count() const { return vars_->size(); }
+
+private:
+  using first_device = std::tuple_element_t<0, std::tuple<D...>>;
+  using value = runtime::rt_value;
+
+  static session_options share(session_options o) {
+    const int total =
+        o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+    o.threads = std::max(1, total / static_cast<int>(towers));
+    return o;
+  }
+
+  template <class Ph>
+  static constexpr void check_batch_axis() {
+    constexpr auto& dims = Ph::shape_type::dims;
+    constexpr bool later_dyn = [] {
+      for (std::size_t i = 1; i < Ph::shape_type::rank; ++i)
+        if (dims[i] == dyn)
+          return true;
+      return false;
+    }();
+    if constexpr (later_dyn)
+      detail::fail<detail::batch_axis_message<Ph>>();
+  }
+  template <class Feed>
+  static std::int64_t batch_of(const Feed& f) {
+    using Ph = typename Feed::placeholder;
+    if constexpr (Ph::shape_type::rank > 0 && Ph::shape_type::dims[0] == dyn)
+      return f.dims.d[0];
+    else
+      return -1;
+  }
+  template <class Feed>
+  static Feed slice_feed(Feed f, batch_split part) {
+    using Ph = typename Feed::placeholder;
+    if constexpr (Ph::shape_type::rank > 0 && Ph::shape_type::dims[0] == dyn) {
+      std::int64_t row = 1;
+      for (std::size_t i = 1; i < f.dims.rank; ++i)
+        row *= f.dims.d[i];
+      f.data += part.begin * row;
+      f.dims.d[0] = part.rows;
+    }
+    return f;
+  }
+
+  template <std::size_t K, class F>
+  using tower_plan = graph::plan<F, Tower<std::tuple_element_t<K, std::tuple<D...>>>>;
+
+  template <class P, class... F, std::size_t... K, class... Feeds>
+  auto run_towers(std::int64_t batch, std::index_sequence<K...>, const Feeds&... feeds) {
+    using Fs = type_list<F...>;
+    std::tuple<std::array<value, tower_plan<K, Fs>::slots>...> vals;
+    std::array<batch_split, towers> parts{};
+    for (std::size_t k = 0; k < towers; ++k)
+      parts[k] = batch_split::of(batch, towers, k);
+    // Phase 1: every tower with rows, tower 0 on this thread, the others on their own.
+    std::array<std::exception_ptr, towers> failed{};
+    auto phase1 = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
+      try {
+        auto& t = std::get<J>(towers_);
+        using PJ = tower_plan<J, Fs>;
+        value* v = std::get<J>(vals).data();
+        t.template begin_run<PJ>(v, slice_feed(feeds, parts[J])...);
+        t.template run_steps<PJ, 1>(v, std::make_index_sequence<PJ::size>{});
+      } catch (...) {
+        failed[J] = std::current_exception();
+      }
+    };
+    {
+      std::vector<std::jthread> threads;
+      (
+          [&] {
+            if constexpr (K > 0)
+              if (parts[K].rows > 0)
+                threads.emplace_back([&] { phase1(std::integral_constant<std::size_t, K>{}); });
+          }(),
+          ...);
+      phase1(std::integral_constant<std::size_t, 0>{});
+    }
+    for (auto& e : failed)
+      if (e)
+        std::rethrow_exception(e);
+    // The average, in tower order, into tower 0's replica_mean values.
+    std::array<const value*, towers> tower_vals{std::get<K>(vals).data()...};
+    average<P>(tower_vals, parts, batch, std::make_index_sequence<P::size>{});
+    // Phase 2 in tower 0, then the fetches and the commits.
+    auto& t0 = std::get<0>(towers_);
+    value* v0 = std::get<0>(vals).data();
+    t0.template run_steps<P, 2>(v0, std::make_index_sequence<P::size>{});
+    auto out = std::tuple_cat(combine_fetch<P, F>(tower_vals, parts, batch)...);
+    t0.template commit_steps<P>(v0, std::make_index_sequence<P::size>{});
+    return out;
+  }
+
+  template <class P, std::size_t... I>
+  void average(std::array<const value*, towers>& tv, const std::array<batch_split, towers>& parts,
+               std::int64_t batch, std::index_sequence<I...>) {
+    (
+        [&] {
+          if constexpr (std::is_same_v<typename P::template node<I>::op, ops::replica_mean>) {
+            using T = typename P::template node<I>::value_type;
+            static_assert(P::template device<I>::is_cpu,
+                          "replicate: towers on GPUs need the NCCL reducer (not yet)");
+            average_one<T>(tv, parts, batch, I);
+          }
+        }(),
+        ...);
+  }
+  template <class T>
+  void average_one(std::array<const value*, towers>& tv,
+                   const std::array<batch_split, towers>& parts, std::int64_t batch,
+                   std::size_t i) {
+    using A = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+    auto& t0 = std::get<0>(towers_);
+    value& out = const_cast<value*>(tv[0])[i];
+    const std::int64_t n = out.dims.numel();
+    runtime::rt_value result;
+    result.dims = out.dims;
+    result.owner = t0.mem_->acquire(sizeof(T) * static_cast<std::size_t>(n), t0.stats_);
+    result.data = result.owner.get();
+    T* r = static_cast<T*>(result.data);
+    for (std::int64_t e = 0; e < n; ++e) {
+      A acc = 0;
+      for (std::size_t k = 0; k < towers; ++k)
+        if (parts[k].rows > 0)
+          acc += static_cast<A>(parts[k].rows) *
+                 static_cast<A>(static_cast<const T*>(tv[k][i].data)[e]);
+      r[e] = static_cast<T>(acc / static_cast<A>(batch));
+    }
+    out = std::move(result);
+  }
+
+  template <class P, class F>
+  auto combine_fetch(std::array<const value*, towers>& tv,
+                     const std::array<batch_split, towers>& parts, std::int64_t batch) {
+    using E = std::remove_cvref_t<F>;
+    constexpr std::size_t f = P::template index_c<E>::value;
+    constexpr auto& R = session<Tower<first_device>>::template replica_phases<P>::value;
+    auto& t0 = std::get<0>(towers_);
+    using Dev = typename P::template device<f>;
+    using T = typename session<Tower<first_device>>::template group_or_value<F>;
+    if constexpr (std::is_void_v<T>) {
+      return std::tuple<>{};
+    } else if constexpr (R.after[f] || !R.batch[f]) {
+      return t0.template fetch_value<T, Dev>(tv[0][f]);
+    } else {
+      std::vector<tensor<T>> parts_v;
+      apply_towers([&](auto& t, std::size_t k) {
+        if (parts[k].rows > 0)
+          parts_v.push_back(std::get<0>(t.template fetch_value<T, Dev>(tv[k][f])));
+        else
+          parts_v.emplace_back();
+      });
+      if constexpr (E::shape_type::rank > 0 && E::shape_type::dims[0] == dyn) {
+        std::vector<std::int64_t> shape = parts_v[0].shape();
+        shape[0] = batch;
+        tensor<T> all(shape);
+        std::int64_t at = 0;
+        for (std::size_t k = 0; k < towers; ++k)
+          if (parts[k].rows > 0) {
+            std::copy(parts_v[k].data(), parts_v[k].data() + parts_v[k].size(), all.data() + at);
+            at += parts_v[k].size();
+          }
+        return std::tuple<tensor<T>>{std::move(all)};
+      } else if constexpr (std::is_floating_point_v<T>) {
+        tensor<T> mean(parts_v[0].shape());
+        for (std::int64_t e = 0; e < mean.size(); ++e) {
+          double acc = 0;
+          for (std::size_t k = 0; k < towers; ++k)
+            if (parts[k].rows > 0)
+              acc += static_cast<double>(parts[k].rows) * static_cast<double>(parts_v[k][e]);
+          mean[e] = static_cast<T>(acc / static_cast<double>(batch));
+        }
+        return std::tuple<tensor<T>>{std::move(mean)};
+      } else {
+        return std::tuple<tensor<T>>{std::move(parts_v[0])};
+      }
+    }
+  }
+  template <class Fn>
+  void apply_towers(Fn&& fn) {
+    [&]<std::size_t... K>(std::index_sequence<K...>) {
+      (fn(std::get<K>(towers_), K), ...);
+    }
+    (std::index_sequence_for<D...>{});
+  }
+
+  session_options opts_;
+  std::shared_ptr<runtime::variable_store> vars_;
+  std::tuple<session<Tower<D>>...> towers_;
+};
+
+} // namespace typeflow

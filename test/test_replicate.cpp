@@ -1,0 +1,173 @@
+// Replication: N CPU towers on B/N rows each train exactly as one tower on B rows (float32
+// within 1e-5 relative, float64 within 1e-12), for N = 2 and 3 and uneven splits; fetched values
+// are combined (the loss as the batch-weighted mean, predictions concatenated); the in-process
+// average is taken in a fixed order, so two runs give identical bits.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "typeflow/typeflow.hpp"
+
+namespace ty = typeflow;
+using i64 = std::int64_t;
+
+namespace {
+
+template <class T>
+struct model {
+  static constexpr auto x = ty::placeholder<"x", T, ty::shape<ty::dyn, 6>>;
+  static constexpr auto y = ty::placeholder<"y", std::int32_t, ty::shape<ty::dyn>>;
+  static constexpr auto h =
+      ty::tanh(ty::dense<"l1", 8, ty::uniform<-0.5, 0.5>, ty::fill<0.05>, 1e-3>(x));
+  static constexpr auto logits = ty::dense<"l2", 4, ty::uniform<-0.5, 0.5>>(h);
+  static constexpr auto loss =
+      ty::add_weight_decay(ty::mean(ty::sparse_softmax_cross_entropy_with_logits(logits, y)));
+  static constexpr auto train =
+      ty::momentum(ty::constant<0.2>, ty::constant<0.9>, ty::nesterov).minimize(loss);
+  static constexpr auto predictions = ty::argmax<1>(logits);
+};
+
+template <class T>
+void make_batch(i64 rows, i64 step, ty::tensor<T>& xv, ty::tensor<std::int32_t>& yv) {
+  xv = ty::tensor<T>({rows, 6});
+  yv = ty::tensor<std::int32_t>({rows});
+  for (i64 i = 0; i < xv.size(); ++i)
+    xv[i] = static_cast<T>(std::sin(0.31 * static_cast<double>(i + 7 * step)));
+  for (i64 i = 0; i < rows; ++i)
+    yv[i] = static_cast<std::int32_t>((i * 3 + step) % 4);
+}
+
+/// Trains `steps` steps on a single session and on a replicated one, batch sizes cycling through
+/// `batches`, and compares every variable.
+template <class T, class Rep>
+void check_equivalent(std::initializer_list<i64> batches, double tol) {
+  using M = model<T>;
+  ty::session<> one(ty::session_options{.threads = 1, .seed = 11});
+  ty::session<Rep> rep(ty::session_options{.threads = 2, .seed = 11});
+  i64 step = 0;
+  for (i64 rows : batches) {
+    ty::tensor<T> xv;
+    ty::tensor<std::int32_t> yv;
+    make_batch(rows, step++, xv, yv);
+    auto [l1] = one.run(ty::fetch(M::loss, M::train), ty::feed(M::x, xv), ty::feed(M::y, yv));
+    auto [l2] = rep.run(ty::fetch(M::loss, M::train), ty::feed(M::x, xv), ty::feed(M::y, yv));
+    INFO("batch ", rows);
+    CHECK(std::abs(static_cast<double>(l1[0]) - static_cast<double>(l2[0])) <=
+          tol * (1 + std::abs(static_cast<double>(l1[0]))));
+  }
+  CHECK(rep.read(ty::global_step)[0] == static_cast<i64>(batches.size()));
+  CHECK(rep.variable_count() == one.variable_count());
+  std::size_t compared = 0;
+  one.for_each_variable([&](const auto& a) {
+    rep.for_each_variable([&](const auto& b) {
+      if (a.name != b.name || a.dtype == "int64")
+        return;
+      ++compared;
+      const T* pa = static_cast<const T*>(a.data);
+      const T* pb = static_cast<const T*>(b.data);
+      double worst = 0;
+      for (std::size_t i = 0; i < a.bytes / sizeof(T); ++i)
+        worst = std::max(worst, std::abs(static_cast<double>(pa[i]) - pb[i]) /
+                                    (1 + std::abs(static_cast<double>(pa[i]))));
+      INFO(std::string(a.name));
+      CHECK(worst <= tol);
+    });
+  });
+  CHECK(compared == 8); // 4 weights and biases, 4 momentum slots
+}
+
+} // namespace
+
+TEST_CASE("batch_split: shares differ by at most one row and cover the batch") {
+  for (i64 batch : {0, 1, 2, 5, 12, 13, 128}) {
+    for (std::size_t n : {1u, 2u, 3u, 7u}) {
+      i64 next = 0, lo = batch, hi = 0;
+      for (std::size_t k = 0; k < n; ++k) {
+        const auto p = ty::batch_split::of(batch, n, k);
+        CHECK(p.begin == next);
+        next += p.rows;
+        lo = std::min(lo, p.rows);
+        hi = std::max(hi, p.rows);
+      }
+      CHECK(next == batch);
+      CHECK(hi - lo <= 1);
+    }
+  }
+}
+
+TEST_CASE("2 and 3 CPU towers train as one tower on the whole batch (float32)") {
+  check_equivalent<float, ty::replicate<ty::cpu<0>, ty::cpu<1>>>({12, 12, 12, 12}, 1e-5);
+  check_equivalent<float, ty::replicate<ty::cpu<0>, ty::cpu<1>, ty::cpu<2>>>({12, 12, 12, 12},
+                                                                             1e-5);
+}
+
+TEST_CASE("uneven splits give the full-batch gradient, down to towers with no rows") {
+  // 13 over 2 and 3 towers, an epoch's short last batch of 5, and 2 rows over 3 towers (one
+  // tower idle).
+  check_equivalent<float, ty::replicate<ty::cpu<0>, ty::cpu<1>>>({13, 13, 5}, 1e-5);
+  check_equivalent<float, ty::replicate<ty::cpu<0>, ty::cpu<1>, ty::cpu<2>>>({13, 7, 2, 13}, 1e-5);
+}
+
+TEST_CASE("float64 towers agree with one tower to 1e-12") {
+  check_equivalent<double, ty::replicate<ty::cpu<0>, ty::cpu<1>, ty::cpu<2>>>({13, 12, 7}, 1e-12);
+}
+
+TEST_CASE("fetches: the loss is the batch-weighted mean, predictions are concatenated") {
+  using M = model<float>;
+  ty::tensor<float> xv;
+  ty::tensor<std::int32_t> yv;
+  make_batch<float>(11, 0, xv, yv);
+  ty::session<> one(ty::session_options{.threads = 1, .seed = 3});
+  ty::session<ty::replicate<ty::cpu<0>, ty::cpu<1>, ty::cpu<2>>> rep(
+      ty::session_options{.threads = 3, .seed = 3});
+  auto [l1, p1, lg1] = one.run(ty::fetch(M::loss, M::predictions, M::logits), ty::feed(M::x, xv),
+                               ty::feed(M::y, yv));
+  auto [l2, p2, lg2] = rep.run(ty::fetch(M::loss, M::predictions, M::logits), ty::feed(M::x, xv),
+                               ty::feed(M::y, yv));
+  CHECK(l2[0] == doctest::Approx(l1[0]).epsilon(1e-6));
+  REQUIRE(p2.shape() == std::vector<i64>{11});
+  REQUIRE(lg2.shape() == std::vector<i64>{11, 4});
+  for (i64 i = 0; i < 11; ++i)
+    CHECK(p2[i] == p1[i]);
+  for (i64 i = 0; i < lg1.size(); ++i)
+    CHECK(lg2[i] == doctest::Approx(lg1[i]).epsilon(1e-6));
+  // No feed: nothing to split, every tower would compute the same.
+  auto [w] = rep.run(ty::fetch(ty::find_variable<"l2/biases">(M::loss)));
+  CHECK(w.size() == 4);
+}
+
+TEST_CASE("the in-process average is deterministic: two runs, identical bits") {
+  using M = model<float>;
+  auto train = [] {
+    ty::session<ty::replicate<ty::cpu<0>, ty::cpu<1>, ty::cpu<2>>> rep(
+        ty::session_options{.threads = 3, .seed = 21});
+    for (i64 step = 0; step < 5; ++step) {
+      ty::tensor<float> xv;
+      ty::tensor<std::int32_t> yv;
+      make_batch<float>(17, step, xv, yv);
+      rep.run(ty::fetch(M::train), ty::feed(M::x, xv), ty::feed(M::y, yv));
+    }
+    return rep.read(ty::find_variable<"l1/weights">(M::loss));
+  };
+  const auto a = train(), b = train();
+  REQUIRE(a.size() == b.size());
+  CHECK(std::memcmp(a.data(), b.data(), sizeof(float) * static_cast<std::size_t>(a.size())) == 0);
+}
+
+TEST_CASE("a tower's error reaches the caller and the variables keep their values") {
+  using M = model<float>;
+  ty::session<ty::replicate<ty::cpu<0>, ty::cpu<1>>> rep(ty::session_options{.threads = 2});
+  ty::tensor<float> xv;
+  ty::tensor<std::int32_t> yv;
+  make_batch<float>(8, 0, xv, yv);
+  rep.run(ty::fetch(M::train), ty::feed(M::x, xv), ty::feed(M::y, yv));
+  const auto before = rep.read(ty::find_variable<"l1/weights">(M::loss));
+  yv[6] = 9; // a label out of range, in tower 1's rows
+  CHECK_THROWS_WITH_AS(rep.run(ty::fetch(M::train), ty::feed(M::x, xv), ty::feed(M::y, yv)),
+                       doctest::Contains("outside [0, 4)"), ty::error);
+  const auto after = rep.read(ty::find_variable<"l1/weights">(M::loss));
+  CHECK(std::memcmp(before.data(), after.data(),
+                    sizeof(float) * static_cast<std::size_t>(before.size())) == 0);
+  CHECK(rep.read(ty::global_step)[0] == 1);
+}
