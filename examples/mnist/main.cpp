@@ -7,6 +7,8 @@
 // on gpu<0>, variables included) or variables-on-cpu (the seed's device function: variables on
 // cpu<0>, compute on gpu<0>). The GPU policies exist in the CUDA build of this file
 // (examples/mnist/main.cu, target mnist_cuda, which defines TYPEFLOW_MNIST_CUDA).
+// --replicas 2 trains two CPU towers (threads), each on half of every batch, with the gradients
+// averaged and one update per step: the seed's multi-tower training on cpu<0> and cpu<1>.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +39,7 @@ struct flags {
   std::int64_t train_limit = 0; // use only the first N training examples (0: all)
   int log_every = 100;
   std::string placement = "cpu";
+  int replicas = 1;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -44,7 +47,7 @@ struct flags {
             << "usage: mnist [--epochs N] [--batch-size N] [--learning-rate X] [--lr-decay X]\n"
                "             [--threads N] [--data-dir DIR] [--checkpoint-dir DIR] [--resume]\n"
                "             [--seed N] [--train-limit N] [--log-every N]\n"
-               "             [--placement cpu|gpu|variables-on-cpu]\n";
+               "             [--placement cpu|gpu|variables-on-cpu] [--replicas 1|2]\n";
   std::exit(2);
 }
 
@@ -95,6 +98,8 @@ flags parse(int argc, char** argv) {
       f.log_every = parse_number<int>(a, value());
     else if (a == "--placement")
       f.placement = value();
+    else if (a == "--replicas")
+      f.replicas = parse_number<int>(a, value());
     else if (a == "--help" || a == "-h")
       usage("train the seed's model on MNIST-format data");
     else
@@ -106,6 +111,10 @@ flags parse(int argc, char** argv) {
           "--lr-decay positive, --threads and --train-limit non-negative");
   if (f.placement != "cpu" && f.placement != "gpu" && f.placement != "variables-on-cpu")
     usage("--placement must be cpu, gpu or variables-on-cpu, got \"" + f.placement + "\"");
+  if (f.replicas != 1 && f.replicas != 2)
+    usage("--replicas must be 1 or 2, got " + std::to_string(f.replicas));
+  if (f.replicas != 1 && f.placement != "cpu")
+    usage("--replicas 2 runs two CPU towers: it needs --placement cpu");
   if (f.resume && f.checkpoint_dir.empty())
     usage("--resume needs --checkpoint-dir");
   return f;
@@ -163,8 +172,8 @@ int run_training(const flags& f) {
 
   ty::session<Placement> s(ty::session_options{.threads = f.threads, .seed = f.seed});
   s.initialize(mnist::train_op);
-  std::printf("%s: session: %d threads, placement %s\n", now_string().c_str(), s.threads(),
-              f.placement.c_str());
+  std::printf("%s: session: %d threads, placement %s, %d replica%s\n", now_string().c_str(),
+              s.threads(), f.placement.c_str(), f.replicas, f.replicas == 1 ? "" : "s");
 
   const std::filesystem::path ckpt =
       f.checkpoint_dir.empty() ? std::filesystem::path{}
@@ -241,6 +250,8 @@ int run_training(const flags& f) {
 int main(int argc, char** argv) try {
   namespace ty = typeflow;
   const flags f = parse(argc, argv);
+  if (f.placement == "cpu" && f.replicas == 2)
+    return run_training<ty::replicate<ty::cpu<0>, ty::cpu<1>>>(f);
   if (f.placement == "cpu")
     return run_training<ty::on<ty::cpu<0>>>(f);
 #ifdef TYPEFLOW_MNIST_CUDA

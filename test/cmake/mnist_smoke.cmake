@@ -20,6 +20,7 @@ endfunction()
 set(common --data-dir "${DATA}" --train-limit 1024 --batch-size 64 --log-every 4 --threads 2
            --checkpoint-dir "${WORK}")
 run_mnist(out ${common} --epochs 1)
+string(REGEX MATCH "final loss = [0-9.]+, test accuracy = [0-9.]+" one_tower "${out}")
 set(date "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]\\.[0-9]+")
 if(NOT out MATCHES "${date}: step 0, loss = [0-9]+\\.[0-9][0-9] \\([0-9]+\\.[0-9] examples/sec; [0-9]+\\.[0-9][0-9][0-9] sec/batch\\)\n")
   message(FATAL_ERROR "no seed-format log line for step 0 in:\n${out}")
@@ -42,6 +43,14 @@ if(NOT out MATCHES "resumed from [^\n]* at step 16\n" OR NOT out MATCHES "step 1
 endif()
 if(NOT out MATCHES "done: 2 epochs, 32 steps, final loss = [0-9.]+, test accuracy = 0\\.[0-9]+")
   message(FATAL_ERROR "no summary line in:\n${out}")
+endif()
+
+# Two CPU towers on half a batch each train as one tower on the whole batch.
+run_mnist(out --data-dir "${DATA}" --train-limit 1024 --batch-size 64 --log-every 4 --threads 2
+          --epochs 1 --replicas 2)
+string(REGEX MATCH "final loss = [0-9.]+, test accuracy = [0-9.]+" two_towers "${out}")
+if(NOT out MATCHES "2 replicas" OR NOT one_tower OR NOT two_towers STREQUAL one_tower)
+  message(FATAL_ERROR "--replicas 2 should match one tower (${one_tower}):\n${out}")
 endif()
 
 execute_process(COMMAND "${EXE}" --data-dir "${WORK}/no-such-dir" OUTPUT_VARIABLE out
