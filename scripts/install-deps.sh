@@ -2,7 +2,8 @@
 # Installs typeflow's build/test dependencies with apt-get, but only if some are missing.
 set -euo pipefail
 
-PACKAGES=(cmake g++ make libboost-dev doctest-dev libopenblas-dev libbenchmark-dev zlib1g-dev clang-format dataset-fashion-mnist)
+PACKAGES=(cmake g++ make libboost-dev doctest-dev libopenblas-dev libbenchmark-dev zlib1g-dev clang-format dataset-fashion-mnist
+          libopenmpi-dev openmpi-bin)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: no dpkg/apt-get on this system; install these yourself: ${PACKAGES[*]}" >&2

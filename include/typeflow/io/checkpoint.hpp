@@ -844,9 +844,13 @@ read_safetensors(const std::filesystem::path& file,
 
 /// Saves every variable of `s` to `file` (safetensors, metadata {"format": "typeflow"}). Crash-
 /// safe: a temporary file next to `file` is fsynced and renamed over it, so `file` holds either
-/// the old or the new checkpoint. Throws typeflow::error; the directory must exist.
+/// the old or the new checkpoint. Throws typeflow::error; the directory must exist. A session
+/// replicated across processes writes on rank 0 only (the ranks hold the same variables).
 template <class Session>
 void save_checkpoint(Session& s, const std::filesystem::path& file) {
+  if constexpr (requires { s.rank(); })
+    if (s.rank() != 0)
+      return;
   std::vector<io::detail::tensor_ref> refs;
   refs.reserve(s.variable_count());
   s.for_each_variable([&](const auto& v) {

@@ -16,12 +16,27 @@
 
 namespace typeflow {
 
+/// A replica_mean value of tower 0 after the in-process average, for a cross-process reducer.
+struct replica_buffer {
+  void* data;
+  std::int64_t count;
+  bool is_double; ///< else float32
+};
+
+/// The reducer of towers in one process: nothing beyond the in-process average.
+struct in_process_reducer {
+  static constexpr bool distributed = false;
+  int rank() const { return 0; }
+  int size() const { return 1; }
+  void reduce(std::vector<replica_buffer>&, std::int64_t, const session_options&) {}
+  void broadcast(runtime::variable_store&) {}
+};
+
 /// Replication policy: one tower per device D..., tower k placed by Tower<Dk> (a placement
-/// policy built from the tower's device). `replicate<D...>` places each tower on its device;
-/// the seed's towers are `replicate_with<seed_tower, gpu<0>, gpu<1>>` with
-/// `template <class D> using seed_tower = variables_on<cpu<0>, compute_on<D>>`.
-template <template <class> class Tower, class... D>
-struct replicate_with {
+/// policy built from the tower's device), the towers' averages combined across processes by
+/// Reducer (in_process_reducer: one process; mpi_reducer in distributed/mpi.hpp).
+template <class Reducer, template <class> class Tower, class... D>
+struct replicate_policy {
   static_assert(sizeof...(D) >= 1, "replicate: at least one tower");
   static constexpr std::size_t towers = sizeof...(D);
 };
@@ -31,6 +46,11 @@ template <class D>
 using on_device = on<D>;
 } // namespace detail
 
+/// `replicate<D...>` places each tower on its device; the seed's towers are
+/// `replicate_with<seed_tower, gpu<0>, gpu<1>>` with
+/// `template <class D> using seed_tower = variables_on<cpu<0>, compute_on<D>>`.
+template <template <class> class Tower, class... D>
+using replicate_with = replicate_policy<in_process_reducer, Tower, D...>;
 template <class... D>
 using replicate = replicate_with<detail::on_device, D...>;
 
@@ -57,8 +77,8 @@ struct batch_axis_message {
 };
 } // namespace detail
 
-template <template <class> class Tower, class... D>
-class session<replicate_with<Tower, D...>> {
+template <class Reducer, template <class> class Tower, class... D>
+class session<replicate_policy<Reducer, Tower, D...>> {
 public:
   static constexpr std::size_t towers = sizeof...(D);
 
@@ -89,6 +109,10 @@ public:
     if (batch < 0) // nothing to split: every tower would compute the same
       return t0.run(fetches, feeds...);
     t0.template create_variables<P>();
+    if (!broadcast_done_) {
+      broadcast_variables();
+      broadcast_done_ = true;
+    }
     return run_towers<P, F...>(batch, std::index_sequence_for<D...>{}, feeds...);
   }
 
@@ -114,6 +138,16 @@ public:
     std::get<0>(towers_).for_each_variable(std::forward<Fn>(f));
   }
   std::size_t variable_count() const { return vars_->size(); }
+
+  /// This process's rank and the number of processes (0 and 1 in one process).
+  int rank() const { return reducer_.rank(); }
+  int ranks() const { return reducer_.size(); }
+  /// Copies rank 0's variables to every rank (done before the first run; call it again after
+  /// restoring a checkpoint on rank 0 only).
+  void broadcast_variables() {
+    std::get<0>(towers_).for_each_variable([](const auto&) {}); // host copies current
+    reducer_.broadcast(*vars_);
+  }
 
 private:
   using first_device = std::tuple_element_t<0, std::tuple<D...>>;
@@ -198,7 +232,9 @@ private:
         std::rethrow_exception(e);
     // The average, in tower order, into tower 0's replica_mean values.
     std::array<const value*, towers> tower_vals{std::get<K>(vals).data()...};
-    average<P>(tower_vals, parts, batch, std::make_index_sequence<P::size>{});
+    std::vector<replica_buffer> averaged;
+    average<P>(tower_vals, parts, batch, averaged, std::make_index_sequence<P::size>{});
+    reducer_.reduce(averaged, batch, opts_); // across processes
     // Phase 2 in tower 0, then the fetches and the commits.
     auto& t0 = std::get<0>(towers_);
     value* v0 = std::get<0>(vals).data();
@@ -210,7 +246,7 @@ private:
 
   template <class P, std::size_t... I>
   void average(std::array<const value*, towers>& tv, const std::array<batch_split, towers>& parts,
-               std::int64_t batch, std::index_sequence<I...>) {
+               std::int64_t batch, std::vector<replica_buffer>& out, std::index_sequence<I...>) {
     (
         [&] {
           if constexpr (std::is_same_v<typename P::template node<I>::op, ops::replica_mean>) {
@@ -218,6 +254,9 @@ private:
             static_assert(P::template device<I>::is_cpu,
                           "replicate: towers on GPUs need the NCCL reducer (not yet)");
             average_one<T>(tv, parts, batch, I);
+            static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                          "replicate: gradients are float32 or float64");
+            out.push_back({tv[0][I].data, tv[0][I].dims.numel(), std::is_same_v<T, double>});
           }
         }(),
         ...);
@@ -304,6 +343,8 @@ private:
   session_options opts_;
   std::shared_ptr<runtime::variable_store> vars_;
   std::tuple<session<Tower<D>>...> towers_;
+  Reducer reducer_;
+  bool broadcast_done_ = !Reducer::distributed;
 };
 
 } // namespace typeflow

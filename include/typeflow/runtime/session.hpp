@@ -36,6 +36,15 @@ struct session_options {
   /// CUDA backend: let float32 matmul and convolutions use TF32 tensor cores (about 1e-3
   /// relative error instead of 1e-6; off by default, as in PyTorch's matmul).
   bool allow_tf32 = false;
+  /// Replication across processes (distributed/mpi.hpp): gradients are packed into buckets of
+  /// this many bytes per all-reduce (Horovod's tensor fusion) ...
+  std::size_t fusion_bytes = std::size_t{16} << 20;
+  /// ... summed in rank order when deterministic (bitwise identical runs; an all-gather),
+  /// else by MPI_Allreduce ...
+  bool deterministic = false;
+  /// ... and a collective that has not completed after this many seconds (a rank died or
+  /// hangs) throws typeflow::error and aborts the job.
+  double collective_timeout = 120;
 };
 
 using runtime::run_stats;
