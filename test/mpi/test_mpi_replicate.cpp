@@ -6,8 +6,10 @@
 // result as one bucket, and save_checkpoint writes on rank 0 only.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include "typeflow/distributed/mpi.hpp"
 #include "typeflow/typeflow.hpp"
@@ -61,9 +63,54 @@ void expect(bool ok, const char* what, int rank) {
 
 } // namespace
 
+/// --die-after N DIR: both ranks train and rank 0 checkpoints to DIR after every step; rank 1
+/// dies before step N. Rank 0 must stop within the collective timeout (3 s) with an error
+/// naming the all-reduce, and the checkpoint must still hold step N.
+int die_after(int rank, i64 n, const std::filesystem::path& dir) {
+  using policy = ty::mpi::replicate<ty::cpu<0>>;
+  ty::session<policy> s(ty::session_options{.threads = 1, .collective_timeout = 3});
+  for (i64 step = 0;; ++step) {
+    if (rank == 1 && step == n)
+      std::_Exit(7); // no MPI_Finalize: a crash, as far as the others can tell
+    ty::tensor<float> xv;
+    ty::tensor<std::int32_t> yv;
+    make_batch(step, rank == 0 ? 0 : 7, rank == 0 ? 7 : 6, xv, yv);
+    s.run(ty::fetch(train), ty::feed(x, xv), ty::feed(y, yv));
+    ty::save_checkpoint(s, dir / "model.safetensors");
+  }
+}
+
+/// --check FILE N: the checkpoint restores and holds global_step N.
+int check_checkpoint(const std::filesystem::path& file, i64 n) {
+  ty::session<> s;
+  s.initialize(train);
+  ty::restore_checkpoint(s, file);
+  const i64 step = s.read(ty::global_step)[0];
+  std::printf("%s: checkpoint at step %lld\n", step == n ? "ok" : "FAIL",
+              static_cast<long long>(step));
+  return step == n ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   ty::mpi::environment mpi(argc, argv);
   const int rank = mpi.rank();
+  if (argc == 4 && std::string_view(argv[1]) == "--die-after") {
+    try {
+      return die_after(rank, std::atoi(argv[2]), argv[3]);
+    } catch (const std::exception& e) {
+      std::printf("rank %d stopped: %s\n", rank, e.what());
+      std::fflush(stdout);
+      return 1; // the environment aborts the job
+    }
+  }
+  if (argc == 4 && std::string_view(argv[1]) == "--check") {
+    try {
+      return check_checkpoint(argv[2], std::atoi(argv[3]));
+    } catch (const std::exception& e) {
+      std::printf("FAIL: %s\n", e.what());
+      return 1;
+    }
+  }
   if (mpi.size() != 2) {
     std::printf("FAIL: run with 2 ranks (got %d)\n", mpi.size());
     return 1;
