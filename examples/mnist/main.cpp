@@ -9,6 +9,8 @@
 // (examples/mnist/main.cu, target mnist_cuda, which defines TYPEFLOW_MNIST_CUDA).
 // --replicas 2 trains two CPU towers (threads), each on half of every batch, with the gradients
 // averaged and one update per step: the seed's multi-tower training on cpu<0> and cpu<1>.
+// Its MPI build (main_mpi.cpp, target mnist_mpi) runs one tower per rank under mpirun: every
+// rank draws the same batches and trains on its share, rank 0 logs and writes checkpoints.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -152,6 +154,21 @@ double test_accuracy(Session& s, const typeflow::data::mnist_split& test) {
   return static_cast<double>(correct) / static_cast<double>(test.count);
 }
 
+template <class Session>
+int rank_of(const Session& s) {
+  if constexpr (requires { s.rank(); })
+    return s.rank();
+  else
+    return 0;
+}
+template <class Session>
+int ranks_of(const Session& s) {
+  if constexpr (requires { s.ranks(); })
+    return s.ranks();
+  else
+    return 1;
+}
+
 /// Trains with every node placed by Placement.
 template <class Placement>
 int run_training(const flags& f) {
@@ -172,6 +189,8 @@ int run_training(const flags& f) {
 
   ty::session<Placement> s(ty::session_options{.threads = f.threads, .seed = f.seed});
   s.initialize(mnist::train_op);
+  if (rank_of(s) != 0 && !std::freopen("/dev/null", "w", stdout)) // rank 0 logs
+    throw ty::error("mnist: cannot silence rank " + std::to_string(rank_of(s)));
   std::printf("%s: session: %d threads, placement %s, %d replica%s\n", now_string().c_str(),
               s.threads(), f.placement.c_str(), f.replicas, f.replicas == 1 ? "" : "s");
 
@@ -206,11 +225,16 @@ int run_training(const flags& f) {
           mnist::learning_rate,
           static_cast<float>(f.learning_rate * std::pow(f.lr_decay, static_cast<double>(epoch))));
     auto b = batches.next();
+    // Under MPI every rank draws the same batches and feeds its share of each.
+    const auto part = ty::batch_split::of(b.size, static_cast<std::size_t>(ranks_of(s)),
+                                          static_cast<std::size_t>(rank_of(s)));
     const auto t0 = std::chrono::steady_clock::now();
     auto [loss] =
         s.run(ty::fetch(mnist::total_loss, mnist::train_op),
-              ty::feed(mnist::images, ty::tensor_view<float>(b.images.data(), {b.size, 28, 28, 1})),
-              ty::feed(mnist::labels, ty::tensor_view<std::int32_t>(b.labels.data(), {b.size})));
+              ty::feed(mnist::images, ty::tensor_view<float>(b.images.data() + part.begin * 28 * 28,
+                                                             {part.rows, 28, 28, 1})),
+              ty::feed(mnist::labels,
+                       ty::tensor_view<std::int32_t>(b.labels.data() + part.begin, {part.rows})));
     const double duration =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loss_value = loss[0];
@@ -249,6 +273,13 @@ int run_training(const flags& f) {
 
 int main(int argc, char** argv) try {
   namespace ty = typeflow;
+#ifdef TYPEFLOW_MNIST_MPI
+  ty::mpi::environment mpi(argc, argv);
+  const flags f = parse(argc, argv);
+  if (f.placement != "cpu" || f.replicas != 1)
+    throw ty::error("mnist_mpi: one CPU tower per rank (start more ranks with mpirun -np N)");
+  return run_training<ty::mpi::replicate<ty::cpu<0>>>(f);
+#else
   const flags f = parse(argc, argv);
   if (f.placement == "cpu" && f.replicas == 2)
     return run_training<ty::replicate<ty::cpu<0>, ty::cpu<1>>>(f);
@@ -264,6 +295,7 @@ int main(int argc, char** argv) try {
   throw ty::error("--placement " + f.placement +
                   " needs the CUDA build of this example (target mnist_cuda, built when CMake "
                   "finds nvcc)");
+#endif
 #endif
 } catch (const std::exception& e) {
   std::fprintf(stderr, "mnist: %s\n", e.what());

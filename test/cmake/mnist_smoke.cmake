@@ -53,6 +53,20 @@ if(NOT out MATCHES "2 replicas" OR NOT one_tower OR NOT two_towers STREQUAL one_
   message(FATAL_ERROR "--replicas 2 should match one tower (${one_tower}):\n${out}")
 endif()
 
+# Two ranks under mpirun, one tower each, end with one tower's test accuracy.
+if(EXE_MPI AND MPIEXEC)
+  set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
+  set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
+  execute_process(COMMAND "${MPIEXEC}" -n 2 --oversubscribe "${EXE_MPI}" --data-dir "${DATA}"
+                  --train-limit 1024 --batch-size 64 --log-every 4 --threads 1 --epochs 1
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 240)
+  string(REGEX MATCH "test accuracy = [0-9.]+" mpi_accuracy "${out}")
+  string(REGEX MATCH "test accuracy = [0-9.]+" one_accuracy "${one_tower}")
+  if(NOT rc EQUAL 0 OR NOT mpi_accuracy STREQUAL one_accuracy OR NOT out MATCHES "step 12, loss")
+    message(FATAL_ERROR "mnist_mpi on 2 ranks should match one tower (${one_accuracy}); got ${rc}:\n${out}\n${err}")
+  endif()
+endif()
+
 execute_process(COMMAND "${EXE}" --data-dir "${WORK}/no-such-dir" OUTPUT_VARIABLE out
                 ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(rc EQUAL 0 OR NOT err MATCHES "no-such-dir")
