@@ -687,14 +687,7 @@ private:
   template <std::size_t I, class T, class C, class X>
   void kernel(ops::sum_to_like*, T*, value* vals, void*, C*, X*) {
     const value& in = vals[C::index];
-    const runtime::rt_dims& out = vals[I].dims;
-    std::array<bool, C::rank> mask{};
-    for (std::size_t i = 0; i < C::rank; ++i) {
-      const std::size_t lead = C::rank - out.rank;
-      mask[i] = i < lead || (out.d[i - lead] == 1 && in.dims.d[i] != 1);
-      if (i >= lead && !mask[i] && out.d[i - lead] != in.dims.d[i])
-        throw error("sum_to_like: " + in.dims.str() + " is not a broadcast of " + out.str());
-    }
+    const auto mask = runtime::sum_to_mask<C::rank>(in.dims, vals[I].dims);
     T* o = allocate<T>(vals[I]);
     cpu_backend::reduce<ops::reducers::sum>(*pool_, static_cast<const T*>(in.data), in.dims, mask,
                                             o);

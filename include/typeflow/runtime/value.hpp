@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/error.hpp"
 #include "../core/shape.hpp"
 #include "../core/tensor.hpp"
 
@@ -43,6 +44,31 @@ struct rt_dims {
   std::string str() const { return dims_string(d.begin(), d.begin() + rank); }
   std::vector<std::int64_t> vec() const { return {d.begin(), d.begin() + rank}; }
 };
+
+/// Row-major strides of d.
+inline std::array<std::int64_t, max_rank> row_major_strides(const rt_dims& d) {
+  std::array<std::int64_t, max_rank> s{};
+  std::int64_t acc = 1;
+  for (std::size_t i = d.rank; i-- > 0;) {
+    s[i] = acc;
+    acc *= d.d[i];
+  }
+  return s;
+}
+
+/// sum_to_like's reduced axes: those of `in` (rank R) that `out` broadcasts (leading axes it
+/// lacks, and its extents of 1 where `in` has more); throws when `in` is not a broadcast of out.
+template <std::size_t R>
+std::array<bool, R> sum_to_mask(const rt_dims& in, const rt_dims& out) {
+  std::array<bool, R> mask{};
+  const std::size_t lead = R - out.rank;
+  for (std::size_t i = 0; i < R; ++i) {
+    mask[i] = i < lead || (out.d[i - lead] == 1 && in.d[i] != 1);
+    if (i >= lead && !mask[i] && out.d[i - lead] != in.d[i])
+      throw error("sum_to_like: " + in.str() + " is not a broadcast of " + out.str());
+  }
+  return mask;
+}
 
 /// A node's value during a run: data (owned through `owner` when it is a pool buffer) and dims.
 struct rt_value {

@@ -11,15 +11,7 @@
 namespace typeflow::cpu_backend {
 
 namespace detail {
-inline std::array<std::int64_t, max_rank> row_major_strides(const runtime::rt_dims& d) {
-  std::array<std::int64_t, max_rank> s{};
-  std::int64_t acc = 1;
-  for (std::size_t i = d.rank; i-- > 0;) {
-    s[i] = acc;
-    acc *= d.d[i];
-  }
-  return s;
-}
+using runtime::row_major_strides;
 
 /// out[idx] = in[sum idx[i] * in_stride[i]] over the output's index space, innermost axis as a
 /// strided inner loop; rows run in parallel.

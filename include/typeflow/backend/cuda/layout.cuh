@@ -73,16 +73,7 @@ TYPEFLOW_HD inline std::int64_t gather_offset(const gather_params& p, std::int64
   return off;
 }
 
-/// Row-major strides of d.
-inline std::array<std::int64_t, max_rank> row_major_strides(const runtime::rt_dims& d) {
-  std::array<std::int64_t, max_rank> s{};
-  std::int64_t acc = 1;
-  for (std::size_t i = d.rank; i-- > 0;) {
-    s[i] = acc;
-    acc *= d.d[i];
-  }
-  return s;
-}
+using runtime::row_major_strides;
 
 /// The gather of an output of dims `od` whose axis i steps through the input by in_stride[i].
 inline gather_params make_gather_params(const runtime::rt_dims& od,
@@ -473,14 +464,7 @@ struct layout_steps {
   template <std::size_t I, class Session, class T, class C, class X>
   static void kernel(Session& s, ops::sum_to_like*, T*, runtime::rt_value* vals, void*, C*, X*) {
     const runtime::rt_value& in = vals[C::index];
-    const runtime::rt_dims& od = vals[I].dims;
-    std::array<bool, C::rank> mask{};
-    for (std::size_t i = 0; i < C::rank; ++i) {
-      const std::size_t lead = C::rank - od.rank;
-      mask[i] = i < lead || (od.d[i - lead] == 1 && in.dims.d[i] != 1);
-      if (i >= lead && !mask[i] && od.d[i - lead] != in.dims.d[i])
-        throw error("sum_to_like: " + in.dims.str() + " is not a broadcast of " + od.str());
-    }
+    const auto mask = runtime::sum_to_mask<C::rank>(in.dims, vals[I].dims);
     T* out = output<T>(s, vals[I]);
     cuda_backend::reduce<ops::reducers::sum>(stream_of(s), static_cast<const T*>(in.data), in.dims,
                                              mask, out);
