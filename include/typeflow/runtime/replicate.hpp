@@ -23,6 +23,22 @@ struct replica_buffer {
   bool is_double; ///< else float32
 };
 
+/// A GPU tower's replica_mean value, for the NCCL average of GPU towers.
+struct gpu_replica {
+  int device;
+  void* data;    ///< nullptr for a tower that had no rows
+  void* context; ///< the tower's CUDA backend state on that GPU
+  double weight; ///< the tower's share of the batch
+};
+/// Averages GPU towers' values in place (every tower's buffer ends with the batch-weighted mean):
+/// defined by backend/cuda/nccl.cuh.
+template <class T, class = void>
+struct nccl_average {
+  static_assert(!sizeof(T), "replicate: GPU towers need the NCCL reducer: include "
+                            "typeflow/backend/cuda/session.cuh built where <nccl.h> is found");
+  static void run(std::vector<gpu_replica>&, std::int64_t, std::shared_ptr<void>&) {}
+};
+
 /// The reducer of towers in one process: nothing beyond the in-process average.
 struct in_process_reducer {
   static constexpr bool distributed = false;
@@ -233,7 +249,7 @@ private:
     // The average, in tower order, into tower 0's replica_mean values.
     std::array<const value*, towers> tower_vals{std::get<K>(vals).data()...};
     std::vector<replica_buffer> averaged;
-    average<P>(tower_vals, parts, batch, averaged, std::make_index_sequence<P::size>{});
+    average<P, Fs>(tower_vals, parts, batch, averaged, std::make_index_sequence<P::size>{});
     reducer_.reduce(averaged, batch, opts_); // across processes
     // Phase 2 in tower 0, then the fetches and the commits.
     auto& t0 = std::get<0>(towers_);
@@ -244,23 +260,47 @@ private:
     return out;
   }
 
-  template <class P, std::size_t... I>
+  template <class P, class Fs, std::size_t... I>
   void average(std::array<const value*, towers>& tv, const std::array<batch_split, towers>& parts,
                std::int64_t batch, std::vector<replica_buffer>& out, std::index_sequence<I...>) {
     (
         [&] {
           if constexpr (std::is_same_v<typename P::template node<I>::op, ops::replica_mean>) {
             using T = typename P::template node<I>::value_type;
-            static_assert(P::template device<I>::is_cpu,
-                          "replicate: towers on GPUs need the NCCL reducer (not yet)");
-            average_one<T>(tv, parts, batch, I);
             static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                           "replicate: gradients are float32 or float64");
-            out.push_back({tv[0][I].data, tv[0][I].dims.numel(), std::is_same_v<T, double>});
+            if constexpr (P::template device<I>::is_cpu) {
+              average_one<T>(tv, parts, batch, I);
+              out.push_back({tv[0][I].data, tv[0][I].dims.numel(), std::is_same_v<T, double>});
+            } else {
+              static_assert(!Reducer::distributed,
+                            "mpi::replicate: GPU towers across processes (NCCL across nodes) are "
+                            "not supported yet");
+              average_gpu<T, I, Fs>(tv, parts, batch, std::index_sequence_for<D...>{});
+            }
           }
         }(),
         ...);
   }
+  /// The towers' values of GPU node I, averaged in place by one NCCL all-reduce.
+  template <class T, std::size_t I, class Fs, std::size_t... K>
+  void average_gpu(std::array<const value*, towers>& tv,
+                   const std::array<batch_split, towers>& parts, std::int64_t batch,
+                   std::index_sequence<K...>) {
+    std::vector<gpu_replica> reps;
+    (
+        [&] {
+          using Dev = typename tower_plan<K, Fs>::template device<I>;
+          static_assert(!Dev::is_cpu, "replicate: a gradient is on a GPU in tower 0 but on the "
+                                      "CPU in another tower");
+          auto& ctx = device_backend<Dev>::context(std::get<K>(towers_));
+          reps.push_back({Dev::index, parts[K].rows > 0 ? tv[K][I].data : nullptr, &ctx,
+                          static_cast<double>(parts[K].rows) / static_cast<double>(batch)});
+        }(),
+        ...);
+    nccl_average<T>::run(reps, tv[0][I].dims.numel(), nccl_state_);
+  }
+
   template <class T>
   void average_one(std::array<const value*, towers>& tv,
                    const std::array<batch_split, towers>& parts, std::int64_t batch,
@@ -344,6 +384,7 @@ private:
   std::shared_ptr<runtime::variable_store> vars_;
   std::tuple<session<Tower<D>>...> towers_;
   Reducer reducer_;
+  std::shared_ptr<void> nccl_state_; ///< the GPU towers' communicators
   bool broadcast_done_ = !Reducer::distributed;
 };
 

@@ -465,3 +465,7 @@ struct device_backend<gpu<N>> : cuda_backend::layout_steps<N> {
 };
 
 } // namespace typeflow
+
+#if __has_include(<nccl.h>)
+#include "nccl.cuh" // GPU towers of replicated sessions
+#endif
