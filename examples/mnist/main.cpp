@@ -7,8 +7,10 @@
 // on gpu<0>, variables included) or variables-on-cpu (the seed's device function: variables on
 // cpu<0>, compute on gpu<0>). The GPU policies exist in the CUDA build of this file
 // (examples/mnist/main.cu, target mnist_cuda, which defines TYPEFLOW_MNIST_CUDA).
-// --replicas 2 trains two CPU towers (threads), each on half of every batch, with the gradients
-// averaged and one update per step: the seed's multi-tower training on cpu<0> and cpu<1>.
+// --replicas 2 trains two towers, each on half of every batch, with the gradients averaged and
+// one update per step: on cpu<0> and cpu<1> (threads) with --placement cpu, or the seed's
+// multi-GPU training on gpu<0> and gpu<1> (variables on cpu<0>, NCCL) with --placement
+// variables-on-cpu in the CUDA build.
 // Its MPI build (main_mpi.cpp, target mnist_mpi) runs one tower per rank under mpirun: every
 // rank draws the same batches and trains on its share, rank 0 logs and writes checkpoints.
 #include <chrono>
@@ -115,8 +117,9 @@ flags parse(int argc, char** argv) {
     usage("--placement must be cpu, gpu or variables-on-cpu, got \"" + f.placement + "\"");
   if (f.replicas != 1 && f.replicas != 2)
     usage("--replicas must be 1 or 2, got " + std::to_string(f.replicas));
-  if (f.replicas != 1 && f.placement != "cpu")
-    usage("--replicas 2 runs two CPU towers: it needs --placement cpu");
+  if (f.replicas != 1 && f.placement == "gpu")
+    usage("--replicas 2 on GPUs keeps the variables on the CPU, as the seed does: use "
+          "--placement variables-on-cpu");
   if (f.resume && f.checkpoint_dir.empty())
     usage("--resume needs --checkpoint-dir");
   return f;
@@ -168,6 +171,10 @@ int ranks_of(const Session& s) {
   else
     return 1;
 }
+
+/// The seed's tower: variables on cpu<0>, compute on D.
+template <class D>
+using seed_tower = typeflow::variables_on<typeflow::cpu<0>, typeflow::compute_on<D>>;
 
 /// Trains with every node placed by Placement.
 template <class Placement>
@@ -281,8 +288,13 @@ int main(int argc, char** argv) try {
   return run_training<ty::mpi::replicate<ty::cpu<0>>>(f);
 #else
   const flags f = parse(argc, argv);
+#ifndef TYPEFLOW_MNIST_CUDA // (the CUDA build leaves CPU towers to the g++ build)
   if (f.placement == "cpu" && f.replicas == 2)
     return run_training<ty::replicate<ty::cpu<0>, ty::cpu<1>>>(f);
+#else
+  if (f.placement == "cpu" && f.replicas == 2)
+    throw ty::error("mnist_cuda: CPU towers are in the g++ build (mnist --replicas 2)");
+#endif
   if (f.placement == "cpu")
     return run_training<ty::on<ty::cpu<0>>>(f);
 #ifdef TYPEFLOW_MNIST_CUDA
@@ -290,6 +302,13 @@ int main(int argc, char** argv) try {
     throw ty::error("--placement " + f.placement + ": no CUDA device on this machine");
   if (f.placement == "gpu")
     return run_training<ty::on<ty::gpu<0>>>(f);
+  if (f.replicas == 2) {
+    if (ty::cuda_backend::device_count() < 2)
+      throw ty::error("--replicas 2 --placement variables-on-cpu: needs 2 CUDA devices, this "
+                      "machine has " +
+                      std::to_string(ty::cuda_backend::device_count()));
+    return run_training<ty::replicate_with<seed_tower, ty::gpu<0>, ty::gpu<1>>>(f);
+  }
   return run_training<ty::variables_on<ty::cpu<0>, ty::compute_on<ty::gpu<0>>>>(f);
 #else
   throw ty::error("--placement " + f.placement +
