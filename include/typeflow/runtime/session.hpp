@@ -698,12 +698,7 @@ private:
     const value &a = vals[A::index], &b = vals[B::index];
     value& o = vals[I];
     T* out = allocate<T>(o);
-    const std::size_t R = o.dims.rank;
-    const std::int64_t m = o.dims.d[R - 2], n = o.dims.d[R - 1];
-    const std::int64_t k = TA ? a.dims.d[R - 2] : a.dims.d[R - 1];
-    std::int64_t batch = 1;
-    for (std::size_t i = 0; i + 2 < R; ++i)
-      batch *= o.dims.d[i];
+    const auto [m, n, k, batch] = runtime::matmul_extents::of(a.dims, o.dims, TA);
     const T* pa = static_cast<const T*>(a.data);
     const T* pb = static_cast<const T*>(b.data);
     for (std::int64_t i = 0; i < batch; ++i)

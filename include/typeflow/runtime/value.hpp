@@ -70,6 +70,19 @@ std::array<bool, R> sum_to_mask(const rt_dims& in, const rt_dims& out) {
   return mask;
 }
 
+/// A (batched) matmul's extents: out[batch] (m x n) = op(a) (m x k) op(b) (k x n).
+struct matmul_extents {
+  std::int64_t m, n, k, batch;
+  /// From the output's dims and a's, a transposed when TA.
+  static matmul_extents of(const rt_dims& a, const rt_dims& out, bool ta) {
+    const std::size_t r = out.rank;
+    std::int64_t batch = 1;
+    for (std::size_t i = 0; i + 2 < r; ++i)
+      batch *= out.d[i];
+    return {out.d[r - 2], out.d[r - 1], ta ? a.d[r - 2] : a.d[r - 1], batch};
+  }
+};
+
 /// A node's value during a run: data (owned through `owner` when it is a pool buffer) and dims.
 struct rt_value {
   std::shared_ptr<void> owner;

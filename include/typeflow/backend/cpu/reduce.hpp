@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../../core/dtype.hpp"
 #include "../../core/error.hpp"
 #include "../../ops/reduce.hpp"
 #include "../../runtime/value.hpp"
@@ -23,8 +24,9 @@ template <class T>
 using accum_t = std::conditional_t<std::is_same_v<T, float>, double,
                                    std::conditional_t<std::is_integral_v<T>, std::int64_t, T>>;
 
+/// Combines two partial results of reducer R (shared with the CUDA reductions).
 template <class R, class T>
-inline T combine(T acc, T v) {
+TYPEFLOW_HD inline T combine(T acc, T v) {
   if constexpr (std::is_same_v<R, ops::reducers::max>)
     return (acc >= v || acc != acc) ? acc : v; // NaN propagates
   else if constexpr (std::is_same_v<R, ops::reducers::min>)

@@ -10,6 +10,7 @@
 
 #include "../../ops/reduce.hpp"
 #include "../../runtime/value.hpp"
+#include "../cpu/reduce.hpp"
 #include "runtime.hpp"
 
 namespace typeflow::cuda_backend {
@@ -32,12 +33,7 @@ template <class R>
 struct combiner {
   template <class A>
   __host__ __device__ A operator()(const A& acc, const A& v) const {
-    if constexpr (std::is_same_v<R, ops::reducers::max>)
-      return (acc >= v || acc != acc) ? acc : v; // NaN propagates
-    else if constexpr (std::is_same_v<R, ops::reducers::min>)
-      return (acc <= v || acc != acc) ? acc : v;
-    else
-      return acc + v;
+    return cpu_backend::detail::combine<R>(acc, v); // the CPU's rule, NaN propagation included
   }
 };
 

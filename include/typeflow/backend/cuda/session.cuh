@@ -236,12 +236,7 @@ struct device_backend<gpu<N>> : cuda_backend::layout_steps<N> {
   static void kernel(Session& s, ops::matmul<TA, TB>*, T*, runtime::rt_value* vals, void*, A*, B*) {
     const runtime::rt_value &a = vals[A::index], &b = vals[B::index];
     runtime::rt_value& o = vals[I];
-    const std::size_t R = o.dims.rank;
-    const std::int64_t m = o.dims.d[R - 2], n = o.dims.d[R - 1];
-    const std::int64_t k = TA ? a.dims.d[R - 2] : a.dims.d[R - 1];
-    std::int64_t batch = 1;
-    for (std::size_t i = 0; i + 2 < R; ++i)
-      batch *= o.dims.d[i];
+    const auto [m, n, k, batch] = runtime::matmul_extents::of(a.dims, o.dims, TA);
     T* out = static_cast<T*>(allocate(s, o, sizeof(T) * static_cast<std::size_t>(o.dims.numel())));
     if (o.dims.numel() == 0)
       return;
