@@ -113,7 +113,7 @@ public:
   explicit session(session_options o)
       : opts_(o), pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)),
         mem_(std::make_shared<runtime::buffer_pool>()) {
-    cpu_backend::set_blas_threads(pool_->size());
+    cpu_backend::set_blas_single_threaded();
   }
 
   /// A tower of a replicated session: its own options and threads, the variables shared.

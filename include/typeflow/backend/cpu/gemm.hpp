@@ -21,56 +21,88 @@ inline constexpr bool has_blas =
     false;
 #endif
 
-/// Sets the BLAS library's own thread count (OpenBLAS), so that it and the pool do not
-/// oversubscribe the cores.
-inline void set_blas_threads([[maybe_unused]] int n) {
+/// Makes the BLAS library (OpenBLAS) single-threaded: typeflow's pool owns the cores, and
+/// `gemm` splits each product across the pool's threads itself. With both spawning threads,
+/// OpenBLAS's workers spin (sched_yield) between calls and steal the cores the pool's kernels
+/// run on; this way a session's `threads` is the process's thread count, BLAS included.
+inline void set_blas_single_threaded() {
 #if defined(TYPEFLOW_HAS_CBLAS) && defined(OPENBLAS_VERSION)
-  openblas_set_num_threads(n);
+  openblas_set_num_threads(1);
 #endif
 }
 
-/// Row-major C[m,n] = op(A) * op(B); op(A) is [m,k] (A stored [k,m] when ta), op(B) is [k,n].
+/// C[m,n] (+)= op(A) op(B) on the calling thread: op(A) is [m,k] (A stored [k,m] when ta),
+/// op(B) is [k,n]; lda/ldb/ldc are the stored matrices' row strides. With `accumulate` the
+/// product is added to C, else C is overwritten. One single-threaded BLAS call for float and
+/// double when BLAS is found, else (and for integer dtypes) a portable loop.
+template <class T>
+void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+                 std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
+                 bool accumulate = false) {
+  if (m == 0 || n == 0)
+    return;
+#if defined(TYPEFLOW_HAS_CBLAS)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (k > 0) {
+      const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+      const auto M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
+      const T beta = accumulate ? T(1) : T(0);
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, 1.0f, a, static_cast<int>(lda), b,
+                    static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+      else
+        cblas_dgemm(CblasRowMajor, TA, TB, M, N, K, 1.0, a, static_cast<int>(lda), b,
+                    static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+      return;
+    }
+  }
+#endif
+  // i-p-j order, so the inner loop is contiguous.
+  for (std::int64_t i = 0; i < m; ++i) {
+    T* ci = c + i * ldc;
+    if (!accumulate)
+      std::fill_n(ci, n, T(0));
+    for (std::int64_t p = 0; p < k; ++p) {
+      const T aip = ta ? a[p * lda + i] : a[i * lda + p];
+      if (tb)
+        for (std::int64_t j = 0; j < n; ++j)
+          ci[j] += aip * b[j * ldb + p];
+      else
+        for (std::int64_t j = 0; j < n; ++j)
+          ci[j] += aip * b[p * ldb + j];
+    }
+  }
+}
+
+/// Row-major C[m,n] = op(A) * op(B) (dense operands), on the pool's threads: one serial GEMM
+/// per thread on a slab of C, rows when m is the larger side, else columns (each call packs its
+/// slab of one operand and all of the other, so the smaller operand is the one packed twice).
+/// Slabs are multiples of 16 so BLAS kernels' tiles stay whole; each element of C is computed
+/// by one call over all of k, so the split does not change results.
 template <class T>
 void gemm(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
           const T* a, const T* b, T* c) {
-  if (m == 0 || n == 0)
-    return;
-  if (k == 0) {
-    std::fill_n(c, m * n, T(0));
-    return;
-  }
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
-#if defined(TYPEFLOW_HAS_CBLAS)
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    const auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-    if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, TA, TB, static_cast<int>(m), static_cast<int>(n),
-                  static_cast<int>(k), 1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-                  0.0f, c, static_cast<int>(n));
-    else
-      cblas_dgemm(CblasRowMajor, TA, TB, static_cast<int>(m), static_cast<int>(n),
-                  static_cast<int>(k), 1.0, a, static_cast<int>(lda), b, static_cast<int>(ldb), 0.0,
-                  c, static_cast<int>(n));
+  const bool by_rows = m >= n;
+  const std::int64_t side = by_rows ? m : n, unit = 16;
+  const std::int64_t parts =
+      std::min<std::int64_t>(pool.size(), std::max<std::int64_t>(1, side / (4 * unit)));
+  if (parts <= 1 || 2 * m * n * k < (std::int64_t{1} << 21)) {
+    gemm_serial(ta, tb, m, n, k, a, lda, b, ldb, c, n);
     return;
   }
-#endif
-  // Portable fallback: rows of C in parallel, i-p-j order so the inner loop is contiguous.
-  pool.parallel_for(m, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(1, n * k / 64)),
-                    [&](std::int64_t i0, std::int64_t i1) {
-                      for (std::int64_t i = i0; i < i1; ++i) {
-                        T* ci = c + i * n;
-                        std::fill_n(ci, n, T(0));
-                        for (std::int64_t p = 0; p < k; ++p) {
-                          const T aip = ta ? a[p * lda + i] : a[i * lda + p];
-                          if (tb)
-                            for (std::int64_t j = 0; j < n; ++j)
-                              ci[j] += aip * b[j * ldb + p];
-                          else
-                            for (std::int64_t j = 0; j < n; ++j)
-                              ci[j] += aip * b[p * ldb + j];
-                        }
-                      }
-                    });
+  const std::int64_t slab = ((side + unit - 1) / unit + parts - 1) / parts * unit;
+  pool.parallel_for(parts, 1, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int64_t lo = p * slab, hi = std::min(side, lo + slab);
+      if (lo >= hi)
+        continue;
+      if (by_rows)
+        gemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, c + lo * n, n);
+      else
+        gemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, c + lo, n);
+    }
+  });
 }
 
 } // namespace typeflow::cpu_backend
