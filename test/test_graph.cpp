@@ -170,10 +170,34 @@ TEST_SUITE("graph") {
     // Six 16 KiB intermediates, but never more than two alive: two fresh buffers in all.
     CHECK(s.stats().buffers_allocated == 2);
     CHECK(s.stats().peak_bytes == 2 * 64 * 64 * sizeof(float));
+    // The fetched tensor is the run's own last buffer (no copy), so while r1 lives the pool
+    // needs one fresh buffer for the next run's result.
     auto [r2] = s.run(ty::fetch(y), ty::feed(in, v));
+    CHECK(s.stats().buffers_allocated == 1);
+    CHECK(s.stats().buffers_reused == 5);
+    CHECK(std::equal(r1.begin(), r1.end(), r2.begin()));
+    const std::vector<float> expect(r1.begin(), r1.end());
+    r1 = {};
+    r2 = {}; // both results' buffers go back to the pool
+    auto [r3] = s.run(ty::fetch(y), ty::feed(in, v));
     CHECK(s.stats().buffers_allocated == 0); // steady state: everything from the pool
     CHECK(s.stats().buffers_reused == 6);
-    CHECK(std::equal(r1.begin(), r1.end(), r2.begin()));
+    CHECK(std::equal(r3.begin(), r3.end(), expect.begin()));
+  }
+
+  TEST_CASE("fetching one value twice gives two independent tensors") {
+    constexpr auto in = ty::placeholder<"in", float, ty::shape<4>>;
+    constexpr auto y = ty::exp(in);
+    ty::session s;
+    ty::tensor<float> v({4}, {0.f, 1.f, 2.f, 3.f});
+    auto [a, b] = s.run(ty::fetch(y, y), ty::feed(in, v));
+    REQUIRE(a.data() != b.data());
+    a[0] = 42.f;
+    CHECK(b[0] == doctest::Approx(1.0));
+    // A fetched placeholder is a copy of the feed, never the caller's memory.
+    auto [c] = s.run(ty::fetch(in), ty::feed(in, v));
+    CHECK(c.data() != v.data());
+    CHECK(c[3] == 3.f);
   }
 
   TEST_CASE("reshape is a view of its input's buffer") {

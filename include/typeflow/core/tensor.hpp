@@ -11,6 +11,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtype.hpp"
@@ -69,10 +70,22 @@ public:
   using value_type = T;
 
   tensor() : tensor(std::vector<std::int64_t>{}) {}
-  explicit tensor(std::vector<std::int64_t> shape) : dims_(std::move(shape)) {
+  explicit tensor(std::vector<std::int64_t> shape) : tensor(uninitialized, std::move(shape)) {
+    std::fill_n(data_, size_, T{});
+  }
+  /// Tag: a tensor whose elements are left uninitialized, for callers that write all of them.
+  struct uninitialized_t {};
+  static constexpr uninitialized_t uninitialized{};
+  tensor(uninitialized_t, std::vector<std::int64_t> shape) : dims_(std::move(shape)) {
     size_ = detail::checked_numel(dims_);
-    data_.reset(static_cast<T*>(detail::aligned_bytes(sizeof(T) * size_)));
-    std::fill_n(data_.get(), size_, T{});
+    owner_.reset(detail::aligned_bytes(sizeof(T) * size_), detail::aligned_free{});
+    data_ = static_cast<T*>(owner_.get());
+  }
+  /// A tensor over `size(shape)` elements at `data`, kept alive by `owner` (a session hands a
+  /// run's result buffer to its fetch this way, without a copy).
+  tensor(std::vector<std::int64_t> shape, std::shared_ptr<void> owner, T* data)
+      : dims_(std::move(shape)), owner_(std::move(owner)), data_(data) {
+    size_ = detail::checked_numel(dims_);
   }
   tensor(std::vector<std::int64_t> shape, std::initializer_list<T> values)
       : tensor(std::move(shape), std::span<const T>(values.begin(), values.size())) {}
@@ -80,40 +93,48 @@ public:
     if (values.size() != static_cast<std::size_t>(size_))
       throw error("tensor: " + std::to_string(values.size()) + " values given for shape " +
                   dims_string(dims_) + " (" + std::to_string(size_) + " elements)");
-    std::copy(values.begin(), values.end(), data_.get());
+    std::copy(values.begin(), values.end(), data_);
   }
-  tensor(const tensor& o) : tensor(o.dims_) { std::copy_n(o.data(), size_, data_.get()); }
-  tensor(tensor&&) noexcept = default;
+  tensor(const tensor& o) : tensor(uninitialized, o.dims_) { std::copy_n(o.data(), size_, data_); }
+  tensor(tensor&& o) noexcept
+      : dims_(std::move(o.dims_)), size_(std::exchange(o.size_, 0)), owner_(std::move(o.owner_)),
+        data_(std::exchange(o.data_, nullptr)) {}
   tensor& operator=(const tensor& o) {
     if (this != &o)
       *this = tensor(o);
     return *this;
   }
-  tensor& operator=(tensor&&) noexcept = default;
+  tensor& operator=(tensor&& o) noexcept {
+    dims_ = std::move(o.dims_);
+    size_ = std::exchange(o.size_, 0);
+    owner_ = std::move(o.owner_);
+    data_ = std::exchange(o.data_, nullptr);
+    return *this;
+  }
 
   static constexpr std::string_view dtype() { return dtype_name<T>; }
   const std::vector<std::int64_t>& shape() const { return dims_; }
   std::size_t rank() const { return dims_.size(); }
   std::int64_t size() const { return size_; }
-  T* data() { return data_.get(); }
-  const T* data() const { return data_.get(); }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
   T* begin() { return data(); }
   T* end() { return data() + size_; }
   const T* begin() const { return data(); }
   const T* end() const { return data() + size_; }
 
   /// Flat (row-major) element access, bounds-checked.
-  T& operator[](std::int64_t i) { return data_.get()[check_flat(i)]; }
-  const T& operator[](std::int64_t i) const { return data_.get()[check_flat(i)]; }
+  T& operator[](std::int64_t i) { return data_[check_flat(i)]; }
+  const T& operator[](std::int64_t i) const { return data_[check_flat(i)]; }
 
   /// Multi-index access, bounds-checked: `t(i, j)`.
   template <class... I>
   T& operator()(I... idx) {
-    return data_.get()[offset({static_cast<std::int64_t>(idx)...})];
+    return data_[offset({static_cast<std::int64_t>(idx)...})];
   }
   template <class... I>
   const T& operator()(I... idx) const {
-    return data_.get()[offset({static_cast<std::int64_t>(idx)...})];
+    return data_[offset({static_cast<std::int64_t>(idx)...})];
   }
 
   /// The value of a one-element tensor.
@@ -121,7 +142,7 @@ public:
     if (size_ != 1)
       throw error("tensor::item: tensor of shape " + dims_string(dims_) + " has " +
                   std::to_string(size_) + " elements, not 1");
-    return data_.get()[0];
+    return data_[0];
   }
 
   tensor_view<T> view() const { return {data(), dims_}; }
@@ -136,7 +157,7 @@ public:
   friend std::ostream& operator<<(std::ostream& os, const tensor& t) {
     os << "tensor<" << dtype_name<T> << ", " << dims_string(t.dims_) << ">";
     if (t.rank() == 0)
-      return os << "(" << print_value(t.data_.get()[0]) << ")";
+      return os << "(" << print_value(t.data_[0]) << ")";
     os << "\n";
     std::int64_t idx = 0;
     t.print_level(os, 0, idx);
@@ -167,7 +188,7 @@ private:
         continue;
       }
       if (level + 1 == rank())
-        os << print_value(data_.get()[idx++]);
+        os << print_value(data_[idx++]);
       else
         print_level(os, level + 1, idx);
     }
@@ -196,7 +217,8 @@ private:
 
   std::vector<std::int64_t> dims_;
   std::int64_t size_ = 0;
-  std::unique_ptr<T[], detail::aligned_free> data_;
+  std::shared_ptr<void> owner_;
+  T* data_ = nullptr;
 };
 
 } // namespace typeflow

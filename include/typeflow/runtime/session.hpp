@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../backend/cpu/fused.hpp"
@@ -900,6 +901,7 @@ private:
   using group_or_value = std::conditional_t<std::remove_cvref_t<F>::op::kind == node_kind::group,
                                             void, typename std::remove_cvref_t<F>::value_type>;
 
+  /// A fetched value as a tensor, copied.
   template <class T, class D>
   auto fetch_value(const value& v) {
     if constexpr (std::is_void_v<T>) {
@@ -907,11 +909,23 @@ private:
     } else if constexpr (!D::is_cpu) {
       return std::tuple<tensor<T>>{device_backend<D>::template fetch<T>(*this, v)};
     } else {
-      tensor<T> t(v.dims.vec());
+      tensor<T> t(tensor<T>::uninitialized, v.dims.vec());
       if (t.size() > 0)
         std::memcpy(t.data(), v.data, sizeof(T) * t.size());
       return std::tuple<tensor<T>>{std::move(t)};
     }
+  }
+  /// A fetched value as a tensor: the run's own host buffer, when nothing else holds it, is
+  /// handed over rather than copied, and goes back to the pool when the tensor dies. (A second
+  /// fetch of the same value then finds no owner, and copies.)
+  template <class T, class D>
+  auto fetch_value(value& v) {
+    if constexpr (!std::is_void_v<T> && D::is_cpu) {
+      if (v.owner && v.owner.use_count() == 1)
+        return std::tuple<tensor<T>>{
+            tensor<T>(v.dims.vec(), std::move(v.owner), static_cast<T*>(v.data))};
+    }
+    return fetch_value<T, D>(std::as_const(v));
   }
 
   using commit_fn = void (*)(session&, value*);
