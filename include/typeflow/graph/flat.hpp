@@ -53,6 +53,7 @@ struct ref_const {};
 template <class Op, class C, class T, class... Refs>
 struct member {
   using value_type = T;
+  using compute = C;
 };
 
 /// A fused region: output dtype, input dtypes, members (topological, the root last), and the

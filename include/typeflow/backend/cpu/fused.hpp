@@ -2,7 +2,10 @@
 // Every member of the region is computed once per element into a local (per-element common
 // subexpressions); no intermediate buffer exists. Inputs are mapped into the output's index space
 // by broadcasting strides; adjacent axes are coalesced, and the innermost axis runs as a
-// contiguous, vectorizable loop over blocks (a broadcast input is splatted into a small block).
+// contiguous loop over blocks (a broadcast input is splatted into a small block). When every
+// input, member and the root are one floating type (or bool masks computed from it) and every op
+// has a vector form (backend/cpu/simd.hpp), that loop runs on xsimd batches, the ragged end of a
+// row included (padded), so each element gets the same arithmetic wherever it lies.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -13,6 +16,7 @@
 
 #include "../../graph/flat.hpp"
 #include "../../runtime/value.hpp"
+#include "simd.hpp"
 #include "thread_pool.hpp"
 
 namespace typeflow::cpu_backend {
@@ -117,9 +121,83 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
     return eval_members(in_tuple{x...}, std::index_sequence_for<Ms...>{});
   }
 
+#if defined(TYPEFLOW_HAS_XSIMD)
+  // The vector loop: values are batches of out_t, or masks for bool members.
+  template <class M>
+  using batch_of = std::conditional_t<std::is_same_v<typename M::value_type, bool>,
+                                      simd::mask<out_t>, simd::vec<out_t>>;
+  using bval_tuple = std::tuple<batch_of<Ms>...>;
+  template <class>
+  using vec_for = simd::vec<out_t>;
+  using bin_tuple = std::tuple<vec_for<Ins>...>;
+
+  template <std::size_t J>
+  static auto bvalue_of(ref_local<J>*, const bval_tuple& v, const bin_tuple&) {
+    return std::get<J>(v);
+  }
+  template <std::size_t K>
+  static auto bvalue_of(ref_input<K>*, const bval_tuple&, const bin_tuple& in) {
+    return std::get<K>(in);
+  }
+  template <std::uint64_t Bits, class T>
+  static auto bvalue_of(ref_const<Bits, T>*, const bval_tuple&, const bin_tuple&) {
+    return simd::vec<out_t>(static_cast<out_t>(static_cast<T>(std::bit_cast<double>(Bits))));
+  }
+  template <class Op, class C, class T, class... Refs>
+  static auto bcompute(member<Op, C, T, Refs...>*, const bval_tuple& v, const bin_tuple& in)
+      -> decltype(simd::batch_op<Op>::template eval<out_t>(bvalue_of(static_cast<Refs*>(nullptr), v,
+                                                                     in)...)) {
+    return simd::batch_op<Op>::template eval<out_t>(
+        bvalue_of(static_cast<Refs*>(nullptr), v, in)...);
+  }
+  template <class M>
+  static constexpr bool member_vectorizes() {
+    if constexpr (!std::is_same_v<typename M::compute, out_t>)
+      return false;
+    else
+      return requires(const bval_tuple& v, const bin_tuple& in) {
+        { bcompute(static_cast<M*>(nullptr), v, in) } -> std::same_as<batch_of<M>>;
+      };
+  }
+  template <std::size_t... M>
+  static simd::vec<out_t> beval(const bin_tuple& in, std::index_sequence<M...>) {
+    bval_tuple v{};
+    ((std::get<M>(v) = bcompute(static_cast<Ms*>(nullptr), v, in)), ...);
+    return std::get<sizeof...(Ms) - 1>(v);
+  }
+  static constexpr bool vectorized = std::is_floating_point_v<out_t> &&
+                                     (std::is_same_v<Ins, out_t> && ...) &&
+                                     (member_vectorizes<Ms>() && ...);
+#else
+  static constexpr bool vectorized = false;
+#endif
+
   template <std::size_t... K>
   static void inner(out_t* __restrict out, std::int64_t len, const std::tuple<const Ins*...>& p,
                     std::index_sequence<K...>) {
+#if defined(TYPEFLOW_HAS_XSIMD)
+    if constexpr (vectorized) {
+      using B = simd::vec<out_t>;
+      constexpr std::int64_t W = B::size;
+      const auto members = std::index_sequence_for<Ms...>{};
+      std::int64_t j = 0;
+      for (; j + W <= len; j += W)
+        beval(bin_tuple{B::load_unaligned(std::get<K>(p) + j)...}, members)
+            .store_unaligned(out + j);
+      if (j < len) { // the ragged end, padded with zeros
+        const std::int64_t rest = len - j;
+        auto load_rest = [&](const out_t* src) {
+          alignas(64) std::array<out_t, W> lane{};
+          std::copy_n(src + j, rest, lane.data());
+          return B::load_aligned(lane.data());
+        };
+        alignas(64) std::array<out_t, W> res;
+        beval(bin_tuple{load_rest(std::get<K>(p))...}, members).store_aligned(res.data());
+        std::copy_n(res.data(), rest, out + j);
+      }
+      return;
+    }
+#endif
     for (std::int64_t j = 0; j < len; ++j)
       out[j] = eval(std::get<K>(p)[j]...);
   }

@@ -1,0 +1,140 @@
+// Vector forms of the elementwise ops, for the CPU's fused loops (backend/cpu/fused.hpp), with
+// xsimd (Debian's libxsimd-dev): `batch_op<Op>::eval` computes Op on a batch of lanes. An op
+// without one (integer arithmetic, bool inputs, ...) keeps the scalar loop, which is the
+// reference: the two agree exactly for arithmetic, comparisons and selects, and within xsimd's
+// documented error (an ulp or two) for exp, log, sin, cos, tanh and pow.
+//
+// Off when xsimd is absent, when TYPEFLOW_NO_XSIMD is defined, and in translation units nvcc
+// compiles (xsimd is host code that nvcc's front end need not parse): those use the scalar loop.
+#pragma once
+#if !defined(TYPEFLOW_NO_XSIMD) && !defined(__CUDACC__) && __has_include(<xsimd/xsimd.hpp>)
+// GCC 12's AVX-512 intrinsics trip -W(maybe-)uninitialized on their own `_mm512_undefined_*`
+// (GCC bug 105593, fixed in 13); the warning takes its setting from where the intrinsics header
+// was first read, so it is read here, inside the suppression, when typeflow includes it first.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#include <xsimd/xsimd.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#define TYPEFLOW_HAS_XSIMD 1
+#endif
+
+#include "../../ops/elementwise.hpp"
+#include "../../ops/nn.hpp"
+#include "../../ops/state.hpp"
+
+namespace typeflow::cpu_backend::simd {
+
+/// The vector form of Op, when it has one (the primary template has none).
+template <class Op>
+struct batch_op {};
+
+#if defined(TYPEFLOW_HAS_XSIMD)
+template <class F>
+using vec = xsimd::batch<F>;
+template <class F>
+using mask = xsimd::batch_bool<F>;
+
+#define TYPEFLOW_SIMD_UNARY(OP, EXPR)                                                              \
+  template <>                                                                                      \
+  struct batch_op<ops::OP> {                                                                       \
+    template <class F>                                                                             \
+    static vec<F> eval(vec<F> x) {                                                                 \
+      return EXPR;                                                                                 \
+    }                                                                                              \
+  };
+TYPEFLOW_SIMD_UNARY(neg, -x)
+TYPEFLOW_SIMD_UNARY(abs, xsimd::abs(x))
+TYPEFLOW_SIMD_UNARY(square, x* x)
+TYPEFLOW_SIMD_UNARY(relu, xsimd::select(x < vec<F>(F(0)), vec<F>(F(0)), x))
+TYPEFLOW_SIMD_UNARY(exp, xsimd::exp(x))
+TYPEFLOW_SIMD_UNARY(log, xsimd::log(x))
+TYPEFLOW_SIMD_UNARY(sqrt, xsimd::sqrt(x))
+TYPEFLOW_SIMD_UNARY(rsqrt, vec<F>(F(1)) / xsimd::sqrt(x))
+TYPEFLOW_SIMD_UNARY(sin, xsimd::sin(x))
+TYPEFLOW_SIMD_UNARY(cos, xsimd::cos(x))
+TYPEFLOW_SIMD_UNARY(tanh, xsimd::tanh(x))
+TYPEFLOW_SIMD_UNARY(sigmoid, vec<F>(F(1)) / (vec<F>(F(1)) + xsimd::exp(-x)))
+#undef TYPEFLOW_SIMD_UNARY
+
+#define TYPEFLOW_SIMD_BINARY(OP, RESULT, EXPR)                                                     \
+  template <>                                                                                      \
+  struct batch_op<OP> {                                                                            \
+    template <class F>                                                                             \
+    static RESULT<F> eval(vec<F> a, vec<F> b) {                                                    \
+      return EXPR;                                                                                 \
+    }                                                                                              \
+  };
+TYPEFLOW_SIMD_BINARY(ops::add, vec, a + b)
+TYPEFLOW_SIMD_BINARY(ops::bias_add, vec, a + b)
+TYPEFLOW_SIMD_BINARY(ops::sub, vec, a - b)
+TYPEFLOW_SIMD_BINARY(ops::mul, vec, a* b)
+TYPEFLOW_SIMD_BINARY(ops::div, vec, a / b)
+TYPEFLOW_SIMD_BINARY(ops::pow, vec, xsimd::pow(a, b))
+TYPEFLOW_SIMD_BINARY(ops::maximum, vec, xsimd::select(a < b, b, a))
+TYPEFLOW_SIMD_BINARY(ops::minimum, vec, xsimd::select(b < a, b, a))
+TYPEFLOW_SIMD_BINARY(ops::equal, mask, a == b)
+TYPEFLOW_SIMD_BINARY(ops::not_equal, mask, a != b)
+TYPEFLOW_SIMD_BINARY(ops::less, mask, a < b)
+TYPEFLOW_SIMD_BINARY(ops::less_equal, mask, a <= b)
+TYPEFLOW_SIMD_BINARY(ops::greater, mask, a > b)
+TYPEFLOW_SIMD_BINARY(ops::greater_equal, mask, a >= b)
+TYPEFLOW_SIMD_BINARY(ops::assign_op<ops::assign_mode::add>, vec, a + b)
+TYPEFLOW_SIMD_BINARY(ops::assign_op<ops::assign_mode::sub>, vec, a - b)
+TYPEFLOW_SIMD_BINARY(ops::assign_op<ops::assign_mode::set>, vec, (void(a), b))
+TYPEFLOW_SIMD_BINARY(ops::broadcast_like, vec, (void(b), a))
+#undef TYPEFLOW_SIMD_BINARY
+
+template <>
+struct batch_op<ops::where> {
+  template <class F>
+  static vec<F> eval(mask<F> c, vec<F> a, vec<F> b) {
+    return xsimd::select(c, a, b);
+  }
+};
+template <>
+struct batch_op<ops::zeros_like> {
+  template <class F>
+  static vec<F> eval(vec<F>) {
+    return vec<F>(F(0));
+  }
+};
+template <class Shape>
+struct batch_op<ops::broadcast_to<Shape>> {
+  template <class F>
+  static vec<F> eval(vec<F> x) {
+    return x;
+  }
+};
+/// cast between the loop's float type and bool (a cast to the same type is the identity).
+template <dtype U>
+struct batch_op<ops::cast<U>> {
+  template <class F>
+  requires std::is_same_v<U, F>
+  static vec<F> eval(vec<F> x) { return x; }
+  template <class F>
+  requires std::is_same_v<U, F>
+  static vec<F> eval(mask<F> c) { return xsimd::select(c, vec<F>(F(1)), vec<F>(F(0))); }
+  template <class F>
+  requires std::is_same_v<U, bool>
+  static mask<F> eval(vec<F> x) { return x != vec<F>(F(0)); }
+};
+/// Ops whose value is their operand's (stop_gradient, custom_gradient).
+template <class Op>
+requires std::is_base_of_v<ops::identity_base, Op>
+struct batch_op<Op> {
+  template <class F>
+  static vec<F> eval(vec<F> x) {
+    return x;
+  }
+};
+#endif
+
+} // namespace typeflow::cpu_backend::simd
