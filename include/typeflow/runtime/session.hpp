@@ -836,7 +836,7 @@ private:
     const auto g =
         conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims, vals[W::index].dims);
     T* out = allocate<T>(vals[I]);
-    auto col = scratch<T>(cpu_backend::conv_is_pointwise(g) ? 0 : g.rows() * g.patch());
+    auto col = scratch<T>(cpu_backend::conv_scratch(g));
     cpu_backend::conv2d_backprop_input(*pool_, static_cast<const T*>(vals[G::index].data),
                                        static_cast<const T*>(vals[W::index].data), g,
                                        static_cast<T*>(col.get()), out);

@@ -1,17 +1,22 @@
-// CPU kernels of the neural-network ops. conv2d is im2col + one GEMM over the whole batch (NHWC
-// patches times the HWIO filter seen as a [KH*KW*C, O] matrix gives NHWC directly); its input
-// gradient is a GEMM then col2im, its filter gradient im2col then a GEMM. Pooling and the fused
-// cross-entropy are direct loops, parallel over images or rows.
+// CPU kernels of the neural-network ops. conv2d is im2col + GEMM, image by image (NHWC patches
+// times the HWIO filter seen as a [KH*KW*C, O] matrix gives NHWC directly), so one image's
+// patches stay in cache between the two instead of a whole batch's making a round trip through
+// memory; its input gradient is a GEMM then col2im, its filter gradient im2col then a GEMM
+// accumulated per part. Filters of a few channels (a first layer) use direct vector loops.
+// Pooling and the fused cross-entropy are direct loops, parallel over images or rows.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "../../core/dtype.hpp"
 #include "../../core/error.hpp"
 #include "gemm.hpp"
+#include "simd.hpp"
 #include "thread_pool.hpp"
 
 namespace typeflow::cpu_backend {
@@ -27,60 +32,88 @@ struct window2d {
   std::int64_t rows() const { return n * oh * ow; }
 };
 
-/// One output pixel's patch (zeros outside the input), as im2col writes it.
+/// One output pixel's patch (zeros outside the input), as im2col writes it. With dilation 1 along
+/// x, the in-bounds taps of one filter row are contiguous in both x and the patch, so each
+/// filter row is one plain copy (no memmove call per tap: a first layer copies one channel per
+/// tap, where a call per tap would cost more than the convolution).
 template <class T>
 void gather_patch(const T* xb, const window2d& g, std::int64_t oy, std::int64_t ox, T* dst) {
-  for (std::int64_t ky = 0; ky < g.kh; ++ky) {
+  const std::int64_t row = g.kw * g.c, ix0 = ox * g.sw - g.pw;
+  for (std::int64_t ky = 0; ky < g.kh; ++ky, dst += row) {
     const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-    for (std::int64_t kx = 0; kx < g.kw; ++kx, dst += g.c) {
-      const std::int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-      if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
-        std::fill_n(dst, g.c, T(0));
-      else
-        std::copy_n(xb + (iy * g.w + ix) * g.c, g.c, dst);
+    if (iy < 0 || iy >= g.h) {
+      std::fill_n(dst, row, T(0));
+    } else if (g.dw == 1) {
+      const std::int64_t k0 = std::clamp<std::int64_t>(-ix0, 0, g.kw),
+                         k1 = std::clamp<std::int64_t>(g.w - ix0, k0, g.kw);
+      const T* src = xb + (iy * g.w + ix0 + k0) * g.c;
+      T* d = dst + k0 * g.c;
+      for (std::int64_t i = 0; i < k0 * g.c; ++i)
+        dst[i] = T(0);
+      for (std::int64_t i = 0; i < (k1 - k0) * g.c; ++i)
+        d[i] = src[i];
+      for (std::int64_t i = k1 * g.c; i < row; ++i)
+        dst[i] = T(0);
+    } else {
+      for (std::int64_t kx = 0; kx < g.kw; ++kx) {
+        const std::int64_t ix = ix0 + kx * g.dw;
+        const T* src = xb + (iy * g.w + ix) * g.c;
+        const bool in = ix >= 0 && ix < g.w;
+        for (std::int64_t ci = 0; ci < g.c; ++ci)
+          dst[kx * g.c + ci] = in ? src[ci] : T(0);
+      }
     }
   }
 }
 
-/// col[(b, oy, ox), (ky, kx, ci)] = x[b, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw, ci] (0 outside).
+/// Image b's patches: col[(oy, ox), (ky, kx, ci)] = x[b, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw,
+/// ci] (0 outside).
 template <class T>
-void im2col(thread_pool& pool, const T* x, const window2d& g, T* col) {
-  const std::int64_t patch = g.patch();
-  pool.parallel_for(g.n * g.oh, 8, [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const T* xb = x + (r / g.oh) * g.h * g.w * g.c;
-      for (std::int64_t ox = 0; ox < g.ow; ++ox)
-        gather_patch(xb, g, r % g.oh, ox, col + (r * g.ow + ox) * patch);
-    }
-  });
+void im2col_image(const T* x, const window2d& g, std::int64_t b, T* col) {
+  const T* xb = x + b * g.h * g.w * g.c;
+  for (std::int64_t oy = 0; oy < g.oh; ++oy)
+    for (std::int64_t ox = 0; ox < g.ow; ++ox)
+      gather_patch(xb, g, oy, ox, col + (oy * g.ow + ox) * g.patch());
 }
 
-/// The adjoint of im2col: dx = sum of the patches' entries at their source positions.
+/// The adjoint of im2col_image: image b of dx = the sum of the patches' entries at their source
+/// positions.
 template <class T>
-void col2im(thread_pool& pool, const T* col, const window2d& g, T* dx) {
-  const std::int64_t patch = g.patch();
-  pool.parallel_for(g.n, 1, [&](std::int64_t b0, std::int64_t b1) {
-    for (std::int64_t b = b0; b < b1; ++b) {
-      T* xb = dx + b * g.h * g.w * g.c;
-      std::fill_n(xb, g.h * g.w * g.c, T(0));
-      for (std::int64_t oy = 0; oy < g.oh; ++oy)
-        for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-          const T* src = col + ((b * g.oh + oy) * g.ow + ox) * patch;
-          for (std::int64_t ky = 0; ky < g.kh; ++ky) {
-            const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-            for (std::int64_t kx = 0; kx < g.kw; ++kx, src += g.c) {
-              const std::int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-              if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
-                continue;
-              T* d = xb + (iy * g.w + ix) * g.c;
-              for (std::int64_t ci = 0; ci < g.c; ++ci)
-                d[ci] += src[ci];
-            }
-          }
+void col2im_image(const T* col, const window2d& g, std::int64_t b, T* dx) {
+  T* xb = dx + b * g.h * g.w * g.c;
+  std::fill_n(xb, g.h * g.w * g.c, T(0));
+  for (std::int64_t oy = 0; oy < g.oh; ++oy)
+    for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+      const T* src = col + (oy * g.ow + ox) * g.patch();
+      for (std::int64_t ky = 0; ky < g.kh; ++ky) {
+        const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
+        for (std::int64_t kx = 0; kx < g.kw; ++kx, src += g.c) {
+          const std::int64_t ix = ox * g.sw - g.pw + kx * g.dw;
+          if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
+            continue;
+          T* d = xb + (iy * g.w + ix) * g.c;
+          for (std::int64_t ci = 0; ci < g.c; ++ci)
+            d[ci] += src[ci];
         }
+      }
     }
-  });
 }
+
+/// The batch is cut into this many parts (a fixed number, so results do not depend on the
+/// thread count); each part works through its images one at a time, with one image's patches
+/// in its own scratch, small enough to stay in cache between im2col and the GEMM that reads it.
+inline constexpr std::int64_t conv_parts = 8;
+
+namespace detail {
+/// dw = the conv_parts partial sums of n elements each, added in order.
+template <class T>
+void sum_parts(const T* partial, std::int64_t n, T* dw) {
+  std::copy_n(partial, n, dw);
+  for (std::int64_t q = 1; q < conv_parts; ++q)
+    for (std::int64_t i = 0; i < n; ++i)
+      dw[i] += partial[q * n + i];
+}
+} // namespace detail
 
 /// Whether a convolution is a plain GEMM on x itself (1x1, stride 1, no padding).
 inline bool conv_is_pointwise(const window2d& g) {
@@ -94,10 +127,76 @@ inline bool conv_is_small(const window2d& g) {
   return g.patch() * g.o <= 4096 && g.patch() <= 256;
 }
 
+#if defined(TYPEFLOW_HAS_XSIMD)
+namespace detail {
+/// NP output pixels (patches in `buf`, `patch` apart) times the W columns of w at `oc`: NP
+/// accumulators in registers, one broadcast and one FMA per pixel per filter row.
+template <int NP, class T>
+inline void conv_small_tile(const T* buf, std::int64_t patch, const T* w, std::int64_t o,
+                            std::int64_t oc, T* y) {
+  using B = simd::vec<T>;
+  std::array<B, NP> acc;
+  acc.fill(B(T(0)));
+  for (std::int64_t p = 0; p < patch; ++p) {
+    const B wv = B::load_unaligned(w + p * o + oc);
+    for (int i = 0; i < NP; ++i)
+      acc[i] = xsimd::fma(B(buf[i * patch + p]), wv, acc[i]);
+  }
+  for (int i = 0; i < NP; ++i)
+    acc[i].store_unaligned(y + i * o + oc);
+}
+
+/// PB rows of dw at p (columns oc..oc+W) += the patches' entries times dy, over n pixels.
+template <int PB, class T>
+inline void conv_small_filter_tile(const T* pbuf, std::int64_t patch, const T* dy, std::int64_t o,
+                                   std::int64_t n, std::int64_t p, std::int64_t oc, T* acc_mem) {
+  using B = simd::vec<T>;
+  std::array<B, PB> acc;
+  for (int i = 0; i < PB; ++i)
+    acc[i] = B::load_unaligned(acc_mem + (p + i) * o + oc);
+  for (std::int64_t k = 0; k < n; ++k) {
+    const B d = B::load_unaligned(dy + k * o + oc);
+    for (int i = 0; i < PB; ++i)
+      acc[i] = xsimd::fma(B(pbuf[k * patch + p + i]), d, acc[i]);
+  }
+  for (int i = 0; i < PB; ++i)
+    acc[i].store_unaligned(acc_mem + (p + i) * o + oc);
+}
+} // namespace detail
+#endif
+
 /// Small filters, forward: each output pixel is its patch times w [patch, o], o innermost.
+/// Vectorized (xsimd) when o is a multiple of the vector width: 8 pixels at a time.
 template <class T>
 void conv2d_forward_small(thread_pool& pool, const T* x, const T* w, const window2d& g, T* y) {
   const std::int64_t patch = g.patch(), o = g.o;
+#if defined(TYPEFLOW_HAS_XSIMD)
+  if constexpr (std::is_floating_point_v<T>) {
+    constexpr std::int64_t W = simd::vec<T>::size, NP = 8;
+    if (o % W == 0) {
+      pool.parallel_for(g.n * g.oh, 4, [&](std::int64_t r0, std::int64_t r1) {
+        T buf[NP * 256];
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const T* xb = x + (r / g.oh) * g.h * g.w * g.c;
+          for (std::int64_t ox0 = 0; ox0 < g.ow; ox0 += NP) {
+            const std::int64_t np = std::min(NP, g.ow - ox0);
+            for (std::int64_t i = 0; i < np; ++i)
+              gather_patch(xb, g, r % g.oh, ox0 + i, buf + i * patch);
+            T* out = y + (r * g.ow + ox0) * o;
+            for (std::int64_t oc = 0; oc < o; oc += W) {
+              if (np == NP)
+                detail::conv_small_tile<NP>(buf, patch, w, o, oc, out);
+              else
+                for (std::int64_t i = 0; i < np; ++i)
+                  detail::conv_small_tile<1>(buf + i * patch, patch, w, o, oc, out + i * o);
+            }
+          }
+        }
+      });
+      return;
+    }
+  }
+#endif
   pool.parallel_for(g.n * g.oh, 4, [&](std::int64_t r0, std::int64_t r1) {
     T buf[256];
     for (std::int64_t r = r0; r < r1; ++r) {
@@ -126,60 +225,102 @@ void conv2d_forward_small(thread_pool& pool, const T* x, const T* w, const windo
 template <class T>
 void conv2d_backprop_filter_small(thread_pool& pool, const T* x, const T* dy, const window2d& g,
                                   T* partial, T* dw) {
-  constexpr std::int64_t parts = 8;
+  constexpr std::int64_t parts = conv_parts;
   const std::int64_t patch = g.patch(), o = g.o, rows = g.n * g.oh;
-  pool.parallel_for(parts, 1, [&](std::int64_t q0, std::int64_t q1) {
+  // Part q's pixels, scalar: each patch times its dy row, added to q's accumulator.
+  auto scalar_part = [&](std::int64_t q, T* acc) {
     T buf[256];
-    for (std::int64_t q = q0; q < q1; ++q) {
-      T* acc = partial + q * patch * o;
-      std::fill_n(acc, patch * o, T(0));
-      for (std::int64_t r = rows * q / parts; r < rows * (q + 1) / parts; ++r) {
-        const std::int64_t b = r / g.oh, oy = r % g.oh;
-        const T* xb = x + b * g.h * g.w * g.c;
-        for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-          gather_patch(xb, g, oy, ox, buf);
-          const T* d = dy + (r * g.ow + ox) * o;
-          for (std::int64_t p = 0; p < patch; ++p) {
-            const T v = buf[p];
-            if (v == T(0))
-              continue;
-            T* __restrict a = acc + p * o;
-            for (std::int64_t j = 0; j < o; ++j)
-              a[j] += v * d[j];
-          }
+    for (std::int64_t r = rows * q / parts; r < rows * (q + 1) / parts; ++r) {
+      const T* xb = x + (r / g.oh) * g.h * g.w * g.c;
+      for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+        gather_patch(xb, g, r % g.oh, ox, buf);
+        const T* d = dy + (r * g.ow + ox) * o;
+        for (std::int64_t p = 0; p < patch; ++p) {
+          const T v = buf[p];
+          if (v == T(0))
+            continue;
+          T* __restrict a = acc + p * o;
+          for (std::int64_t j = 0; j < o; ++j)
+            a[j] += v * d[j];
         }
       }
     }
+  };
+  pool.parallel_for(parts, 1, [&](std::int64_t q0, std::int64_t q1) {
+    for (std::int64_t q = q0; q < q1; ++q) {
+      T* acc = partial + q * patch * o;
+      std::fill_n(acc, patch * o, T(0));
+#if defined(TYPEFLOW_HAS_XSIMD)
+      // Vectorized when o is a multiple of the vector width: the patches of 64 pixels are
+      // gathered, then 8 rows of the part's dw stay in registers while those pixels stream past.
+      if constexpr (std::is_floating_point_v<T>) {
+        constexpr std::int64_t W = simd::vec<T>::size, chunk = 64, PB = 8;
+        if (o % W == 0) {
+          T pbuf[chunk * 256];
+          const std::int64_t px0 = rows * q / parts * g.ow, px1 = rows * (q + 1) / parts * g.ow;
+          for (std::int64_t c0 = px0; c0 < px1; c0 += chunk) {
+            const std::int64_t n = std::min(chunk, px1 - c0);
+            for (std::int64_t k = 0; k < n; ++k) {
+              const std::int64_t px = c0 + k, r = px / g.ow;
+              gather_patch(x + (r / g.oh) * g.h * g.w * g.c, g, r % g.oh, px % g.ow,
+                           pbuf + k * patch);
+            }
+            for (std::int64_t oc = 0; oc < o; oc += W) {
+              std::int64_t p = 0;
+              for (; p + PB <= patch; p += PB)
+                detail::conv_small_filter_tile<PB>(pbuf, patch, dy + c0 * o, o, n, p, oc, acc);
+              for (; p < patch; ++p)
+                detail::conv_small_filter_tile<1>(pbuf, patch, dy + c0 * o, o, n, p, oc, acc);
+            }
+          }
+          continue;
+        }
+      }
+#endif
+      scalar_part(q, acc);
+    }
   });
-  std::copy_n(partial, patch * o, dw);
-  for (std::int64_t q = 1; q < parts; ++q)
-    for (std::int64_t i = 0; i < patch * o; ++i)
-      dw[i] += partial[q * patch * o + i];
+  detail::sum_parts(partial, patch * o, dw);
 }
 
-/// Scratch elements conv2d_forward / conv2d_backprop_filter need for geometry g.
+/// Scratch elements the convolutions need for geometry g: per part, one image's patches and a
+/// filter-gradient accumulator.
 inline std::int64_t conv_scratch(const window2d& g) {
-  if (conv_is_small(g))
-    return 8 * g.patch() * g.o;
-  return conv_is_pointwise(g) ? 0 : g.rows() * g.patch();
+  return conv_is_pointwise(g) ? 0 : conv_parts * (g.oh * g.ow * g.patch() + g.patch() * g.o);
 }
 
-/// y [rows, o] = im2col(x) [rows, patch] * w [patch, o]; `col` has conv_scratch(g) elements.
+namespace detail {
+/// fn(q, b, col) for each image b of each part q, parts in parallel; col is part q's patches.
+template <class T, class Fn>
+void for_each_image(thread_pool& pool, const window2d& g, T* scratch, Fn&& fn) {
+  pool.parallel_for(conv_parts, 1, [&](std::int64_t q0, std::int64_t q1) {
+    for (std::int64_t q = q0; q < q1; ++q)
+      for (std::int64_t b = g.n * q / conv_parts; b < g.n * (q + 1) / conv_parts; ++b)
+        fn(q, b, scratch + q * g.oh * g.ow * g.patch());
+  });
+}
+} // namespace detail
+
+/// y [rows, o] = im2col(x) [rows, patch] * w [patch, o], image by image; `col` has
+/// conv_scratch(g) elements.
 template <class T>
 void conv2d_forward(thread_pool& pool, const T* x, const T* w, const window2d& g, T* col, T* y) {
   if (conv_is_small(g)) {
     conv2d_forward_small(pool, x, w, g, y);
     return;
   }
-  const T* a = x;
-  if (!conv_is_pointwise(g)) {
-    im2col(pool, x, g, col);
-    a = col;
+  if (conv_is_pointwise(g)) {
+    gemm<T>(pool, false, false, g.rows(), g.o, g.patch(), x, w, y);
+    return;
   }
-  gemm<T>(pool, false, false, g.rows(), g.o, g.patch(), a, w, y);
+  const std::int64_t pixels = g.oh * g.ow, patch = g.patch();
+  detail::for_each_image(pool, g, col, [&](std::int64_t, std::int64_t b, T* c) {
+    im2col_image(x, g, b, c);
+    gemm_serial(false, false, pixels, g.o, patch, c, patch, w, g.o, y + b * pixels * g.o, g.o);
+  });
 }
 
-/// dx = col2im(dy [rows, o] * w^T [o, patch]).
+/// dx = col2im(dy [rows, o] * w^T [o, patch]), image by image.
 template <class T>
 void conv2d_backprop_input(thread_pool& pool, const T* dy, const T* w, const window2d& g, T* col,
                            T* dx) {
@@ -187,24 +328,37 @@ void conv2d_backprop_input(thread_pool& pool, const T* dy, const T* w, const win
     gemm<T>(pool, false, true, g.rows(), g.patch(), g.o, dy, w, dx);
     return;
   }
-  gemm<T>(pool, false, true, g.rows(), g.patch(), g.o, dy, w, col);
-  col2im(pool, col, g, dx);
+  const std::int64_t pixels = g.oh * g.ow, patch = g.patch();
+  detail::for_each_image(pool, g, col, [&](std::int64_t, std::int64_t b, T* c) {
+    gemm_serial(false, true, pixels, patch, g.o, dy + b * pixels * g.o, g.o, w, g.o, c, patch);
+    col2im_image(c, g, b, dx);
+  });
 }
 
-/// dw [patch, o] = im2col(x)^T [patch, rows] * dy [rows, o].
+/// dw [patch, o] = im2col(x)^T [patch, rows] * dy [rows, o]: each part accumulates its images'
+/// products, then the parts are added in order.
 template <class T>
 void conv2d_backprop_filter(thread_pool& pool, const T* x, const T* dy, const window2d& g, T* col,
                             T* dw) {
-  if (conv_is_small(g)) {
-    conv2d_backprop_filter_small(pool, x, dy, g, col, dw);
+  const std::int64_t patch = g.patch(), o = g.o;
+  if (conv_is_pointwise(g)) {
+    gemm<T>(pool, true, false, patch, o, g.rows(), x, dy, dw);
     return;
   }
-  const T* a = x;
-  if (!conv_is_pointwise(g)) {
-    im2col(pool, x, g, col);
-    a = col;
+  T* partial = col + conv_parts * g.oh * g.ow * patch;
+  if (conv_is_small(g)) {
+    conv2d_backprop_filter_small(pool, x, dy, g, partial, dw);
+    return;
   }
-  gemm<T>(pool, true, false, g.patch(), g.o, g.rows(), a, dy, dw);
+  const std::int64_t pixels = g.oh * g.ow;
+  for (std::int64_t q = 0; q < conv_parts; ++q)
+    std::fill_n(partial + q * patch * o, patch * o, T(0));
+  detail::for_each_image(pool, g, col, [&](std::int64_t q, std::int64_t b, T* c) {
+    im2col_image(x, g, b, c);
+    gemm_serial(true, false, patch, o, pixels, c, patch, dy + b * pixels * o, o,
+                partial + q * patch * o, o, true);
+  });
+  detail::sum_parts(partial, patch * o, dw);
 }
 
 /// Max or average pooling; padded positions are skipped (never a max, not counted).
@@ -246,6 +400,8 @@ void pool_forward(thread_pool& pool, const T* x, const window2d& g, T* y) {
 template <bool Max, class T>
 void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g, T* dx) {
   pool.parallel_for(g.n, 1, [&](std::int64_t b0, std::int64_t b1) {
+    std::vector<T> best_v(Max ? static_cast<std::size_t>(g.c) : 0);
+    std::vector<std::int64_t> best_at(best_v.size());
     for (std::int64_t b = b0; b < b1; ++b) {
       const T* xb = x + b * g.h * g.w * g.c;
       T* db = dx + b * g.h * g.w * g.c;
@@ -260,16 +416,23 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
           if (y1 <= y0 || x1 <= x0)
             continue;
           if constexpr (Max) {
-            for (std::int64_t ci = 0; ci < g.c; ++ci) {
-              std::int64_t best = (y0 * g.w + x0) * g.c + ci;
-              for (std::int64_t iy = y0; iy < y1; ++iy)
-                for (std::int64_t ix = x0; ix < x1; ++ix) {
-                  const std::int64_t at = (iy * g.w + ix) * g.c + ci;
-                  if (xb[at] > xb[best])
-                    best = at;
+            // All channels at once (contiguous, so the compare-and-select vectorizes): the
+            // first maximum's value and pixel offset per channel, then the scatter.
+            const std::int64_t first = y0 * g.w + x0;
+            std::copy_n(xb + first * g.c, g.c, best_v.data());
+            std::fill_n(best_at.data(), g.c, first);
+            for (std::int64_t iy = y0; iy < y1; ++iy)
+              for (std::int64_t ix = x0; ix < x1; ++ix) {
+                const std::int64_t at = iy * g.w + ix;
+                const T* src = xb + at * g.c;
+                for (std::int64_t ci = 0; ci < g.c; ++ci) {
+                  const bool more = src[ci] > best_v[ci];
+                  best_v[ci] = more ? src[ci] : best_v[ci];
+                  best_at[ci] = more ? at : best_at[ci];
                 }
-              db[best] += gy[ci];
-            }
+              }
+            for (std::int64_t ci = 0; ci < g.c; ++ci)
+              db[best_at[ci] * g.c + ci] += gy[ci];
           } else {
             const T inv = T(1) / static_cast<T>((y1 - y0) * (x1 - x0));
             for (std::int64_t iy = y0; iy < y1; ++iy)
