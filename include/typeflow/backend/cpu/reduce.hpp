@@ -15,6 +15,7 @@
 #include "../../core/error.hpp"
 #include "../../ops/reduce.hpp"
 #include "../../runtime/value.hpp"
+#include "simd.hpp"
 #include "thread_pool.hpp"
 
 namespace typeflow::cpu_backend {
@@ -40,6 +41,36 @@ template <class R, class T>
 inline accum_t<T> reduce_contiguous(const T* p, std::int64_t n) {
   constexpr int lanes = 16;
   if constexpr (std::is_same_v<R, ops::reducers::max> || std::is_same_v<R, ops::reducers::min>) {
+#if defined(TYPEFLOW_HAS_XSIMD)
+    if constexpr (std::is_floating_point_v<T>) {
+      // Four vectors of lanes; a lane keeps its value when it is NaN or wins the comparison,
+      // as combine() does, so NaN propagates.
+      using B = simd::vec<T>;
+      constexpr std::int64_t W = B::size;
+      const auto step = [](B acc, B v) {
+        const auto keep =
+            (std::is_same_v<R, ops::reducers::max> ? acc >= v : acc <= v) | !(acc == acc);
+        return xsimd::select(keep, acc, v);
+      };
+      B a0(R::template identity<T>()), a1 = a0, a2 = a0, a3 = a0;
+      std::int64_t i = 0;
+      for (; i + 4 * W <= n; i += 4 * W) {
+        a0 = step(a0, B::load_unaligned(p + i));
+        a1 = step(a1, B::load_unaligned(p + i + W));
+        a2 = step(a2, B::load_unaligned(p + i + 2 * W));
+        a3 = step(a3, B::load_unaligned(p + i + 3 * W));
+      }
+      alignas(64) T lane[4 * W];
+      a0.store_aligned(lane), a1.store_aligned(lane + W);
+      a2.store_aligned(lane + 2 * W), a3.store_aligned(lane + 3 * W);
+      T r = R::template identity<T>();
+      for (; i < n; ++i)
+        r = combine<R>(r, p[i]);
+      for (auto a : lane)
+        r = combine<R>(r, a);
+      return r;
+    }
+#endif
     T acc[lanes];
     for (auto& a : acc)
       a = R::template identity<T>();
@@ -200,6 +231,37 @@ void reduce(thread_pool& pool, const T* in, const runtime::rt_dims& in_dims,
           out[o] = finish(acc);
         }
       }
+      return;
+    }
+    if (simple && k1 <= 4 && rn >= 64 && k2 >= 256) {
+      // [k1, rn, k2] with few outer slices: the rows are cut into fixed parts (results do not
+      // depend on the thread count), each part streams its rows front to back into a row of
+      // accumulators, and the parts are combined in order. Walking down columns in tiles
+      // instead touches a new page per row.
+      constexpr std::int64_t parts = 8;
+      std::vector<acc_t> part(static_cast<std::size_t>(k1 * parts * k2));
+      pool.parallel_for(k1 * parts, 1, [&](std::int64_t t0, std::int64_t t1) {
+        for (std::int64_t t = t0; t < t1; ++t) {
+          const std::int64_t a = t / parts, q = t % parts;
+          acc_t* acc = part.data() + t * k2;
+          std::fill_n(acc, k2, base_r::template identity<acc_t>());
+          for (std::int64_t r = rn * q / parts; r < rn * (q + 1) / parts; ++r) {
+            const T* row = in + (a * rn + r) * k2;
+            for (std::int64_t c = 0; c < k2; ++c)
+              acc[c] = detail::combine<base_r>(acc[c], static_cast<acc_t>(row[c]));
+          }
+        }
+      });
+      pool.parallel_for(k1 * k2, 1024, [&](std::int64_t o0, std::int64_t o1) {
+        for (std::int64_t o = o0; o < o1; ++o) {
+          const std::int64_t a = o / k2, c = o % k2;
+          acc_t acc = part[static_cast<std::size_t>(a * parts * k2 + c)];
+          for (std::int64_t q = 1; q < parts; ++q)
+            acc = detail::combine<base_r>(acc,
+                                          part[static_cast<std::size_t>((a * parts + q) * k2 + c)]);
+          out[o] = finish(acc);
+        }
+      });
       return;
     }
     if (simple) {

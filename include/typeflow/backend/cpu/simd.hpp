@@ -81,7 +81,8 @@ TYPEFLOW_SIMD_BINARY(ops::pow, vec, xsimd::pow(a, b))
 TYPEFLOW_SIMD_BINARY(ops::maximum, vec, xsimd::select(a < b, b, a))
 TYPEFLOW_SIMD_BINARY(ops::minimum, vec, xsimd::select(b < a, b, a))
 TYPEFLOW_SIMD_BINARY(ops::equal, mask, a == b)
-TYPEFLOW_SIMD_BINARY(ops::not_equal, mask, a != b)
+// xsimd's != is an ordered compare (false when either is NaN); C++'s is not: !(a == b).
+TYPEFLOW_SIMD_BINARY(ops::not_equal, mask, !(a == b))
 TYPEFLOW_SIMD_BINARY(ops::less, mask, a < b)
 TYPEFLOW_SIMD_BINARY(ops::less_equal, mask, a <= b)
 TYPEFLOW_SIMD_BINARY(ops::greater, mask, a > b)
@@ -124,7 +125,7 @@ struct batch_op<ops::cast<U>> {
   static vec<F> eval(mask<F> c) { return xsimd::select(c, vec<F>(F(1)), vec<F>(F(0))); }
   template <class F>
   requires std::is_same_v<U, bool>
-  static mask<F> eval(vec<F> x) { return x != vec<F>(F(0)); }
+  static mask<F> eval(vec<F> x) { return !(x == vec<F>(F(0))); } // NaN is true, as in C++
 };
 /// Ops whose value is their operand's (stop_gradient, custom_gradient).
 template <class Op>
