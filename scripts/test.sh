@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# typeflow's full check: deps, configure (Release, -Werror), build, format check, ctest.
+# typeflow's full check: deps, configure (Release, -Werror, benchmarks built too), build,
+# format check, ctest.
 # Usage: bash scripts/test.sh        (from any directory)
 set -euo pipefail
 
@@ -10,7 +11,7 @@ JOBS="${TYPEFLOW_JOBS:-2}"
 
 bash scripts/install-deps.sh
 
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTYPEFLOW_WERROR=ON
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTYPEFLOW_WERROR=ON -DTYPEFLOW_BUILD_BENCH=ON
 cmake --build "$BUILD_DIR" -j"$JOBS"
 
 # Formatting: every .hpp/.cpp/.cu/.cuh under include test examples bench that git
