@@ -339,7 +339,7 @@ void check_conv(const std::string& name, const cpu::window2d& g, bool small, boo
 }
 
 /// Pointwise and past the small-filter limit: the forward and input-gradient GEMMs have 588 rows
-/// and 2 m n k > 2^21, so gemm splits them into two parts.
+/// and 2 m n k > 2^21, so gemm splits them into four parts.
 cpu::window2d pointwise_gemm_geo() {
   return conv_geo(3, 14, 14, 40, 1, 1, 120, 1, 1, 1, 1, 0, 0);
 }
@@ -481,9 +481,9 @@ TEST_SUITE("cpu_kernels") {
       i64 m, n, k;
       std::string what;
     };
-    // gemm splits only when 2 m n k >= 2^21, into (larger side) / 256 parts: (600, 40, 100) is
-    // cut by rows at 304 (parts of 304 and 296), (40, 600, 100) by columns, (260, 777, 9) by
-    // columns into 3 (slabs of 272, 272 and 233, the last not a multiple of 16).
+    // gemm splits only when 2 m n k >= 2^21, into (larger side) / 128 parts: (600, 40, 100) is
+    // cut by rows into 4 (slabs of 160, 160, 160 and 120), (40, 600, 100) by columns,
+    // (260, 777, 9) by columns into 6 (five of 144 and 57, not a multiple of 16).
     const shape3 shapes[] = {{600, 40, 100, "split by rows"},
                              {40, 600, 100, "split by columns"},
                              {260, 777, 9, "split by columns, ragged"},

@@ -80,14 +80,14 @@ void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
 /// The parts follow from the shape alone, never the thread count: BLAS libraries pick kernels
 /// by size (OpenBLAS switches to a small-matrix kernel, which rounds differently, below 100^3),
 /// so a split that followed the threads would make the bits depend on them. Slabs are at least
-/// 256 wide and multiples of 16, at most 16 of them.
+/// 128 wide and multiples of 16, at most 16 of them.
 template <class T>
 void gemm(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
           const T* a, const T* b, T* c) {
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
   const bool by_rows = m >= n;
   const std::int64_t side = by_rows ? m : n, unit = 16;
-  const std::int64_t parts = std::clamp<std::int64_t>(side / 256, 1, 16);
+  const std::int64_t parts = std::clamp<std::int64_t>(side / 128, 1, 16);
   if (parts <= 1 || 2 * m * n * k < (std::int64_t{1} << 21)) {
     gemm_serial(ta, tb, m, n, k, a, lda, b, ldb, c, n);
     return;

@@ -36,74 +36,80 @@ TYPEFLOW_HD inline T combine(T acc, T v) {
     return acc + v;
 }
 
-/// Reduce n contiguous elements.
+#if defined(TYPEFLOW_HAS_XSIMD)
+/// combine() on batches: a lane keeps its value when it is NaN or wins the comparison, so NaN
+/// propagates (xsimd's != is ordered, hence !(a == a) for NaN).
+template <class R, class T>
+inline simd::vec<T> combine_batch(simd::vec<T> acc, simd::vec<T> v) {
+  if constexpr (std::is_same_v<R, ops::reducers::max> || std::is_same_v<R, ops::reducers::min>) {
+    const auto keep = (std::is_same_v<R, ops::reducers::max> ? acc >= v : acc <= v) | !(acc == acc);
+    return xsimd::select(keep, acc, v);
+  } else {
+    return acc + v;
+  }
+}
+#endif
+
+/// acc[c] = combine(acc[c], row[c]) for c < n.
+template <class R, class T>
+inline void combine_row(T* __restrict acc, const T* __restrict row, std::int64_t n) {
+  std::int64_t c = 0;
+#if defined(TYPEFLOW_HAS_XSIMD)
+  if constexpr (std::is_floating_point_v<T>) {
+    using B = simd::vec<T>;
+    for (; c + std::int64_t{B::size} <= n; c += B::size)
+      combine_batch<R>(B::load_unaligned(acc + c), B::load_unaligned(row + c))
+          .store_unaligned(acc + c);
+  }
+#endif
+  for (; c < n; ++c)
+    acc[c] = combine<R>(acc[c], row[c]);
+}
+
+/// Reduce n contiguous elements: independent lanes (four vectors with xsimd); sums add the lanes
+/// in T over chunks of 4096 (64 elements per lane) and the chunks in the wider accumulator.
 template <class R, class T>
 inline accum_t<T> reduce_contiguous(const T* p, std::int64_t n) {
-  constexpr int lanes = 16;
-  if constexpr (std::is_same_v<R, ops::reducers::max> || std::is_same_v<R, ops::reducers::min>) {
+  constexpr bool is_sum =
+      !std::is_same_v<R, ops::reducers::max> && !std::is_same_v<R, ops::reducers::min>;
+  constexpr std::int64_t chunk = is_sum ? 4096 : std::numeric_limits<std::int64_t>::max();
+  accum_t<T> total = R::template identity<accum_t<T>>();
+  for (std::int64_t c0 = 0; c0 < n; c0 += std::min(chunk, n - c0)) {
+    const std::int64_t m = std::min(chunk, n - c0);
+    const T* q = p + c0;
+    T r = R::template identity<T>();
+    std::int64_t i = 0;
 #if defined(TYPEFLOW_HAS_XSIMD)
     if constexpr (std::is_floating_point_v<T>) {
-      // Four vectors of lanes; a lane keeps its value when it is NaN or wins the comparison,
-      // as combine() does, so NaN propagates.
       using B = simd::vec<T>;
       constexpr std::int64_t W = B::size;
-      const auto step = [](B acc, B v) {
-        const auto keep =
-            (std::is_same_v<R, ops::reducers::max> ? acc >= v : acc <= v) | !(acc == acc);
-        return xsimd::select(keep, acc, v);
-      };
       B a0(R::template identity<T>()), a1 = a0, a2 = a0, a3 = a0;
-      std::int64_t i = 0;
-      for (; i + 4 * W <= n; i += 4 * W) {
-        a0 = step(a0, B::load_unaligned(p + i));
-        a1 = step(a1, B::load_unaligned(p + i + W));
-        a2 = step(a2, B::load_unaligned(p + i + 2 * W));
-        a3 = step(a3, B::load_unaligned(p + i + 3 * W));
+      for (; i + 4 * W <= m; i += 4 * W) {
+        a0 = combine_batch<R>(a0, B::load_unaligned(q + i));
+        a1 = combine_batch<R>(a1, B::load_unaligned(q + i + W));
+        a2 = combine_batch<R>(a2, B::load_unaligned(q + i + 2 * W));
+        a3 = combine_batch<R>(a3, B::load_unaligned(q + i + 3 * W));
       }
       alignas(64) T lane[4 * W];
       a0.store_aligned(lane), a1.store_aligned(lane + W);
       a2.store_aligned(lane + 2 * W), a3.store_aligned(lane + 3 * W);
-      T r = R::template identity<T>();
-      for (; i < n; ++i)
-        r = combine<R>(r, p[i]);
-      for (auto a : lane)
-        r = combine<R>(r, a);
-      return r;
+      for (auto v : lane)
+        r = combine<R>(r, v);
     }
 #endif
+    constexpr int lanes = 16;
     T acc[lanes];
-    for (auto& a : acc)
-      a = R::template identity<T>();
-    std::int64_t i = 0;
-    for (; i + lanes <= n; i += lanes)
+    std::fill_n(acc, lanes, R::template identity<T>());
+    for (; i + lanes <= m; i += lanes)
       for (int l = 0; l < lanes; ++l)
-        acc[l] = combine<R>(acc[l], p[i + l]);
-    T r = R::template identity<T>();
-    for (; i < n; ++i)
-      r = combine<R>(r, p[i]);
-    for (auto a : acc)
-      r = combine<R>(r, a);
-    return r;
-  } else {
-    // Sums: lanes in T over short chunks, chunk results in the wider accumulator.
-    accum_t<T> total = 0;
-    constexpr std::int64_t chunk = 1024;
-    for (std::int64_t c = 0; c < n; c += chunk) {
-      const std::int64_t m = std::min(chunk, n - c);
-      T acc[lanes] = {};
-      std::int64_t i = 0;
-      for (; i + lanes <= m; i += lanes)
-        for (int l = 0; l < lanes; ++l)
-          acc[l] += p[c + i + l];
-      accum_t<T> s = 0;
-      for (; i < m; ++i)
-        s += p[c + i];
-      for (auto a : acc)
-        s += a;
-      total += s;
-    }
-    return total;
+        acc[l] = combine<R>(acc[l], q[i + l]);
+    for (auto v : acc)
+      r = combine<R>(r, v);
+    for (; i < m; ++i)
+      r = combine<R>(r, q[i]);
+    total = combine<R>(total, static_cast<accum_t<T>>(r));
   }
+  return total;
 }
 
 struct reduce_geometry {
@@ -238,17 +244,23 @@ void reduce(thread_pool& pool, const T* in, const runtime::rt_dims& in_dims,
       // depend on the thread count), each part streams its rows front to back into a row of
       // accumulators, and the parts are combined in order. Walking down columns in tiles
       // instead touches a new page per row.
-      constexpr std::int64_t parts = 8;
+      constexpr std::int64_t parts = 8, flush = 64;
       std::vector<acc_t> part(static_cast<std::size_t>(k1 * parts * k2));
       pool.parallel_for(k1 * parts, 1, [&](std::int64_t t0, std::int64_t t1) {
+        // Rows are combined in T (exact for max/min); a sum's row of T accumulators is added
+        // into the wider one every `flush` rows, as reduce_contiguous does with its chunks.
+        std::vector<T> row_acc(static_cast<std::size_t>(k2));
         for (std::int64_t t = t0; t < t1; ++t) {
           const std::int64_t a = t / parts, q = t % parts;
           acc_t* acc = part.data() + t * k2;
           std::fill_n(acc, k2, base_r::template identity<acc_t>());
-          for (std::int64_t r = rn * q / parts; r < rn * (q + 1) / parts; ++r) {
-            const T* row = in + (a * rn + r) * k2;
+          const std::int64_t r0 = rn * q / parts, r1 = rn * (q + 1) / parts;
+          for (std::int64_t rb = r0; rb < r1; rb += flush) {
+            std::fill_n(row_acc.data(), k2, base_r::template identity<T>());
+            for (std::int64_t r = rb; r < std::min(r1, rb + flush); ++r)
+              detail::combine_row<base_r>(row_acc.data(), in + (a * rn + r) * k2, k2);
             for (std::int64_t c = 0; c < k2; ++c)
-              acc[c] = detail::combine<base_r>(acc[c], static_cast<acc_t>(row[c]));
+              acc[c] = detail::combine<base_r>(acc[c], static_cast<acc_t>(row_acc[c]));
           }
         }
       });
