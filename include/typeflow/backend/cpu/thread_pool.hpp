@@ -1,8 +1,13 @@
 // A persistent fork-join thread pool: parallel_for splits [0, n) into tasks that the caller and
-// the workers take from one atomic counter.
+// the workers take from one atomic counter. An idle worker, and a caller waiting for the last
+// chunks, spin for a few tens of microseconds before sleeping on a condition variable: a step
+// of a graph is often a fraction of a millisecond, and a futex wake-up per step would be a large
+// part of it (OpenBLAS's own threads spin the same way, which is why the session keeps BLAS on
+// one thread and runs it on this pool).
 #pragma once
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -28,6 +33,7 @@ public:
     {
       std::lock_guard lock(mu_);
       stop_ = true;
+      stop_flag_.store(true);
     }
     cv_.notify_all();
     for (auto& t : workers_)
@@ -58,9 +64,11 @@ public:
       std::lock_guard lock(mu_);
       job_ = &j;
       ++generation_;
+      published_.store(generation_, std::memory_order_release);
     }
     cv_.notify_all();
     run_chunks(j);
+    spin_until([&] { return j.finished.load(std::memory_order_acquire) == chunks; });
     std::unique_lock lock(mu_);
     done_cv_.wait(lock, [&] { return j.finished.load() == chunks && active_ == 0; });
     job_ = nullptr;
@@ -96,10 +104,27 @@ private:
     in_parallel_ = false;
   }
 
+  /// Busy-waits (with a pause) until done() or about 50 microseconds have passed.
+  template <class Done>
+  static void spin_until(Done done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    for (int i = 0; !done(); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() > until)
+        return;
+    }
+  }
+
   void work_loop() {
     std::uint64_t seen = 0;
     for (;;) {
       job* j;
+      spin_until([&] {
+        return stop_flag_.load(std::memory_order_relaxed) ||
+               published_.load(std::memory_order_acquire) != seen;
+      });
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [&] { return stop_ || (job_ && generation_ != seen); });
@@ -126,6 +151,8 @@ private:
   std::uint64_t generation_ = 0;
   int active_ = 0;
   bool stop_ = false;
+  std::atomic<std::uint64_t> published_{0}; // generation_, readable without the lock (spinning)
+  std::atomic<bool> stop_flag_{false};
   static inline thread_local bool in_parallel_ = false;
 };
 
