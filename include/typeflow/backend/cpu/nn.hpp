@@ -77,23 +77,37 @@ void im2col_image(const T* x, const window2d& g, std::int64_t b, T* col) {
 }
 
 /// The adjoint of im2col_image: image b of dx = the sum of the patches' entries at their source
-/// positions.
+/// positions. As in gather_patch, with dilation 1 along x one filter row is one contiguous run
+/// in both the patch and dx.
 template <class T>
 void col2im_image(const T* col, const window2d& g, std::int64_t b, T* dx) {
   T* xb = dx + b * g.h * g.w * g.c;
   std::fill_n(xb, g.h * g.w * g.c, T(0));
+  const std::int64_t row = g.kw * g.c;
   for (std::int64_t oy = 0; oy < g.oh; ++oy)
     for (std::int64_t ox = 0; ox < g.ow; ++ox) {
       const T* src = col + (oy * g.ow + ox) * g.patch();
-      for (std::int64_t ky = 0; ky < g.kh; ++ky) {
+      const std::int64_t ix0 = ox * g.sw - g.pw;
+      for (std::int64_t ky = 0; ky < g.kh; ++ky, src += row) {
         const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh;
-        for (std::int64_t kx = 0; kx < g.kw; ++kx, src += g.c) {
-          const std::int64_t ix = ox * g.sw - g.pw + kx * g.dw;
-          if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
+        if (iy < 0 || iy >= g.h)
+          continue;
+        if (g.dw == 1) {
+          const std::int64_t k0 = std::clamp<std::int64_t>(-ix0, 0, g.kw),
+                             k1 = std::clamp<std::int64_t>(g.w - ix0, k0, g.kw);
+          T* __restrict d = xb + (iy * g.w + ix0 + k0) * g.c;
+          const T* __restrict s = src + k0 * g.c;
+          for (std::int64_t i = 0; i < (k1 - k0) * g.c; ++i)
+            d[i] += s[i];
+          continue;
+        }
+        for (std::int64_t kx = 0; kx < g.kw; ++kx) {
+          const std::int64_t ix = ix0 + kx * g.dw;
+          if (ix < 0 || ix >= g.w)
             continue;
           T* d = xb + (iy * g.w + ix) * g.c;
           for (std::int64_t ci = 0; ci < g.c; ++ci)
-            d[ci] += src[ci];
+            d[ci] += src[kx * g.c + ci];
         }
       }
     }
