@@ -835,6 +835,26 @@ TEST_SUITE("cpu_kernels") {
           CHECK(max2[q] == mx);
       }
     }
+    // Short rows (a bias gradient's shape): [500, 7] over axis 0 also takes the row parts.
+    {
+      constexpr auto q = ty::placeholder<"q", float, ty::shape<500, 7>>;
+      auto qs = random_vector<float>(r, 500 * 7, -1, 1);
+      ty::tensor<float> tq({500, 7}, std::span<const float>(qs));
+      ty::session s1(ty::session_options{.threads = 1}), s2(ty::session_options{.threads = 2});
+      auto [sum1, max1] = s1.run(ty::fetch(ty::sum<0>(q), ty::max<0>(q)), ty::feed(q, tq));
+      auto [sum2, max2] = s2.run(ty::fetch(ty::sum<0>(q), ty::max<0>(q)), ty::feed(q, tq));
+      for (i64 c = 0; c < 7; ++c) {
+        double sm = 0, sabs = 0, mx = -INFINITY;
+        for (i64 k = 0; k < 500; ++k) {
+          const float x = qs[static_cast<std::size_t>(k * 7 + c)];
+          sm += x, sabs += std::abs(x), mx = std::max<double>(mx, x);
+        }
+        CHECK(std::abs(sum1[c] - sm) <= 1e-6 * (1 + sabs));
+        CHECK(max1[c] == mx);
+        CHECK(std::bit_cast<std::uint32_t>(sum1[c]) == std::bit_cast<std::uint32_t>(sum2[c]));
+        CHECK(max2[c] == mx);
+      }
+    }
     // Ragged contiguous lengths around the vector loop's 4 batches, a NaN in the tail.
     constexpr auto f = ty::placeholder<"f", float, ty::shape<ty::dyn>>;
     ty::session s;

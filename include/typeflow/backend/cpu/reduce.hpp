@@ -239,11 +239,11 @@ void reduce(thread_pool& pool, const T* in, const runtime::rt_dims& in_dims,
       }
       return;
     }
-    if (simple && k1 <= 4 && rn >= 64 && k2 >= 256) {
+    if (simple && k1 <= 4 && rn >= 64 && k1 * 8 * k2 <= (std::int64_t{1} << 22)) {
       // [k1, rn, k2] with few outer slices: the rows are cut into fixed parts (results do not
       // depend on the thread count), each part streams its rows front to back into a row of
       // accumulators, and the parts are combined in order. Walking down columns in tiles
-      // instead touches a new page per row.
+      // instead touches a new page per row, and runs one tile on one thread when rows are short.
       constexpr std::int64_t parts = 8, flush = 64;
       std::vector<acc_t> part(static_cast<std::size_t>(k1 * parts * k2));
       pool.parallel_for(k1 * parts, 1, [&](std::int64_t t0, std::int64_t t1) {
