@@ -415,6 +415,38 @@ TEST_SUITE("cpu_kernels") {
     }
   }
 
+  TEST_CASE("fused loops larger than the last-level cache stream their result, same bits") {
+    // 4 inputs and the result of n floats exceed the cache: the loop writes with non-temporal
+    // stores (when the build has them). Every element must still match the double reference,
+    // and the bits must equal those of the same expression on a short, cached prefix.
+    constexpr auto a = ty::placeholder<"a", float, ty::shape<ty::dyn>>;
+    constexpr auto b = ty::placeholder<"b", float, ty::shape<ty::dyn>>;
+    constexpr auto c = ty::placeholder<"c", float, ty::shape<ty::dyn>>;
+    constexpr auto d = ty::placeholder<"d", float, ty::shape<ty::dyn>>;
+    const i64 n = static_cast<i64>(cpu::simd::last_level_cache_bytes() / 16) + 13;
+    rng r{31};
+    std::vector<std::vector<float>> in;
+    for (int k = 0; k < 4; ++k)
+      in.push_back(random_vector<float>(r, n, -2, 2));
+    auto feed = [&](auto p, int k, i64 len) {
+      return ty::feed(p, ty::tensor_view<float>(in[static_cast<std::size_t>(k)].data(), {len}));
+    };
+    ty::session s(ty::session_options{.threads = 2});
+    constexpr auto e = a * b + c * ty::sin(d);
+    auto [big] = s.run(ty::fetch(e), feed(a, 0, n), feed(b, 1, n), feed(c, 2, n), feed(d, 3, n));
+    auto [small] =
+        s.run(ty::fetch(e), feed(a, 0, 1000), feed(b, 1, 1000), feed(c, 2, 1000), feed(d, 3, 1000));
+    i64 bad = 0;
+    for (i64 i = 0; i < n; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      const double ab = double(in[0][at]) * in[1][at], cs = double(in[2][at]) * std::sin(in[3][at]);
+      bad += !(std::abs(big[i] - (ab + cs)) <= 1e-6 * (std::abs(ab) + std::abs(cs)) + 1e-30);
+    }
+    CHECK(bad == 0);
+    for (i64 i = 0; i < 1000; ++i)
+      CHECK(std::bit_cast<std::uint32_t>(big[i]) == std::bit_cast<std::uint32_t>(small[i]));
+  }
+
   TEST_CASE("fused loops broadcast [5,1] x [1,37], in double, and on integers") {
     ty::session s(ty::session_options{.threads = 2});
     rng r{77};

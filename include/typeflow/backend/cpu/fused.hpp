@@ -174,13 +174,17 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
 
   template <std::size_t... K>
   static void inner(out_t* __restrict out, std::int64_t len, const std::tuple<const Ins*...>& p,
-                    std::index_sequence<K...>) {
+                    bool stream, std::index_sequence<K...>) {
 #if defined(TYPEFLOW_HAS_XSIMD)
     if constexpr (vectorized) {
       using B = simd::vec<out_t>;
       constexpr std::int64_t W = B::size;
       const auto members = std::index_sequence_for<Ms...>{};
       std::int64_t j = 0;
+      if (stream && reinterpret_cast<std::uintptr_t>(out) % sizeof(B) == 0)
+        for (; j + W <= len; j += W)
+          simd::stream_store(out + j,
+                             beval(bin_tuple{B::load_unaligned(std::get<K>(p) + j)...}, members));
       for (; j + W <= len; j += W)
         beval(bin_tuple{B::load_unaligned(std::get<K>(p) + j)...}, members)
             .store_unaligned(out + j);
@@ -198,6 +202,7 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
       return;
     }
 #endif
+    (void)stream;
     for (std::int64_t j = 0; j < len; ++j)
       out[j] = eval(std::get<K>(p)[j]...);
   }
@@ -216,6 +221,18 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
     const std::int64_t blocks_per_row = (inner_n + block - 1) / block;
     const std::int64_t rows = total / inner_n;
     const std::int64_t n_blocks = rows * blocks_per_row;
+    // A loop whose operands and result together exceed the last-level cache writes its result
+    // with non-temporal stores: it would be evicted before its reader runs anyway, and the
+    // stores then skip reading each line first.
+    bool stream = false;
+#if defined(TYPEFLOW_HAS_XSIMD)
+    if constexpr (vectorized && simd::has_stream_store<out_t>) {
+      std::size_t bytes = static_cast<std::size_t>(total) * sizeof(out_t);
+      for (std::size_t k = 0; k < n_in; ++k)
+        bytes += static_cast<std::size_t>(in[k]->dims.numel()) * sizeof(out_t);
+      stream = bytes > simd::last_level_cache_bytes();
+    }
+#endif
     auto body = [&](std::int64_t b0, std::int64_t b1) {
       std::tuple<std::array<Ins, block>...> splat;
       for (std::int64_t b = b0; b < b1; ++b) {
@@ -230,8 +247,12 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
             off[k] += idx * geo.strides[k][gi];
         }
         auto ptrs = make_ptrs(in, off, geo, j0, len, splat, std::index_sequence_for<Ins...>{});
-        inner(out + row * inner_n + j0, len, ptrs, std::index_sequence_for<Ins...>{});
+        inner(out + row * inner_n + j0, len, ptrs, stream, std::index_sequence_for<Ins...>{});
       }
+#if defined(TYPEFLOW_HAS_XSIMD)
+      if (stream)
+        simd::stream_fence(); // before the join publishes the result to other threads
+#endif
     };
     const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / block);
     pool.parallel_for(n_blocks, grain, body);

@@ -26,6 +26,12 @@
 #define TYPEFLOW_HAS_XSIMD 1
 #endif
 
+#include <cstddef>
+#include <type_traits>
+#if __has_include(<unistd.h>)
+#include <unistd.h>
+#endif
+
 #include "../../ops/elementwise.hpp"
 #include "../../ops/nn.hpp"
 #include "../../ops/state.hpp"
@@ -136,6 +142,62 @@ struct batch_op<Op> {
     return x;
   }
 };
+
+/// Whether `stream_store` bypasses the caches for batches of F (AVX-512 or AVX builds).
+template <class F>
+inline constexpr bool has_stream_store =
+#if defined(__AVX512F__)
+    sizeof(vec<F>) == 64 || sizeof(vec<F>) == 32;
+#elif defined(__AVX__)
+    sizeof(vec<F>) == 32;
+#else
+    false;
 #endif
+
+/// Stores a batch at p (aligned to the batch) with a non-temporal hint: the line is written
+/// without being read first, which saves a sixth of the traffic of a loop that reads four
+/// arrays and writes one. Only for results too large to stay in cache; stream_fence() must
+/// follow before another thread reads them.
+template <class F>
+inline void stream_store(F* p, vec<F> v) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(vec<F>) == 64) {
+    if constexpr (std::is_same_v<F, float>)
+      _mm512_stream_ps(p, v);
+    else
+      _mm512_stream_pd(p, v);
+    return;
+  }
+#endif
+#if defined(__AVX__)
+  if constexpr (sizeof(vec<F>) == 32) {
+    if constexpr (std::is_same_v<F, float>)
+      _mm256_stream_ps(p, v);
+    else
+      _mm256_stream_pd(p, v);
+    return;
+  }
+#endif
+  v.store_aligned(p);
+}
+
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+#endif
+
+/// The last-level cache's size (sysconf), or 32 MiB when the system does not say.
+inline std::size_t last_level_cache_bytes() {
+  static const std::size_t bytes = [] {
+    long b = 0;
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+    b = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    return b > 0 ? static_cast<std::size_t>(b) : std::size_t{32} << 20;
+  }();
+  return bytes;
+}
 
 } // namespace typeflow::cpu_backend::simd
