@@ -338,10 +338,10 @@ void check_conv(const std::string& name, const cpu::window2d& g, bool small, boo
   }
 }
 
-/// Pointwise and past the small-filter limit: the forward and input-gradient GEMMs have 588 rows
-/// and 2 m n k > 2^21, so gemm splits them into four parts.
+/// Pointwise and past the small-filter limit: the forward GEMM has 1176 rows and m n k > 2^22, so
+/// gemm splits it across 2 or 3 threads.
 cpu::window2d pointwise_gemm_geo() {
-  return conv_geo(3, 14, 14, 40, 1, 1, 120, 1, 1, 1, 1, 0, 0);
+  return conv_geo(6, 14, 14, 40, 1, 1, 120, 1, 1, 1, 1, 0, 0);
 }
 
 } // namespace
@@ -513,13 +513,13 @@ TEST_SUITE("cpu_kernels") {
       i64 m, n, k;
       std::string what;
     };
-    // gemm splits only when 2 m n k >= 2^21, into (larger side) / 128 parts: (600, 40, 100) is
-    // cut by rows into 4 (slabs of 160, 160, 160 and 120), (40, 600, 100) by columns,
-    // (260, 777, 9) by columns into 6 (five of 144 and 57, not a multiple of 16).
-    const shape3 shapes[] = {{600, 40, 100, "split by rows"},
-                             {40, 600, 100, "split by columns"},
-                             {260, 777, 9, "split by columns, ragged"},
-                             {300, 40, 50, "serial (2mnk < 2^21)"},
+    // gemm splits into min(threads, larger side / 128, m n k / 2^21) parts: on 2 or 3 threads
+    // (600, 40, 200) is cut by rows into 2 (304 and 296), (40, 600, 200) by columns,
+    // (260, 777, 30) by columns into 2 (400 and 377, not a multiple of 16).
+    const shape3 shapes[] = {{600, 40, 200, "split by rows"},
+                             {40, 600, 200, "split by columns"},
+                             {260, 777, 30, "split by columns, ragged"},
+                             {300, 40, 50, "serial (m n k < 2^21)"},
                              {130, 131, 7, "serial"},
                              {1, 1, 1, "1x1x1"},
                              {0, 5, 3, "m = 0"},
@@ -768,9 +768,9 @@ TEST_SUITE("cpu_kernels") {
 
   // With OpenBLAS 0.3.21 (DYNAMIC_ARCH, Cooperlake kernels) an untransposed sgemm of
   // M*N*K <= 100^3 takes a small-matrix kernel that rounds differently from the blocked one, so
-  // a split that followed the thread count changed bits ([300,100] x [100,40] split in two:
-  // about 17% of the elements differed, by up to ~2e-7 of sum |a b|). gemm's parts now follow
-  // from the shape alone.
+  // a split into slabs below that size changed bits ([300,100] x [100,40] split in two: about
+  // 17% of the elements differed, by up to ~2e-7 of sum |a b|). gemm's slabs are now products
+  // of at least 2^21 m n k, all on the blocked kernel, whose bits do not depend on the cut.
   TEST_CASE("gemm gives the same bits on any thread count") {
     cpu::set_blas_single_threaded();
     struct shape3 {
@@ -779,8 +779,9 @@ TEST_SUITE("cpu_kernels") {
     cpu::thread_pool pool1(1), pool2(2), pool3(3);
     rng r{6};
     i64 differing = 0;
-    for (const shape3 sh : {shape3{300, 40, 100}, shape3{600, 40, 100}, shape3{40, 600, 100},
-                            shape3{260, 777, 9}, shape3{1100, 64, 200}})
+    for (const shape3 sh :
+         {shape3{300, 40, 100}, shape3{600, 40, 200}, shape3{40, 600, 200}, shape3{260, 777, 30},
+          shape3{1100, 64, 200}, shape3{2000, 100, 90}, shape3{512, 512, 512}})
       for (int t = 0; t < 4; ++t) {
         const bool ta = t & 1, tb = t & 2;
         INFO("m=" << sh.m << " n=" << sh.n << " k=" << sh.k << " ta=" << ta << " tb=" << tb);

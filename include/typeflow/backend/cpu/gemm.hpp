@@ -75,20 +75,21 @@ void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
 }
 
 /// Row-major C[m,n] = op(A) * op(B) (dense operands), on the pool's threads: one serial GEMM
-/// per part, a slab of C of rows when m is the larger side, else of columns (each call packs its
+/// per thread on a slab of C, rows when m is the larger side, else columns (each call packs its
 /// slab of one operand and all of the other, so the smaller operand is the one packed again).
-/// The parts follow from the shape alone, never the thread count: BLAS libraries pick kernels
-/// by size (OpenBLAS switches to a small-matrix kernel, which rounds differently, below 100^3),
-/// so a split that followed the threads would make the bits depend on them. Slabs are at least
-/// 128 wide and multiples of 16, at most 16 of them.
+/// Every slab is at least 128 wide and a product of at least 2^21 m*n*k: BLAS libraries pick
+/// kernels by size (OpenBLAS's small-matrix kernel, below 100^3, rounds differently from its
+/// blocked one), and with every slab on the blocked kernel an element's bits do not depend on
+/// how C is cut, so they do not depend on the thread count. Slabs are multiples of 16.
 template <class T>
 void gemm(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
           const T* a, const T* b, T* c) {
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
   const bool by_rows = m >= n;
   const std::int64_t side = by_rows ? m : n, unit = 16;
-  const std::int64_t parts = std::clamp<std::int64_t>(side / 128, 1, 16);
-  if (parts <= 1 || 2 * m * n * k < (std::int64_t{1} << 21)) {
+  const std::int64_t parts = std::min<std::int64_t>(
+      {std::int64_t{pool.size()}, side / 128, m * n * k / (std::int64_t{1} << 21)});
+  if (parts <= 1) {
     gemm_serial(ta, tb, m, n, k, a, lda, b, ldb, c, n);
     return;
   }
