@@ -702,68 +702,74 @@ TEST_SUITE("cpu_kernels") {
     };
     // 2x2 stride 2 on 5x5 (TF SAME: out 3, total padding 1, none before: the last window is
     // clipped to one row/column); 3x3 stride 2 SAME (out 3, padding 1 before and after).
-    for (const pool_case pc : {pool_case{2, 2, 0, 0, 3, 3}, pool_case{3, 2, 1, 1, 3, 3}}) {
-      INFO("window " << pc.k << ", stride " << pc.s << ", pad " << pc.ph);
-      const cpu::window2d g{.n = 2,
-                            .h = 5,
-                            .w = 5,
-                            .c = 17,
-                            .kh = pc.k,
-                            .kw = pc.k,
-                            .o = 17,
-                            .oh = pc.oh,
-                            .ow = pc.ow,
-                            .sh = pc.s,
-                            .sw = pc.s,
-                            .dh = 1,
-                            .dw = 1,
-                            .ph = pc.ph,
-                            .pw = pc.pw};
-      rng r{31};
-      std::vector<float> x(static_cast<std::size_t>(g.n * g.h * g.w * g.c)),
-          dy(static_cast<std::size_t>(g.n * g.oh * g.ow * g.c));
-      for (auto& v : x)
-        v = static_cast<float>(r.integer(0, 2)); // many ties
-      for (auto& v : dy)
-        v = static_cast<float>(r.integer(1, 1000)); // integers: sums are exact
-      std::vector<double> ref(x.size(), 0.0);
-      std::vector<float> ref_y(dy.size());
-      for (i64 b = 0; b < g.n; ++b)
-        for (i64 oy = 0; oy < g.oh; ++oy)
-          for (i64 ox = 0; ox < g.ow; ++ox)
-            for (i64 ci = 0; ci < g.c; ++ci) {
-              i64 best = -1;
-              float best_v = 0;
-              for (i64 ky = 0; ky < g.kh; ++ky) // row-major window order, clipped at borders
-                for (i64 kx = 0; kx < g.kw; ++kx) {
-                  const i64 iy = oy * g.sh - g.ph + ky, ix = ox * g.sw - g.pw + kx;
-                  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
-                    continue;
-                  const i64 at = ((b * g.h + iy) * g.w + ix) * g.c + ci;
-                  if (best < 0 || x[static_cast<std::size_t>(at)] > best_v) {
-                    best = at;
-                    best_v = x[static_cast<std::size_t>(at)];
+    // 17 channels take the scalar loop, 32 the vector one (whole batches of channels);
+    // 2x2 stride 2 on 4x4 tiles the input exactly, so the vector loop stores without a zero fill.
+    for (const i64 channels : {17, 32})
+      for (const pool_case pc : {pool_case{2, 2, 0, 0, 3, 3}, pool_case{3, 2, 1, 1, 3, 3},
+                                 pool_case{2, 2, 0, 0, 2, 2}}) {
+        const i64 side = pc.oh == 2 ? 4 : 5;
+        INFO("window " << pc.k << ", stride " << pc.s << ", pad " << pc.ph << ", channels "
+                       << channels << ", input " << side << "x" << side);
+        const cpu::window2d g{.n = 2,
+                              .h = side,
+                              .w = side,
+                              .c = channels,
+                              .kh = pc.k,
+                              .kw = pc.k,
+                              .o = channels,
+                              .oh = pc.oh,
+                              .ow = pc.ow,
+                              .sh = pc.s,
+                              .sw = pc.s,
+                              .dh = 1,
+                              .dw = 1,
+                              .ph = pc.ph,
+                              .pw = pc.pw};
+        rng r{31};
+        std::vector<float> x(static_cast<std::size_t>(g.n * g.h * g.w * g.c)),
+            dy(static_cast<std::size_t>(g.n * g.oh * g.ow * g.c));
+        for (auto& v : x)
+          v = static_cast<float>(r.integer(0, 2)); // many ties
+        for (auto& v : dy)
+          v = static_cast<float>(r.integer(1, 1000)); // integers: sums are exact
+        std::vector<double> ref(x.size(), 0.0);
+        std::vector<float> ref_y(dy.size());
+        for (i64 b = 0; b < g.n; ++b)
+          for (i64 oy = 0; oy < g.oh; ++oy)
+            for (i64 ox = 0; ox < g.ow; ++ox)
+              for (i64 ci = 0; ci < g.c; ++ci) {
+                i64 best = -1;
+                float best_v = 0;
+                for (i64 ky = 0; ky < g.kh; ++ky) // row-major window order, clipped at borders
+                  for (i64 kx = 0; kx < g.kw; ++kx) {
+                    const i64 iy = oy * g.sh - g.ph + ky, ix = ox * g.sw - g.pw + kx;
+                    if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
+                      continue;
+                    const i64 at = ((b * g.h + iy) * g.w + ix) * g.c + ci;
+                    if (best < 0 || x[static_cast<std::size_t>(at)] > best_v) {
+                      best = at;
+                      best_v = x[static_cast<std::size_t>(at)];
+                    }
                   }
-                }
-              REQUIRE(best >= 0);
-              const auto yi = static_cast<std::size_t>(((b * g.oh + oy) * g.ow + ox) * g.c + ci);
-              ref[static_cast<std::size_t>(best)] += dy[yi];
-              ref_y[yi] = best_v;
-            }
-      for (int threads : {1, 2}) {
-        INFO("threads = " << threads);
-        cpu::thread_pool pool(threads);
-        std::vector<float> dx(x.size(), std::numeric_limits<float>::quiet_NaN());
-        cpu::pool_backward<true, float>(pool, x.data(), dy.data(), g, dx.data());
-        i64 bad = 0;
-        for (std::size_t i = 0; i < dx.size(); ++i)
-          bad += static_cast<double>(dx[i]) != ref[i];
-        CHECK(bad == 0);
-        std::vector<float> y(dy.size(), std::numeric_limits<float>::quiet_NaN());
-        cpu::pool_forward<true, float>(pool, x.data(), g, y.data());
-        CHECK(y == ref_y);
+                REQUIRE(best >= 0);
+                const auto yi = static_cast<std::size_t>(((b * g.oh + oy) * g.ow + ox) * g.c + ci);
+                ref[static_cast<std::size_t>(best)] += dy[yi];
+                ref_y[yi] = best_v;
+              }
+        for (int threads : {1, 2}) {
+          INFO("threads = " << threads);
+          cpu::thread_pool pool(threads);
+          std::vector<float> dx(x.size(), std::numeric_limits<float>::quiet_NaN());
+          cpu::pool_backward<true, float>(pool, x.data(), dy.data(), g, dx.data());
+          i64 bad = 0;
+          for (std::size_t i = 0; i < dx.size(); ++i)
+            bad += static_cast<double>(dx[i]) != ref[i];
+          CHECK(bad == 0);
+          std::vector<float> y(dy.size(), std::numeric_limits<float>::quiet_NaN());
+          cpu::pool_forward<true, float>(pool, x.data(), g, y.data());
+          CHECK(y == ref_y);
+        }
       }
-    }
   }
 
   // With OpenBLAS 0.3.21 (DYNAMIC_ARCH, Cooperlake kernels) an untransposed sgemm of

@@ -413,6 +413,60 @@ void pool_forward(thread_pool& pool, const T* x, const window2d& g, T* y) {
 /// order); avg spreads dy evenly over the window's valid positions.
 template <bool Max, class T>
 void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g, T* dx) {
+#if defined(TYPEFLOW_HAS_XSIMD)
+  // Max pooling with whole vectors of channels: per window, the first maximum's value and its
+  // position in the window (as a float lane, exact for small counts) per channel; then each
+  // window pixel gets dy where it was the maximum and 0 elsewhere, stored directly when the
+  // windows tile the input (stride = window, no padding before, all pixels covered), else
+  // added to a zero-filled dx. No per-channel scatter.
+  if constexpr (Max && std::is_floating_point_v<T>) {
+    using B = simd::vec<T>;
+    constexpr std::int64_t W = B::size;
+    if (g.c % W == 0 && g.kh * g.kw < (1 << 20)) {
+      const bool tiled = g.sh == g.kh && g.sw == g.kw && g.ph == 0 && g.pw == 0 &&
+                         g.oh * g.sh >= g.h && g.ow * g.sw >= g.w;
+      pool.parallel_for(g.n, 1, [&](std::int64_t b0, std::int64_t b1) {
+        for (std::int64_t b = b0; b < b1; ++b) {
+          const T* xb = x + b * g.h * g.w * g.c;
+          T* db = dx + b * g.h * g.w * g.c;
+          if (!tiled)
+            std::fill_n(db, g.h * g.w * g.c, T(0));
+          for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+            const std::int64_t y0 = std::max<std::int64_t>(oy * g.sh - g.ph, 0),
+                               y1 = std::min<std::int64_t>(oy * g.sh - g.ph + g.kh, g.h);
+            for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+              const std::int64_t x0 = std::max<std::int64_t>(ox * g.sw - g.pw, 0),
+                                 x1 = std::min<std::int64_t>(ox * g.sw - g.pw + g.kw, g.w);
+              if (y1 <= y0 || x1 <= x0)
+                continue;
+              const T* gy = dy + ((b * g.oh + oy) * g.ow + ox) * g.c;
+              for (std::int64_t c0 = 0; c0 < g.c; c0 += W) {
+                B best = B::load_unaligned(xb + (y0 * g.w + x0) * g.c + c0), where(T(0));
+                T k = 0;
+                for (std::int64_t iy = y0; iy < y1; ++iy)
+                  for (std::int64_t ix = x0; ix < x1; ++ix, k += 1) {
+                    const B v = B::load_unaligned(xb + (iy * g.w + ix) * g.c + c0);
+                    const auto more = v > best;
+                    best = xsimd::select(more, v, best);
+                    where = xsimd::select(more, B(k), where);
+                  }
+                const B grad = B::load_unaligned(gy + c0), zero(T(0));
+                k = 0;
+                for (std::int64_t iy = y0; iy < y1; ++iy)
+                  for (std::int64_t ix = x0; ix < x1; ++ix, k += 1) {
+                    T* d = db + (iy * g.w + ix) * g.c + c0;
+                    const B mine = xsimd::select(where == B(k), grad, zero);
+                    (tiled ? mine : B::load_unaligned(d) + mine).store_unaligned(d);
+                  }
+              }
+            }
+          }
+        }
+      });
+      return;
+    }
+  }
+#endif
   pool.parallel_for(g.n, 1, [&](std::int64_t b0, std::int64_t b1) {
     std::vector<T> best_v(Max ? static_cast<std::size_t>(g.c) : 0);
     std::vector<std::int64_t> best_at(best_v.size());
