@@ -212,21 +212,11 @@ cpu::window2d conv_same(i64 n, i64 h, i64 w, i64 c, i64 kh, i64 kw, i64 o, i64 s
   const i64 oh = (h + sh - 1) / sh, ow = (w + sw - 1) / sw;
   const i64 pth = std::max<i64>((oh - 1) * sh + ekh - h, 0),
             ptw = std::max<i64>((ow - 1) * sw + ekw - w, 0);
-  return cpu::window2d{.n = n,
-                       .h = h,
-                       .w = w,
-                       .c = c,
-                       .kh = kh,
-                       .kw = kw,
-                       .o = o,
-                       .oh = oh,
-                       .ow = ow,
-                       .sh = sh,
-                       .sw = sw,
-                       .dh = dh,
-                       .dw = dw,
-                       .ph = pth / 2,
-                       .pw = ptw / 2};
+  // conv_geo's extents assume as much padding after as before; SAME may pad one more after.
+  cpu::window2d g = conv_geo(n, h, w, c, kh, kw, o, sh, sw, dh, dw, pth / 2, ptw / 2);
+  g.oh = oh;
+  g.ow = ow;
+  return g;
 }
 
 /// Naive double loops over (b, oy, ox, ky, kx, ci, co); NHWC x/y, HWIO w. Each result comes with

@@ -32,6 +32,19 @@ struct window2d {
   std::int64_t rows() const { return n * oh * ow; }
 };
 
+/// Output pixel (oy, ox)'s window of a pool, clipped to the input: rows [y0, y1), columns
+/// [x0, x1); empty when it lies wholly in the padding.
+struct clipped_window {
+  std::int64_t y0, y1, x0, x1;
+  clipped_window(const window2d& g, std::int64_t oy, std::int64_t ox)
+      : y0(std::max<std::int64_t>(oy * g.sh - g.ph, 0)),
+        y1(std::min<std::int64_t>(oy * g.sh - g.ph + g.kh, g.h)),
+        x0(std::max<std::int64_t>(ox * g.sw - g.pw, 0)),
+        x1(std::min<std::int64_t>(ox * g.sw - g.pw + g.kw, g.w)) {}
+  bool empty() const { return y1 <= y0 || x1 <= x0; }
+  std::int64_t size() const { return (y1 - y0) * (x1 - x0); }
+};
+
 /// One output pixel's patch (zeros outside the input), as im2col writes it. With dilation 1 along
 /// x, the in-bounds taps of one filter row are contiguous in both x and the patch, so each
 /// filter row is one plain copy (no memmove call per tap: a first layer copies one channel per
@@ -382,11 +395,9 @@ void pool_forward(thread_pool& pool, const T* x, const window2d& g, T* y) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t b = r / g.oh, oy = r % g.oh;
       const T* xb = x + b * g.h * g.w * g.c;
-      const std::int64_t y0 = std::max<std::int64_t>(oy * g.sh - g.ph, 0),
-                         y1 = std::min<std::int64_t>(oy * g.sh - g.ph + g.kh, g.h);
       for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-        const std::int64_t x0 = std::max<std::int64_t>(ox * g.sw - g.pw, 0),
-                           x1 = std::min<std::int64_t>(ox * g.sw - g.pw + g.kw, g.w);
+        const clipped_window win(g, oy, ox);
+        const auto [y0, y1, x0, x1] = win;
         T* out = y + (r * g.ow + ox) * g.c;
         std::fill_n(out, g.c, Max ? -std::numeric_limits<T>::infinity() : T(0));
         for (std::int64_t iy = y0; iy < y1; ++iy)
@@ -400,7 +411,7 @@ void pool_forward(thread_pool& pool, const T* x, const window2d& g, T* y) {
             }
           }
         if constexpr (!Max) {
-          const T inv = T(1) / static_cast<T>(std::max<std::int64_t>((y1 - y0) * (x1 - x0), 1));
+          const T inv = T(1) / static_cast<T>(std::max<std::int64_t>(win.size(), 1));
           for (std::int64_t ci = 0; ci < g.c; ++ci)
             out[ci] *= inv;
         }
@@ -432,12 +443,10 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
           if (!tiled)
             std::fill_n(db, g.h * g.w * g.c, T(0));
           for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-            const std::int64_t y0 = std::max<std::int64_t>(oy * g.sh - g.ph, 0),
-                               y1 = std::min<std::int64_t>(oy * g.sh - g.ph + g.kh, g.h);
             for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-              const std::int64_t x0 = std::max<std::int64_t>(ox * g.sw - g.pw, 0),
-                                 x1 = std::min<std::int64_t>(ox * g.sw - g.pw + g.kw, g.w);
-              if (y1 <= y0 || x1 <= x0)
+              const clipped_window win(g, oy, ox);
+              const auto [y0, y1, x0, x1] = win;
+              if (win.empty())
                 continue;
               const T* gy = dy + ((b * g.oh + oy) * g.ow + ox) * g.c;
               for (std::int64_t c0 = 0; c0 < g.c; c0 += W) {
@@ -475,13 +484,11 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
       T* db = dx + b * g.h * g.w * g.c;
       std::fill_n(db, g.h * g.w * g.c, T(0));
       for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-        const std::int64_t y0 = std::max<std::int64_t>(oy * g.sh - g.ph, 0),
-                           y1 = std::min<std::int64_t>(oy * g.sh - g.ph + g.kh, g.h);
         for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-          const std::int64_t x0 = std::max<std::int64_t>(ox * g.sw - g.pw, 0),
-                             x1 = std::min<std::int64_t>(ox * g.sw - g.pw + g.kw, g.w);
+          const clipped_window win(g, oy, ox);
+          const auto [y0, y1, x0, x1] = win;
           const T* gy = dy + ((b * g.oh + oy) * g.ow + ox) * g.c;
-          if (y1 <= y0 || x1 <= x0)
+          if (win.empty())
             continue;
           if constexpr (Max) {
             // All channels at once (contiguous, so the compare-and-select vectorizes): the
@@ -502,7 +509,7 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
             for (std::int64_t ci = 0; ci < g.c; ++ci)
               db[best_at[ci] * g.c + ci] += gy[ci];
           } else {
-            const T inv = T(1) / static_cast<T>((y1 - y0) * (x1 - x0));
+            const T inv = T(1) / static_cast<T>(win.size());
             for (std::int64_t iy = y0; iy < y1; ++iy)
               for (std::int64_t ix = x0; ix < x1; ++ix) {
                 T* d = db + (iy * g.w + ix) * g.c;

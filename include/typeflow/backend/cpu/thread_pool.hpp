@@ -33,7 +33,6 @@ public:
     {
       std::lock_guard lock(mu_);
       stop_ = true;
-      stop_flag_.store(true);
     }
     cv_.notify_all();
     for (auto& t : workers_)
@@ -63,8 +62,7 @@ public:
     {
       std::lock_guard lock(mu_);
       job_ = &j;
-      ++generation_;
-      published_.store(generation_, std::memory_order_release);
+      generation_.fetch_add(1, std::memory_order_release);
     }
     cv_.notify_all();
     run_chunks(j);
@@ -122,8 +120,8 @@ private:
     for (;;) {
       job* j;
       spin_until([&] {
-        return stop_flag_.load(std::memory_order_relaxed) ||
-               published_.load(std::memory_order_acquire) != seen;
+        return stop_.load(std::memory_order_relaxed) ||
+               generation_.load(std::memory_order_acquire) != seen;
       });
       {
         std::unique_lock lock(mu_);
@@ -148,11 +146,10 @@ private:
   std::mutex mu_, run_mu_;
   std::condition_variable cv_, done_cv_;
   job* job_ = nullptr;
-  std::uint64_t generation_ = 0;
+  // Written under mu_, atomic so that a spinning worker may read them without it.
+  std::atomic<std::uint64_t> generation_{0};
   int active_ = 0;
-  bool stop_ = false;
-  std::atomic<std::uint64_t> published_{0}; // generation_, readable without the lock (spinning)
-  std::atomic<bool> stop_flag_{false};
+  std::atomic<bool> stop_{false};
   static inline thread_local bool in_parallel_ = false;
 };
 
