@@ -296,6 +296,13 @@ TEST_SUITE("checkpoint") {
     CHECK(ts[2].bytes == bytes_of<std::int32_t>({20, 30}));
     spit(file, make_file("{}"));
     CHECK(io::read_safetensors(file).empty());
+    // Tensors at the same place (zero-size) come in header order.
+    spit(file, make_file("{\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]},"
+                         "\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}"));
+    const auto zs = io::read_safetensors(file);
+    REQUIRE(zs.size() == 2);
+    CHECK(zs[0].name == "z");
+    CHECK(zs[1].name == "a");
   }
 
   TEST_CASE("restore refuses a session that does not match, leaving it untouched") {
@@ -473,13 +480,40 @@ TEST_SUITE("checkpoint") {
                      "dtype \"F16\", which typeflow does not support"));
       CHECK(contains(message(edit_header(raw, "\"format\":", "\"format\";")),
                      "at byte 25 of the header"));
+      CHECK(contains(message(edit_header(raw, "\"global_step\"", "\"layer/biases\"")),
+                     "duplicate key \"layer/biases\""));
+      CHECK(contains(message(edit_header(raw, "\"global_step\"", "\"__metadata__\"")),
+                     "duplicate key \"__metadata__\""));
+      CHECK(contains(message(edit_header(raw, "\"shape\":[2,3]", "\"shape\":[2,true]")),
+                     "true, false and null are not used"));
+      CHECK(contains(message(edit_header(raw, "\"format\":\"typeflow\"", "\"format\":null")),
+                     "true, false and null are not used"));
+      CHECK(contains(message(edit_header(raw, "\"shape\":[2,3]", "\"shape\":[2,3e0]")),
+                     "only integers"));
+      CHECK(contains(
+          message(edit_header(raw, "\"shape\":[2,3]", "\"shape\":[2,99999999999999999999]")),
+          "integer too large"));
+      CHECK(contains(message(edit_header(raw, "\"format\"", "\"form\xff\"")),
+                     "header is not valid JSON"));
       // Trailing garbage after the JSON value, in place of the padding.
       std::string h = header_of(raw);
       h.back() = 'x';
       rejected(make_file(h, data_of(raw)));
+      // A NUL byte after the JSON value (not the end of the header), and a byte-order mark.
+      h.back() = '\0';
+      rejected(make_file(h, data_of(raw)));
+      CHECK(contains(message(make_file(h, data_of(raw))),
+                     "at byte " + std::to_string(h.size() - 1) + " of the header"));
+      rejected(make_file("\xef\xbb\xbf" + header_of(raw), data_of(raw)));
+      rejected(make_file("\xef\xbb\xbf{}"));
       // Deep nesting does not overflow the stack.
       rejected(make_file(std::string(100000, '[') + std::string(100000, ']')));
       CHECK(contains(message(make_file(std::string(100, '['))), "nesting deeper"));
+      // 64 levels are still parsed (and refused as no object), 65 are too deep.
+      CHECK(contains(message(make_file(std::string(64, '[') + std::string(64, ']'))),
+                     "the header is not a JSON object"));
+      CHECK(contains(message(make_file(std::string(65, '[') + std::string(65, ']'))),
+                     "nesting deeper than 64 levels"));
       // Every byte of the header replaced by a few values: either still a valid file, or an error.
       for (std::size_t i = 8; i < 8 + header_length(raw); ++i)
         for (std::uint8_t v : {0x00, 0x22, 0x2c, 0x30, 0x5b, 0x7d, 0xff}) {
@@ -510,6 +544,7 @@ TEST_SUITE("checkpoint") {
           {"[32,56]", "\"32,56\""},
           {"[32,56]", "[18446744073709551615,56]"},
           {"[0,8]", "[32,40]"}, // two tensors at the same place
+          {"[0,8]", "[-0,8]"},  // negative zero
       };
       for (const auto& edit : edits) {
         CAPTURE(edit.second);
@@ -517,6 +552,10 @@ TEST_SUITE("checkpoint") {
       }
       CHECK(contains(message(edit_header(raw, "[8,32]", "[9,33]")), "belong to no tensor"));
       CHECK(contains(message(edit_header(raw, "[8,32]", "[7,31]")), "overlaps"));
+      CHECK(contains(message(edit_header(raw, "[0,8]", "[-0,8]")),
+                     "data_offsets that are not two non-negative integers"));
+      CHECK(contains(message(edit_header(raw, "\"shape\":[2,3]", "\"shape\":[2,-0]")),
+                     "shape extent that is not a non-negative integer"));
       // Offsets consistent with the header, but the data is shorter than they claim.
       rejected(make_file("{\"x\":{\"dtype\":\"I64\",\"shape\":[1000000000000],\"data_offsets\":[0,"
                          "8000000000000]}}",

@@ -22,6 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
 
@@ -143,311 +145,142 @@ inline bool valid_utf8(std::string_view s) {
   return true;
 }
 
-// ---- JSON: the subset a safetensors header uses (objects, arrays, strings, integers) ---------
+// ---- JSON (nlohmann-json), held to what a safetensors header uses ----------------------------
 
-struct json {
-  enum class kind { object, array, string, integer };
-  kind k = kind::object;
-  std::size_t offset = 0;        ///< byte offset of the value in the header
-  std::string str;               ///< string
-  std::uint64_t magnitude = 0;   ///< integer: absolute value
-  bool negative = false;         ///< integer: sign
-  std::vector<std::string> keys; ///< object: keys, in order (unique)
-  std::vector<json> values;      ///< object: values; array: items
-};
+/// Header text for an error message: bytes that are not printable ASCII as \xNN, at most 300
+/// bytes of it.
+inline std::string printable(std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string r;
+  std::size_t i = 0;
+  for (; i < s.size() && r.size() < 300; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      r += static_cast<char>(c);
+    } else {
+      r += "\\x";
+      r += hex[c >> 4];
+      r += hex[c & 15];
+    }
+  }
+  return i < s.size() ? r + "..." : r;
+}
 
-/// Strict parser; every error is a typeflow::error naming the byte offset in the header.
-class json_parser {
+/// Builds a safetensors header's DOM from nlohmann's SAX events, strictly. On top of nlohmann's
+/// RFC 8259 parser it refuses duplicate keys (nlohmann would keep the last) and what a safetensors
+/// header never holds: true, false, null, numbers other than 64-bit integers, nesting deeper than
+/// max_json_depth. Every error is a typeflow::error starting with `prefix`. (Not nlohmann's
+/// callback parser: it rescans the parent at the end of every object, quadratic in the tensors.)
+class header_builder {
 public:
-  json_parser(std::string_view text, std::string prefix) : s_(text), prefix_(std::move(prefix)) {}
+  using json = nlohmann::json;
 
-  json parse_document() {
-    skip_ws();
-    json v = parse_value(0);
-    skip_ws();
-    if (pos_ != s_.size())
-      fail("unexpected " + describe(pos_) + " after the end of the JSON value", pos_);
-    return v;
+  header_builder(std::string prefix, std::vector<std::string>& top_keys)
+      : prefix_(std::move(prefix)), top_keys_(top_keys) {}
+
+  json root;
+
+  error fail(const std::string& what) const {
+    return error(prefix_ + "header is not valid JSON: " + what);
+  }
+  error fail_at(const std::string& what, std::size_t at) const {
+    return fail(what + " at byte " + std::to_string(at) + " of the header");
+  }
+
+  // The SAX interface of nlohmann::json::sax_parse.
+  bool null() { throw fail("true, false and null are not used in safetensors headers"); }
+  bool boolean(bool) { return null(); }
+  bool number_integer(json::number_integer_t v) {
+    add(v);
+    return true;
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    add(v);
+    return true;
+  }
+  bool number_float(json::number_float_t, const json::string_t& text) {
+    if (text.find_first_of(".eE") == text.npos)
+      throw fail("integer too large: " + printable(text));
+    throw fail("only integers are used in safetensors headers, found " + printable(text));
+  }
+  bool string(json::string_t& s) {
+    add(std::move(s));
+    return true;
+  }
+  bool binary(json::binary_t&) { throw fail("binary values are not used in safetensors headers"); }
+  bool start_object(std::size_t) {
+    open(json::object());
+    return true;
+  }
+  bool key(json::string_t& k) {
+    const auto [at, inserted] = open_.back()->get_ref<json::object_t&>().emplace(k, nullptr);
+    if (!inserted)
+      throw fail("duplicate key " + quote_name(k));
+    if (open_.size() == 1)
+      top_keys_.push_back(k);
+    slot_ = &at->second;
+    return true;
+  }
+  bool end_object() {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) {
+    open(json::array());
+    return true;
+  }
+  bool end_array() {
+    open_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t byte, const std::string&, const json::exception& e) {
+    // what(): "[json.exception.parse_error.101] parse error at line 1, column 26: <what>";
+    // `byte` counts the offending character from 1.
+    const std::string_view what = e.what();
+    const auto colon = what.find(": ");
+    throw fail_at(printable(colon == what.npos ? what : what.substr(colon + 2)),
+                  byte > 0 ? byte - 1 : 0);
   }
 
 private:
-  std::string_view s_;
   std::string prefix_;
-  std::size_t pos_ = 0;
+  std::vector<std::string>& top_keys_;
+  std::vector<json*> open_; ///< the objects and arrays being parsed, innermost last
+  json* slot_ = nullptr;    ///< the value of the last key of the innermost object
 
-  [[noreturn]] void fail(const std::string& what, std::size_t at) const {
-    throw error(prefix_ + "header is not valid JSON: " + what + " at byte " + std::to_string(at) +
-                " of the header");
+  json* add(json v) {
+    if (open_.empty())
+      return &(root = std::move(v));
+    if (auto& parent = *open_.back(); parent.is_array()) {
+      auto& items = parent.get_ref<json::array_t&>();
+      items.push_back(std::move(v));
+      return &items.back(); // stable while it is open: nothing is added to `items` meanwhile
+    }
+    return &(*slot_ = std::move(v));
   }
-  std::string describe(std::size_t at) const {
-    if (at >= s_.size())
-      return "end of header";
-    const auto c = static_cast<unsigned char>(s_[at]);
-    if (c >= 0x20 && c < 0x7f)
-      return std::string("character '") + static_cast<char>(c) + "'";
-    static constexpr char hex[] = "0123456789abcdef";
-    return std::string("byte 0x") + hex[c >> 4] + hex[c & 15];
-  }
-  void skip_ws() {
-    while (pos_ < s_.size() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-  void expect(char c) {
-    if (pos_ >= s_.size() || s_[pos_] != c)
-      fail(std::string("expected '") + c + "', found " + describe(pos_), pos_);
-    ++pos_;
-  }
-
-  json parse_value(int depth) {
-    if (pos_ >= s_.size())
-      fail("unexpected end of header", pos_);
-    switch (s_[pos_]) {
-    case '{':
-      return parse_object(depth);
-    case '[':
-      return parse_array(depth);
-    case '"': {
-      json v;
-      v.k = json::kind::string;
-      v.offset = pos_;
-      v.str = parse_string();
-      return v;
-    }
-    default:
-      if (s_[pos_] == '-' || (s_[pos_] >= '0' && s_[pos_] <= '9'))
-        return parse_integer();
-      if (s_.substr(pos_, 4) == "true" || s_.substr(pos_, 5) == "false" ||
-          s_.substr(pos_, 4) == "null")
-        fail("true, false and null are not used in safetensors headers", pos_);
-      fail("expected a value, found " + describe(pos_), pos_);
-    }
-  }
-
-  json parse_object(int depth) {
-    if (depth >= max_json_depth)
-      fail("nesting deeper than " + std::to_string(max_json_depth) + " levels", pos_);
-    json v;
-    v.k = json::kind::object;
-    v.offset = pos_;
-    expect('{');
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == '}') {
-      ++pos_;
-      return v;
-    }
-    std::set<std::string> seen;
-    for (;;) {
-      skip_ws();
-      if (pos_ >= s_.size() || s_[pos_] != '"')
-        fail("expected a string key, found " + describe(pos_), pos_);
-      const std::size_t key_at = pos_;
-      std::string key = parse_string();
-      if (!seen.insert(key).second)
-        fail("duplicate key " + quote_name(key), key_at);
-      skip_ws();
-      expect(':');
-      skip_ws();
-      v.keys.push_back(std::move(key));
-      v.values.push_back(parse_value(depth + 1));
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == '}') {
-        ++pos_;
-        return v;
-      }
-      fail("expected ',' or '}', found " + describe(pos_), pos_);
-    }
-  }
-
-  json parse_array(int depth) {
-    if (depth >= max_json_depth)
-      fail("nesting deeper than " + std::to_string(max_json_depth) + " levels", pos_);
-    json v;
-    v.k = json::kind::array;
-    v.offset = pos_;
-    expect('[');
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == ']') {
-      ++pos_;
-      return v;
-    }
-    for (;;) {
-      skip_ws();
-      v.values.push_back(parse_value(depth + 1));
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (pos_ < s_.size() && s_[pos_] == ']') {
-        ++pos_;
-        return v;
-      }
-      fail("expected ',' or ']', found " + describe(pos_), pos_);
-    }
-  }
-
-  json parse_integer() {
-    json v;
-    v.k = json::kind::integer;
-    v.offset = pos_;
-    if (s_[pos_] == '-') {
-      v.negative = true;
-      ++pos_;
-    }
-    const std::size_t digits = pos_;
-    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
-      const auto d = static_cast<std::uint64_t>(s_[pos_] - '0');
-      if (v.magnitude > (std::numeric_limits<std::uint64_t>::max() - d) / 10)
-        fail("integer too large", v.offset);
-      v.magnitude = v.magnitude * 10 + d;
-      ++pos_;
-    }
-    if (pos_ == digits)
-      fail("expected a digit, found " + describe(pos_), pos_);
-    if (s_[digits] == '0' && pos_ - digits > 1)
-      fail("leading zero in integer", v.offset);
-    if (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
-      fail("only integers are used in safetensors headers, found a fraction or exponent", pos_);
-    return v;
-  }
-
-  unsigned hex4() {
-    if (s_.size() - pos_ < 4)
-      fail("truncated \\u escape", pos_);
-    unsigned u = 0;
-    for (int i = 0; i < 4; ++i, ++pos_) {
-      const char c = s_[pos_];
-      u <<= 4;
-      if (c >= '0' && c <= '9')
-        u |= static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        u |= static_cast<unsigned>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        u |= static_cast<unsigned>(c - 'A' + 10);
-      else
-        fail("invalid hex digit in \\u escape", pos_);
-    }
-    return u;
-  }
-
-  static void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xc0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xe0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (cp & 0x3f));
-    }
-  }
-
-  std::string parse_string() {
-    const std::size_t start = pos_;
-    expect('"');
-    std::string out;
-    for (;;) {
-      if (pos_ >= s_.size())
-        fail("unterminated string", start);
-      const auto c = static_cast<unsigned char>(s_[pos_]);
-      if (c == '"') {
-        ++pos_;
-        return out;
-      }
-      if (c < 0x20)
-        fail("unescaped control character in string", pos_);
-      if (c >= 0x80) {
-        const std::size_t n = utf8_sequence(s_, pos_);
-        if (n == 0)
-          fail("invalid UTF-8", pos_);
-        out.append(s_.substr(pos_, n));
-        pos_ += n;
-        continue;
-      }
-      if (c != '\\') {
-        out += static_cast<char>(c);
-        ++pos_;
-        continue;
-      }
-      const std::size_t esc = pos_++;
-      if (pos_ >= s_.size())
-        fail("unterminated string", start);
-      switch (s_[pos_++]) {
-      case '"':
-        out += '"';
-        break;
-      case '\\':
-        out += '\\';
-        break;
-      case '/':
-        out += '/';
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'u': {
-        std::uint32_t cp = hex4();
-        if (cp >= 0xdc00 && cp <= 0xdfff)
-          fail("unpaired low surrogate in \\u escape", esc);
-        if (cp >= 0xd800 && cp <= 0xdbff) {
-          if (s_.size() - pos_ < 2 || s_[pos_] != '\\' || s_[pos_ + 1] != 'u')
-            fail("unpaired high surrogate in \\u escape", esc);
-          pos_ += 2;
-          const std::uint32_t lo = hex4();
-          if (lo < 0xdc00 || lo > 0xdfff)
-            fail("unpaired high surrogate in \\u escape", esc);
-          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-        }
-        append_utf8(out, cp);
-        break;
-      }
-      default:
-        fail("invalid escape sequence", esc);
-      }
-    }
+  void open(json v) {
+    if (open_.size() >= static_cast<std::size_t>(max_json_depth))
+      throw fail("nesting deeper than " + std::to_string(max_json_depth) + " levels");
+    open_.push_back(add(std::move(v)));
   }
 };
 
-inline void append_json_string(std::string& out, std::string_view s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  out += '"';
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      out += "\\u00";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += ch;
-    }
+/// Parses a safetensors header (see header_builder); `top_keys` gets the keys of the top-level
+/// object in header order.
+inline nlohmann::json parse_header(const std::string& header, const std::string& prefix,
+                                   std::vector<std::string>& top_keys) {
+  header_builder b(prefix, top_keys);
+  // nlohmann takes a NUL byte for the end of the input and skips a leading byte-order mark.
+  if (const auto at = header.find('\0'); at != std::string::npos)
+    throw b.fail_at("unexpected byte 0x00", at);
+  if (header.starts_with("\xef\xbb\xbf"))
+    throw b.fail_at("unexpected byte-order mark", 0);
+  try {
+    nlohmann::json::sax_parse(header, &b);
+  } catch (const nlohmann::json::exception& e) {
+    throw b.fail(printable(e.what()));
   }
-  out += '"';
+  return std::move(b.root);
 }
 
 // ---- files -----------------------------------------------------------------------------------
@@ -542,22 +375,29 @@ inline void write_file(const fs::path& file, std::span<const tensor_ref> ts,
                        const std::map<std::string, std::string>& metadata, std::string_view what) {
   const std::string prefix = std::string(what) + " " + file.string() + ": ";
 
-  // Validate and build the header.
+  // Validate and build the header: "__metadata__" first, then the tensors in data order, each
+  // as {"dtype", "shape", "data_offsets"} (ordered_json keeps that order). The top-level entries
+  // are joined here: ordered_json finds a key by a linear search, n^2 for n tensors.
   std::string header = "{";
+  const auto add_entry = [&](const std::string& key, const nlohmann::ordered_json& value) {
+    if (header.size() > 1)
+      header += ',';
+    try {
+      header += nlohmann::ordered_json(key).dump();
+      header += ':';
+      header += value.dump();
+    } catch (const nlohmann::json::exception& e) {
+      throw error(prefix + "cannot write the header: " + e.what());
+    }
+  };
   if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
     for (const auto& [k, v] : metadata) {
       if (!valid_utf8(k) || !valid_utf8(v))
         throw error(prefix + "metadata entry " + quote_name(k) + " is not valid UTF-8");
-      if (!first)
-        header += ',';
-      first = false;
-      append_json_string(header, k);
-      header += ':';
-      append_json_string(header, v);
+      meta[k] = v;
     }
-    header += '}';
+    add_entry("__metadata__", meta);
   }
   std::set<std::string_view> names;
   std::uint64_t offset = 0;
@@ -586,19 +426,11 @@ inline void write_file(const fs::path& file, std::span<const tensor_ref> ts,
       throw error(prefix + which + " has " + std::to_string(t.bytes) + " bytes of data, but " +
                   std::string(t.dtype) + " " + shape_string(t.shape) + " needs " +
                   std::to_string(n));
-    if (header.size() > 1)
-      header += ',';
-    append_json_string(header, t.name);
-    header += ":{\"dtype\":\"";
-    header += d->st_name;
-    header += "\",\"shape\":[";
-    for (std::size_t i = 0; i < dims.size(); ++i) {
-      if (i)
-        header += ','; // (not `"," + to_string(...)`: g++ 12 -O3 warns, PR105329)
-      header += std::to_string(dims[i]);
-    }
-    header +=
-        "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + n) + "]}";
+    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+    entry["dtype"] = std::string(d->st_name);
+    entry["shape"] = dims;
+    entry["data_offsets"] = nlohmann::ordered_json::array({offset, offset + n});
+    add_entry(std::string(t.name), entry);
     offset += n;
   }
   header += '}';
@@ -699,8 +531,9 @@ inline std::vector<st_tensor> read_file(const fs::path& file,
   read_or_throw(header.data(), header.size());
   const std::uint64_t data_len = file_size - 8 - header_len;
 
-  const json root = json_parser(header, prefix + "damaged: ").parse_document();
-  if (root.k != json::kind::object)
+  std::vector<std::string> top_keys; // in header order
+  const nlohmann::json root = parse_header(header, prefix + "damaged: ", top_keys);
+  if (!root.is_object())
     throw error(prefix + "damaged: the header is not a JSON object");
 
   struct entry {
@@ -712,61 +545,53 @@ inline std::vector<st_tensor> read_file(const fs::path& file,
   const auto bad = [&](const std::string& which, const std::string& why) -> error {
     return error(prefix + "damaged: " + which + " " + why);
   };
-  for (std::size_t i = 0; i < root.keys.size(); ++i) {
-    const std::string& key = root.keys[i];
-    const json& v = root.values[i];
+  // A non-negative integer: nlohmann parses one without a minus sign as unsigned (-0 is signed).
+  const auto natural = [](const nlohmann::json& e) { return e.is_number_unsigned(); };
+  for (const std::string& key : top_keys) {
+    const nlohmann::json& v = *root.find(key);
     if (key == "__metadata__") {
-      if (v.k != json::kind::object)
+      if (!v.is_object())
         throw bad("\"__metadata__\"", "is not an object");
-      for (std::size_t j = 0; j < v.keys.size(); ++j) {
-        if (v.values[j].k != json::kind::string)
-          throw bad("metadata entry " + quote_name(v.keys[j]), "is not a string");
-        meta.emplace(v.keys[j], v.values[j].str);
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!it->is_string())
+          throw bad("metadata entry " + quote_name(it.key()), "is not a string");
+        meta.emplace(it.key(), it->get<std::string>());
       }
       continue;
     }
     const std::string which = "tensor " + quote_name(key);
-    if (v.k != json::kind::object)
+    if (!v.is_object())
       throw bad(which, "is not a JSON object");
-    const json* dt = nullptr;
-    const json* shape = nullptr;
-    const json* offsets = nullptr;
-    for (std::size_t j = 0; j < v.keys.size(); ++j) {
-      if (v.keys[j] == "dtype")
-        dt = &v.values[j];
-      else if (v.keys[j] == "shape")
-        shape = &v.values[j];
-      else if (v.keys[j] == "data_offsets")
-        offsets = &v.values[j];
-      else
-        throw bad(which, "has unknown field " + quote_name(v.keys[j]));
-    }
-    if (!dt || !shape || !offsets)
-      throw bad(which, std::string("lacks the field ") + (!dt      ? "\"dtype\""
-                                                          : !shape ? "\"shape\""
-                                                                   : "\"data_offsets\""));
-    if (dt->k != json::kind::string)
+    for (auto it = v.begin(); it != v.end(); ++it)
+      if (it.key() != "dtype" && it.key() != "shape" && it.key() != "data_offsets")
+        throw bad(which, "has unknown field " + quote_name(it.key()));
+    const auto dt = v.find("dtype"), shape = v.find("shape"), offsets = v.find("data_offsets");
+    if (dt == v.end() || shape == v.end() || offsets == v.end())
+      throw bad(which, std::string("lacks the field ") + (dt == v.end()      ? "\"dtype\""
+                                                          : shape == v.end() ? "\"shape\""
+                                                                             : "\"data_offsets\""));
+    if (!dt->is_string())
       throw bad(which, "has a dtype that is not a string");
-    const dtype_info* d = by_st_name(dt->str);
+    const std::string& dt_name = dt->get_ref<const std::string&>();
+    const dtype_info* d = by_st_name(dt_name);
     if (!d)
-      throw bad(which, "has dtype " + quote_name(dt->str) +
+      throw bad(which, "has dtype " + quote_name(dt_name) +
                            ", which typeflow does not support (F32, F64, I32, I64, BOOL)");
-    if (shape->k != json::kind::array)
+    if (!shape->is_array())
       throw bad(which, "has a shape that is not an array");
     std::vector<std::uint64_t> dims;
     st_tensor t;
-    for (const json& e : shape->values) {
-      if (e.k != json::kind::integer || e.negative ||
-          e.magnitude > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    for (const nlohmann::json& e : *shape) {
+      if (!natural(e) || e.get<std::uint64_t>() >
+                             static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
         throw bad(which, "has a shape extent that is not a non-negative integer");
-      dims.push_back(e.magnitude);
-      t.shape.push_back(static_cast<std::int64_t>(e.magnitude));
+      dims.push_back(e.get<std::uint64_t>());
+      t.shape.push_back(static_cast<std::int64_t>(dims.back()));
     }
-    if (offsets->k != json::kind::array || offsets->values.size() != 2 ||
-        offsets->values[0].k != json::kind::integer || offsets->values[0].negative ||
-        offsets->values[1].k != json::kind::integer || offsets->values[1].negative)
+    if (!offsets->is_array() || offsets->size() != 2 || !natural((*offsets)[0]) ||
+        !natural((*offsets)[1]))
       throw bad(which, "has data_offsets that are not two non-negative integers");
-    const std::uint64_t begin = offsets->values[0].magnitude, end = offsets->values[1].magnitude;
+    const auto begin = (*offsets)[0].get<std::uint64_t>(), end = (*offsets)[1].get<std::uint64_t>();
     if (begin > end || end > data_len)
       throw bad(which, "has data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
                            "] outside the " + std::to_string(data_len) + " bytes of data");
