@@ -5,6 +5,7 @@
 #include "autodiff/fold.hpp"
 #include "autodiff/grad.hpp"
 #include "autodiff/gradcheck.hpp"
+#include "backend/cpu/machine.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/fixed_string.hpp"

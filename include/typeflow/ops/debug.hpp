@@ -21,6 +21,8 @@ inline std::atomic<std::int64_t>& probe_count = detail::probe_counter<name_t<Tag
 template <class Tag>
 struct probe_op : ops::elementwise_base, no_dtype_rule {
   static constexpr std::string_view name = "probe";
+  /// Counts each element with an atomic: no vector form (backend/cpu/simd.hpp).
+  static constexpr bool scalar_only = true;
   template <class A>
   using value_type = typename A::value_type;
   static std::string attrs() { return "\"" + std::string(Tag::view()) + "\""; }

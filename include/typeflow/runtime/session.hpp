@@ -13,12 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "../backend/cpu/fused.hpp"
-#include "../backend/cpu/gemm.hpp"
-#include "../backend/cpu/layout.hpp"
-#include "../backend/cpu/nn.hpp"
-#include "../backend/cpu/reduce.hpp"
-#include "../backend/cpu/thread_pool.hpp"
+#include "../backend/cpu/kernels.hpp"
 #include "../device/device.hpp"
 #include "../graph/plan.hpp"
 #include "../ops/layout.hpp"
@@ -123,6 +118,8 @@ public:
   }
 
   int threads() const { return pool_->size(); }
+  /// oneDNN primitives this session has created (each once per geometry; 0 without oneDNN).
+  std::size_t onednn_primitives() const { return dnnl_->primitives(); }
   const run_stats& stats() const { return stats_; }
 
   /// Evaluates the fetches. Returns a tuple with one owning tensor per fetch that has a value
@@ -638,10 +635,11 @@ private:
     } else {
       v.dims = shape_of<Op, Refs...>(vals, I, name);
       if constexpr (K == step_kind::kernel) {
-        if constexpr (D::is_cpu)
-          kernel<I>(static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals, region,
-                    static_cast<Refs*>(nullptr)...);
-        else
+        if constexpr (D::is_cpu) {
+          cpu_backend::context ctx{*pool_, *mem_, stats_, *dnnl_, runs_};
+          cpu_backend::kernel<I>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals,
+                                 region, static_cast<Refs*>(nullptr)...);
+        } else
           device_backend<D>::template kernel<I>(*this, static_cast<Op*>(nullptr),
                                                 static_cast<T*>(nullptr), vals, region,
                                                 static_cast<Refs*>(nullptr)...);
@@ -661,240 +659,6 @@ private:
     v.owner = mem_->acquire(sizeof(T) * static_cast<std::size_t>(v.dims.numel()), stats_);
     v.data = v.owner.get();
     return static_cast<T*>(v.data);
-  }
-
-  // Elementwise region rooted at node I: one fused loop.
-  template <std::size_t I, class Op, class T, class Out, class Ins, class Members, class IdxSeq,
-            class... Refs>
-  void kernel(Op*, T*, value* vals, graph::flat_region<Out, Ins, Members, IdxSeq>*, Refs*...) {
-    constexpr auto Idx = graph::index_array<IdxSeq>::value;
-    using fused = cpu_backend::fused_kernel<Out, Ins, Members>;
-    std::array<const value*, Idx.size()> inputs{};
-    for (std::size_t k = 0; k < Idx.size(); ++k)
-      inputs[k] = &vals[Idx[k]];
-    T* out = allocate<T>(vals[I]);
-    fused::run(*pool_, out, vals[I].dims, inputs);
-    stats_.fused_nodes += Members::size - 1;
-  }
-
-  template <std::size_t I, class Rd, bool K, std::int64_t... Ax, class T, class A>
-  void kernel(ops::reduce<Rd, K, Ax...>*, T*, value* vals, void*, A*) {
-    const value& in = vals[A::index];
-    T* out = allocate<T>(vals[I]);
-    cpu_backend::reduce<Rd>(*pool_, static_cast<const typename A::value_type*>(in.data), in.dims,
-                            ops::reduce<Rd, K, Ax...>::template mask<A::rank>(), out);
-  }
-
-  template <std::size_t I, class T, class C, class X>
-  void kernel(ops::sum_to_like*, T*, value* vals, void*, C*, X*) {
-    const value& in = vals[C::index];
-    const auto mask = runtime::sum_to_mask<C::rank>(in.dims, vals[I].dims);
-    T* o = allocate<T>(vals[I]);
-    cpu_backend::reduce<ops::reducers::sum>(*pool_, static_cast<const T*>(in.data), in.dims, mask,
-                                            o);
-  }
-
-  template <std::size_t I, bool TA, bool TB, class T, class A, class B>
-  void kernel(ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) {
-    const value &a = vals[A::index], &b = vals[B::index];
-    value& o = vals[I];
-    T* out = allocate<T>(o);
-    const auto [m, n, k, batch] = runtime::matmul_extents::of(a.dims, o.dims, TA);
-    const T* pa = static_cast<const T*>(a.data);
-    const T* pb = static_cast<const T*>(b.data);
-    for (std::int64_t i = 0; i < batch; ++i)
-      cpu_backend::gemm<T>(*pool_, TA, TB, m, n, k, pa + i * m * k, pb + i * k * n,
-                           out + i * m * n);
-  }
-
-  template <std::size_t I, std::int64_t... D, class T, class A>
-  void kernel(ops::reshape<D...>*, T*, value* vals, void*, A*) {
-    vals[I].owner = vals[A::index].owner; // a view: shares the input's buffer
-    vals[I].data = vals[A::index].data;
-  }
-
-  template <std::size_t I, std::int64_t... Ax, class T, class A>
-  void kernel(ops::expand_dims<Ax...>*, T*, value* vals, void*, A*) {
-    vals[I].owner = vals[A::index].owner; // a view
-    vals[I].data = vals[A::index].data;
-  }
-
-  template <std::size_t I, class T, class A>
-  void kernel(ops::replica_mean*, T*, value* vals, void*, A*) {
-    vals[I].owner = vals[A::index].owner; // a view (a replicated session averages it)
-    vals[I].data = vals[A::index].data;
-  }
-
-  template <std::size_t I, class T, class A, class X>
-  void kernel(ops::reshape_like*, T*, value* vals, void*, A*, X*) {
-    if (vals[A::index].dims.numel() != vals[I].dims.numel())
-      throw error("reshape_like: element counts differ: " + vals[A::index].dims.str() + " x " +
-                  vals[I].dims.str());
-    vals[I].owner = vals[A::index].owner; // a view
-    vals[I].data = vals[A::index].data;
-  }
-
-  template <std::size_t I, std::int64_t... Ax, class T, class A>
-  void kernel(ops::element_count<Ax...>*, T*, value* vals, void*, A*) {
-    const auto mask = ops::element_count<Ax...>::template mask<A::rank>();
-    std::int64_t n = 1;
-    for (std::size_t i = 0; i < A::rank; ++i)
-      if (mask[i])
-        n *= vals[A::index].dims.d[i];
-    *allocate<T>(vals[I]) = static_cast<T>(n);
-  }
-
-  template <std::size_t I, std::int64_t... Perm, class T, class A>
-  void kernel(ops::transpose<Perm...>*, T*, value* vals, void*, A*) {
-    const value& in = vals[A::index];
-    T* out = allocate<T>(vals[I]);
-    cpu_backend::transpose(*pool_, static_cast<const T*>(in.data), in.dims,
-                           ops::transpose<Perm...>::perm, out, vals[I].dims);
-  }
-
-  template <std::size_t I, class B, class S, class T, class A>
-  void kernel(ops::slice<B, S>*, T*, value* vals, void*, A*) {
-    const value& in = vals[A::index];
-    T* out = allocate<T>(vals[I]);
-    cpu_backend::slice(*pool_, static_cast<const T*>(in.data), in.dims, B::values, out,
-                       vals[I].dims);
-  }
-
-  template <std::size_t I, class B, class T, class A, class X>
-  void kernel(ops::pad_like<B>*, T*, value* vals, void*, A*, X*) {
-    const value& in = vals[A::index];
-    for (std::size_t i = 0; i < A::rank; ++i)
-      if (B::values[i] + in.dims.d[i] > vals[I].dims.d[i])
-        throw error("pad_like: padded region out of bounds: " + in.dims.str() + " in " +
-                    vals[I].dims.str());
-    cpu_backend::pad(static_cast<const T*>(in.data), in.dims, B::values, allocate<T>(vals[I]),
-                     vals[I].dims);
-  }
-
-  template <std::size_t I, class B, class T, class G, class A>
-  void kernel(ops::slice_like<B>*, T*, value* vals, void*, G*, A*) {
-    const value& in = vals[G::index];
-    for (std::size_t i = 0; i < G::rank; ++i)
-      if (B::values[i] + vals[I].dims.d[i] > in.dims.d[i])
-        throw error("slice_like: slice out of bounds: " + vals[I].dims.str() + " of " +
-                    in.dims.str());
-    T* out = allocate<T>(vals[I]);
-    cpu_backend::slice(*pool_, static_cast<const T*>(in.data), in.dims, B::values, out,
-                       vals[I].dims);
-  }
-
-  template <std::size_t I, std::int64_t Axis, class T, class... Cs>
-  void kernel(ops::concat<Axis>*, T*, value* vals, void*, Cs*...) {
-    T* out = allocate<T>(vals[I]);
-    const T* parts[] = {static_cast<const T*>(vals[Cs::index].data)...};
-    const runtime::rt_dims* dims[] = {&vals[Cs::index].dims...};
-    const std::int64_t rank = static_cast<std::int64_t>(vals[I].dims.rank);
-    cpu_backend::concat(Axis < 0 ? Axis + rank : Axis, parts, dims, sizeof...(Cs), out,
-                        vals[I].dims);
-  }
-
-  // ---- neural-network kernels -----------------------------------------------------------
-
-  template <class Op>
-  static cpu_backend::window2d window_of(const runtime::rt_dims& x, std::int64_t kh,
-                                         std::int64_t kw, std::int64_t o, std::int64_t sh,
-                                         std::int64_t sw, std::int64_t dh, std::int64_t dw) {
-    const auto gh = detail::window_axis(x.d[1], kh, sh, dh, Op::pad);
-    const auto gw = detail::window_axis(x.d[2], kw, sw, dw, Op::pad);
-    return {x.d[0], x.d[1], x.d[2], x.d[3],        kh,           kw, o, gh.out, gw.out, sh,
-            sw,     dh,     dw,     gh.pad_before, gw.pad_before};
-  }
-  template <class Op>
-  static cpu_backend::window2d conv_window(const runtime::rt_dims& x, const runtime::rt_dims& w) {
-    return window_of<Op>(x, w.d[0], w.d[1], w.d[3], Op::sh, Op::sw, Op::dh, Op::dw);
-  }
-  template <class Op>
-  static cpu_backend::window2d pool_window(const runtime::rt_dims& x) {
-    return window_of<Op>(x, Op::kh, Op::kw, x.d[3], Op::sh, Op::sw, 1, 1);
-  }
-  template <class T>
-  std::shared_ptr<void> scratch(std::int64_t elements) {
-    return mem_->acquire(sizeof(T) * static_cast<std::size_t>(std::max<std::int64_t>(elements, 1)),
-                         stats_);
-  }
-
-  template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
-            std::int64_t DW, class T, class X, class W>
-  void kernel(ops::conv2d<P, SH, SW, DH, DW>*, T*, value* vals, void*, X*, W*) {
-    const auto g =
-        conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims, vals[W::index].dims);
-    T* out = allocate<T>(vals[I]);
-    auto col = scratch<T>(cpu_backend::conv_scratch(g));
-    cpu_backend::conv2d_forward(*pool_, static_cast<const T*>(vals[X::index].data),
-                                static_cast<const T*>(vals[W::index].data), g,
-                                static_cast<T*>(col.get()), out);
-  }
-
-  template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
-            std::int64_t DW, class T, class G, class W, class X>
-  void kernel(ops::conv2d_backprop_input<P, SH, SW, DH, DW>*, T*, value* vals, void*, G*, W*, X*) {
-    const auto g =
-        conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims, vals[W::index].dims);
-    T* out = allocate<T>(vals[I]);
-    auto col = scratch<T>(cpu_backend::conv_scratch(g));
-    cpu_backend::conv2d_backprop_input(*pool_, static_cast<const T*>(vals[G::index].data),
-                                       static_cast<const T*>(vals[W::index].data), g,
-                                       static_cast<T*>(col.get()), out);
-  }
-
-  template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
-            std::int64_t DW, class T, class X, class G, class W>
-  void kernel(ops::conv2d_backprop_filter<P, SH, SW, DH, DW>*, T*, value* vals, void*, X*, G*, W*) {
-    const auto g =
-        conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims, vals[W::index].dims);
-    T* out = allocate<T>(vals[I]);
-    auto col = scratch<T>(cpu_backend::conv_scratch(g));
-    cpu_backend::conv2d_backprop_filter(*pool_, static_cast<const T*>(vals[X::index].data),
-                                        static_cast<const T*>(vals[G::index].data), g,
-                                        static_cast<T*>(col.get()), out);
-  }
-
-  template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW,
-            std::int64_t SH, std::int64_t SW, class T, class X>
-  void kernel(ops::pool<K, P, KH, KW, SH, SW>*, T*, value* vals, void*, X*) {
-    const auto g = pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
-    cpu_backend::pool_forward<K == ops::pool_kind::max>(
-        *pool_, static_cast<const T*>(vals[X::index].data), g, allocate<T>(vals[I]));
-  }
-
-  template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW,
-            std::int64_t SH, std::int64_t SW, class T, class X, class G>
-  void kernel(ops::pool_grad<K, P, KH, KW, SH, SW>*, T*, value* vals, void*, X*, G*) {
-    const auto g = pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
-    cpu_backend::pool_backward<K == ops::pool_kind::max>(
-        *pool_, static_cast<const T*>(vals[X::index].data),
-        static_cast<const T*>(vals[G::index].data), g, allocate<T>(vals[I]));
-  }
-
-  template <std::size_t I, class T, class L, class Y>
-  void kernel(ops::sparse_softmax_xent*, T*, value* vals, void*, L*, Y*) {
-    const auto& ld = vals[L::index].dims;
-    cpu_backend::sparse_xent<false>(*pool_, static_cast<const T*>(vals[L::index].data),
-                                    static_cast<const typename Y::value_type*>(vals[Y::index].data),
-                                    ld.d[0], ld.d[1], allocate<T>(vals[I]));
-  }
-
-  template <std::size_t I, class T, class L, class Y>
-  void kernel(ops::sparse_softmax_xent_grad*, T*, value* vals, void*, L*, Y*) {
-    const auto& ld = vals[L::index].dims;
-    cpu_backend::sparse_xent<true>(*pool_, static_cast<const T*>(vals[L::index].data),
-                                   static_cast<const typename Y::value_type*>(vals[Y::index].data),
-                                   ld.d[0], ld.d[1], allocate<T>(vals[I]));
-  }
-
-  template <std::size_t I, std::uint64_t Seed, class T, class X, class K>
-  void kernel(ops::dropout_mask<Seed>*, T*, value* vals, void*, X*, K*) {
-    using KT = typename K::value_type;
-    if (!vals[K::index].data)
-      throw error("dropout: keep_prob has no value");
-    const double keep = static_cast<double>(*static_cast<const KT*>(vals[K::index].data));
-    cpu_backend::dropout_mask(*pool_, Seed, runs_, keep, vals[I].dims.numel(),
-                              allocate<T>(vals[I]));
   }
 
   template <class F>
@@ -963,6 +727,7 @@ private:
   session_options opts_;
   std::unique_ptr<cpu_backend::thread_pool> pool_;
   std::shared_ptr<runtime::buffer_pool> mem_;
+  std::unique_ptr<cpu_backend::onednn_cache> dnnl_ = std::make_unique<cpu_backend::onednn_cache>();
   std::shared_ptr<runtime::variable_store> vars_ = std::make_shared<runtime::variable_store>();
   run_stats stats_;
   std::uint64_t runs_ = 0;

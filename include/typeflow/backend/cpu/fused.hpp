@@ -73,6 +73,28 @@ struct loop_geometry {
     }
   }
 };
+template <class M>
+struct member_op;
+template <class Op, class C, class T, class... Refs>
+struct member_op<graph::member<Op, C, T, Refs...>> {
+  using type = Op;
+};
+
+template <class Op>
+inline constexpr bool scalar_only = requires {
+  requires Op::scalar_only;
+};
+
+template <class Op>
+struct no_vector_form_message {
+  static constexpr typeflow::detail::msg_buf message() {
+    typeflow::detail::msg_buf b;
+    b << std::string_view("fused CPU loop: elementwise op ") << Op::name
+      << std::string_view(" has no vector form: add batch_op<") << Op::name
+      << std::string_view("> to backend/cpu/simd.hpp, or declare it scalar_only in the op");
+    return b;
+  }
+};
 } // namespace detail
 
 using graph::member;
@@ -168,6 +190,27 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
   static constexpr bool vectorized = std::is_floating_point_v<out_t> &&
                                      (std::is_same_v<Ins, out_t> && ...) &&
                                      (member_vectorizes<Ms>() && ...);
+
+  // A region that would run on vectors but for one op's missing vector form is a compile
+  // error, not a silent scalar loop for the whole region.
+  template <class M>
+  static constexpr bool lacks_vector_form() {
+    using Op = typename detail::member_op<M>::type;
+    return std::is_same_v<typename M::compute, out_t> &&
+           requires { simd::batch_op<Op>::missing; } && !detail::scalar_only<Op>;
+  }
+  template <class... M>
+  static constexpr void check_vector_forms() {
+    if constexpr (std::is_floating_point_v<out_t> && (std::is_same_v<Ins, out_t> && ...))
+      (
+          [] {
+            if constexpr (lacks_vector_form<M>())
+              typeflow::detail::fail<
+                  detail::no_vector_form_message<typename detail::member_op<M>::type>>();
+          }(),
+          ...);
+  }
+  static_assert((check_vector_forms<Ms...>(), true));
 #else
   static constexpr bool vectorized = false;
 #endif

@@ -74,23 +74,24 @@ void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
   }
 }
 
-/// Row-major C[m,n] = op(A) * op(B) (dense operands), on the pool's threads: one serial GEMM
-/// per thread on a slab of C, rows when m is the larger side, else columns (each call packs its
-/// slab of one operand and all of the other, so the smaller operand is the one packed again).
-/// Every slab is at least 128 wide and a product of at least 2^21 m*n*k: BLAS libraries pick
-/// kernels by size (OpenBLAS's small-matrix kernel, below 100^3, rounds differently from its
-/// blocked one), and with every slab on the blocked kernel an element's bits do not depend on
-/// how C is cut, so they do not depend on the thread count. Slabs are multiples of 16.
-template <class T>
-void gemm(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
-          const T* a, const T* b, T* c) {
+/// Row-major C[m,n] = op(A) * op(B) (dense operands), on the pool's threads: one `serial` call
+/// (a single-threaded GEMM: BLAS, oneDNN or the portable loop) per thread on a slab of C, rows when
+/// m is the larger side, else columns (each call packs its slab of one operand and all of the
+/// other, so the smaller operand is the one packed again). Every slab is at least 128 wide and a
+/// product of at least 2^21 m*n*k: BLAS libraries pick kernels by size (OpenBLAS's small-matrix
+/// kernel, below 100^3, rounds differently from its blocked one), and with every slab on the
+/// blocked kernel an element's bits do not depend on how C is cut, so they do not depend on the
+/// thread count. Slabs are multiples of 16.
+template <class T, class Serial>
+void gemm_split(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                const T* a, const T* b, T* c, Serial&& serial) {
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
   const bool by_rows = m >= n;
   const std::int64_t side = by_rows ? m : n, unit = 16;
   const std::int64_t parts = std::min<std::int64_t>(
       {std::int64_t{pool.size()}, side / 128, m * n * k / (std::int64_t{1} << 21)});
   if (parts <= 1) {
-    gemm_serial(ta, tb, m, n, k, a, lda, b, ldb, c, n);
+    serial(ta, tb, m, n, k, a, lda, b, ldb, c, n);
     return;
   }
   const std::int64_t slab = ((side + unit - 1) / unit + parts - 1) / parts * unit;
@@ -100,11 +101,22 @@ void gemm(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, s
       if (lo >= hi)
         continue;
       if (by_rows)
-        gemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, c + lo * n, n);
+        serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, c + lo * n, n);
       else
-        gemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, c + lo, n);
+        serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, c + lo, n);
     }
   });
+}
+
+/// gemm_split with one BLAS (or portable) call per slab.
+template <class T>
+void gemm(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+          const T* a, const T* b, T* c) {
+  gemm_split(pool, ta, tb, m, n, k, a, b, c,
+             [](bool ta_, bool tb_, std::int64_t m_, std::int64_t n_, std::int64_t k_, const T* a_,
+                std::int64_t lda, const T* b_, std::int64_t ldb, T* c_, std::int64_t ldc) {
+               gemm_serial(ta_, tb_, m_, n_, k_, a_, lda, b_, ldb, c_, ldc);
+             });
 }
 
 } // namespace typeflow::cpu_backend

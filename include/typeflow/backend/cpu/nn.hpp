@@ -15,35 +15,15 @@
 
 #include "../../core/dtype.hpp"
 #include "../../core/error.hpp"
+#include "../common/window.hpp"
 #include "gemm.hpp"
 #include "simd.hpp"
 #include "thread_pool.hpp"
 
 namespace typeflow::cpu_backend {
 
-/// Geometry of a 2-D window op over NHWC data.
-struct window2d {
-  std::int64_t n, h, w, c;     // input
-  std::int64_t kh, kw, o;      // window (and output channels of a convolution)
-  std::int64_t oh, ow;         // output
-  std::int64_t sh, sw, dh, dw; // strides, dilations
-  std::int64_t ph, pw;         // padding before
-  std::int64_t patch() const { return kh * kw * c; }
-  std::int64_t rows() const { return n * oh * ow; }
-};
-
-/// Output pixel (oy, ox)'s window of a pool, clipped to the input: rows [y0, y1), columns
-/// [x0, x1); empty when it lies wholly in the padding.
-struct clipped_window {
-  std::int64_t y0, y1, x0, x1;
-  clipped_window(const window2d& g, std::int64_t oy, std::int64_t ox)
-      : y0(std::max<std::int64_t>(oy * g.sh - g.ph, 0)),
-        y1(std::min<std::int64_t>(oy * g.sh - g.ph + g.kh, g.h)),
-        x0(std::max<std::int64_t>(ox * g.sw - g.pw, 0)),
-        x1(std::min<std::int64_t>(ox * g.sw - g.pw + g.kw, g.w)) {}
-  bool empty() const { return y1 <= y0 || x1 <= x0; }
-  std::int64_t size() const { return (y1 - y0) * (x1 - x0); }
-};
+using backend::clipped_window;
+using backend::window2d;
 
 /// One output pixel's patch (zeros outside the input), as im2col writes it. With dilation 1 along
 /// x, the in-bounds taps of one filter row are contiguous in both x and the patch, so each

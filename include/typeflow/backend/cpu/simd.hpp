@@ -38,9 +38,13 @@
 
 namespace typeflow::cpu_backend::simd {
 
-/// The vector form of Op, when it has one (the primary template has none).
+/// The vector form of Op, when it has one (the primary template has none, and says so: a fused
+/// region of one floating type whose op lacks a vector form does not compile unless the op
+/// declares `static constexpr bool scalar_only = true;`).
 template <class Op>
-struct batch_op {};
+struct batch_op {
+  static constexpr bool missing = true;
+};
 
 #if defined(TYPEFLOW_HAS_XSIMD)
 template <class F>

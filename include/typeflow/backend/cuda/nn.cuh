@@ -14,7 +14,7 @@
 
 namespace typeflow::cuda_backend {
 
-using cpu_backend::window2d;
+using backend::window2d;
 
 inline int grid_for(std::int64_t n, int threads = 256) {
   const std::int64_t b = (n + threads - 1) / threads;

@@ -309,8 +309,8 @@ struct device_backend<gpu<N>> : cuda_backend::layout_steps<N> {
             std::int64_t DH, std::int64_t DW, class T, class X, class W>
   static void kernel(Session& s, ops::conv2d<P, SH, SW, DH, DW>*, T*, runtime::rt_value* vals,
                      void*, X*, W*) {
-    const auto g = Session::template conv_window<ops::conv2d<P, SH, SW, DH, DW>>(
-        vals[X::index].dims, vals[W::index].dims);
+    const auto g = backend::conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims,
+                                                                        vals[W::index].dims);
     auto& ctx = context(s);
     T* y = scratch<T>(s, vals[I], g.rows() * g.o);
     runtime::rt_value tmp;
@@ -322,8 +322,8 @@ struct device_backend<gpu<N>> : cuda_backend::layout_steps<N> {
             std::int64_t DH, std::int64_t DW, class T, class G, class W, class X>
   static void kernel(Session& s, ops::conv2d_backprop_input<P, SH, SW, DH, DW>*, T*,
                      runtime::rt_value* vals, void*, G*, W*, X*) {
-    const auto g = Session::template conv_window<ops::conv2d<P, SH, SW, DH, DW>>(
-        vals[X::index].dims, vals[W::index].dims);
+    const auto g = backend::conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims,
+                                                                        vals[W::index].dims);
     auto& ctx = context(s);
     T* dx = scratch<T>(s, vals[I], g.n * g.h * g.w * g.c);
     runtime::rt_value tmp;
@@ -340,8 +340,8 @@ struct device_backend<gpu<N>> : cuda_backend::layout_steps<N> {
             std::int64_t DH, std::int64_t DW, class T, class X, class G, class W>
   static void kernel(Session& s, ops::conv2d_backprop_filter<P, SH, SW, DH, DW>*, T*,
                      runtime::rt_value* vals, void*, X*, G*, W*) {
-    const auto g = Session::template conv_window<ops::conv2d<P, SH, SW, DH, DW>>(
-        vals[X::index].dims, vals[W::index].dims);
+    const auto g = backend::conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims,
+                                                                        vals[W::index].dims);
     auto& ctx = context(s);
     T* dw = scratch<T>(s, vals[I], g.patch() * g.o);
     runtime::rt_value tmp;
@@ -355,8 +355,7 @@ struct device_backend<gpu<N>> : cuda_backend::layout_steps<N> {
             std::int64_t KW, std::int64_t SH, std::int64_t SW, class T, class X>
   static void kernel(Session& s, ops::pool<K, P, KH, KW, SH, SW>*, T*, runtime::rt_value* vals,
                      void*, X*) {
-    const auto g =
-        Session::template pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
+    const auto g = backend::pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
     const std::int64_t n = g.n * g.oh * g.ow * g.c;
     T* y = scratch<T>(s, vals[I], n);
     cuda_backend::pool_forward_kernel<K == ops::pool_kind::max>
@@ -368,8 +367,7 @@ struct device_backend<gpu<N>> : cuda_backend::layout_steps<N> {
             std::int64_t KW, std::int64_t SH, std::int64_t SW, class T, class X, class G>
   static void kernel(Session& s, ops::pool_grad<K, P, KH, KW, SH, SW>*, T*, runtime::rt_value* vals,
                      void*, X*, G*) {
-    const auto g =
-        Session::template pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
+    const auto g = backend::pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
     const std::int64_t n = g.n * g.h * g.w * g.c;
     T* dx = scratch<T>(s, vals[I], n);
     cuda_backend::pool_backward_kernel<K == ops::pool_kind::max>
