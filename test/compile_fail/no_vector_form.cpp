@@ -1,4 +1,4 @@
-// expect: "fused CPU loop: elementwise op cube has no vector form"
+// expect: fused CPU loop: elementwise op cube has no vector form: add batch_op<cube>
 // A user's elementwise op without a vector form (backend/cpu/simd.hpp's batch_op) would turn its
 // whole fused region into a scalar loop: that is a compile error unless the op says it is
 // scalar-only.
