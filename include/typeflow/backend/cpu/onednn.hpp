@@ -12,9 +12,11 @@
 // primitive is created once per geometry and cached in the context's `onednn_cache`, so a plan
 // step run with the same batch size reuses its primitive.
 //
-// Threads: Debian's oneDNN runs on OpenMP; each call sets the calling thread's OpenMP team
-// size to the session's thread count, so oneDNN and the session's pool never run more threads
-// than the session was given.
+// Threads: the session's pool runs every oneDNN call, one slab of the batch (convolutions) or of
+// the product (matmul) per task, each call single-threaded. Debian's oneDNN is built on OpenMP;
+// each call sets the calling thread's OpenMP team to one, so oneDNN starts no threads of its own
+// and the process runs exactly the session's thread count (no two runtimes competing for two
+// cores), and results do not depend on that count.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -22,14 +24,15 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "../../core/error.hpp"
 #include "nn.hpp"
 
 #if defined(TYPEFLOW_HAS_ONEDNN)
+// oneDNN's C API: its C++ header (dnnl.hpp) crashes nvcc 13's front end, and every translation
+// unit, nvcc's included, must see the same CPU kernels.
 #include <omp.h>
-#include <oneapi/dnnl/dnnl.hpp>
+#include <oneapi/dnnl/dnnl.h>
 #endif
 
 namespace typeflow::cpu_backend {
@@ -46,84 +49,205 @@ inline constexpr bool has_onednn =
 
 namespace onednn {
 
-/// The process's CPU engine (oneDNN engines are cheap handles; one is enough).
-inline dnnl::engine& engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+inline void check(dnnl_status_t s, const char* what) {
+  if (s != dnnl_success)
+    throw error(std::string("oneDNN: ") + what + " failed (dnnl_status_t " +
+                std::to_string(static_cast<int>(s)) + ")");
+}
+
+/// The process's CPU engine.
+inline dnnl_engine_t engine() {
+  static const dnnl_engine_t e = [] {
+    dnnl_engine_t r = nullptr;
+    check(dnnl_engine_create(&r, dnnl_cpu, 0), "creating the CPU engine");
+    return r;
+  }();
   return e;
 }
 
-using dims = dnnl::memory::dims;
-using tag = dnnl::memory::format_tag;
-inline constexpr auto f32 = dnnl::memory::data_type::f32;
+/// The calling thread's stream (in-order, on the CPU engine).
+inline dnnl_stream_t stream() {
+  struct holder {
+    dnnl_stream_t s = nullptr;
+    holder() { check(dnnl_stream_create(&s, engine(), dnnl_stream_default_flags), "a stream"); }
+    ~holder() { dnnl_stream_destroy(s); }
+  };
+  thread_local holder h;
+  return h.s;
+}
+
+using md = dnnl_memory_desc_t;
+
+inline md tagged(std::initializer_list<std::int64_t> dims, dnnl_format_tag_t tag) {
+  md d;
+  dnnl_dims_t v{};
+  int n = 0;
+  for (auto x : dims)
+    v[n++] = x;
+  check(dnnl_memory_desc_init_by_tag(&d, n, v, dnnl_f32, tag), "a memory descriptor");
+  return d;
+}
+inline md strided(std::int64_t r, std::int64_t c, std::int64_t sr, std::int64_t sc) {
+  md d;
+  dnnl_dims_t v{r, c}, st{sr, sc};
+  check(dnnl_memory_desc_init_by_strides(&d, 2, v, dnnl_f32, st), "a memory descriptor");
+  return d;
+}
+inline bool equal(const md& a, const md& b) {
+  return dnnl_memory_desc_equal(&a, &b) != 0;
+}
+inline std::size_t bytes(const md& d) {
+  return dnnl_memory_desc_get_size(&d);
+}
 
 /// oneDNN's name for the ISA its kernels use on this CPU (e.g. "avx512_core_bf16").
 inline std::string isa_name() {
-  switch (dnnl::get_effective_cpu_isa()) {
-  case dnnl::cpu_isa::sse41:
+  switch (dnnl_get_effective_cpu_isa()) {
+  case dnnl_cpu_isa_sse41:
     return "sse41";
-  case dnnl::cpu_isa::avx:
+  case dnnl_cpu_isa_avx:
     return "avx";
-  case dnnl::cpu_isa::avx2:
+  case dnnl_cpu_isa_avx2:
     return "avx2";
-  case dnnl::cpu_isa::avx512_mic:
-  case dnnl::cpu_isa::avx512_mic_4ops:
+  case dnnl_cpu_isa_avx512_mic:
+  case dnnl_cpu_isa_avx512_mic_4ops:
     return "avx512_mic";
-  case dnnl::cpu_isa::avx512_core:
+  case dnnl_cpu_isa_avx512_core:
     return "avx512_core";
-  case dnnl::cpu_isa::avx512_core_vnni:
+  case dnnl_cpu_isa_avx512_core_vnni:
     return "avx512_core_vnni";
-  case dnnl::cpu_isa::avx512_core_bf16:
+  case dnnl_cpu_isa_avx512_core_bf16:
     return "avx512_core_bf16";
-  case dnnl::cpu_isa::avx512_core_amx:
+  case dnnl_cpu_isa_avx512_core_amx:
     return "avx512_core_amx";
-  case dnnl::cpu_isa::avx2_vnni:
+  case dnnl_cpu_isa_avx2_vnni:
     return "avx2_vnni";
   default:
     return "generic";
   }
 }
 
-/// A primitive with its scratchpad size (primitives are created with a user scratchpad, so one
-/// primitive can run on several threads at once, each with its own scratchpad).
-template <class P>
-struct prim {
-  P p;
-  std::size_t scratch = 0;
-  dnnl::memory::desc w; ///< the layout the primitive wants for the filter (convolutions)
+/// A primitive descriptor, owned.
+struct pd_handle {
+  dnnl_primitive_desc_t pd = nullptr;
+  pd_handle() = default;
+  explicit pd_handle(dnnl_primitive_desc_t p) : pd(p) {}
+  pd_handle(const pd_handle&) = delete;
+  pd_handle& operator=(const pd_handle&) = delete;
+  ~pd_handle() {
+    if (pd)
+      dnnl_primitive_desc_destroy(pd);
+  }
 };
+
+/// Attributes asking for a user scratchpad: one primitive can then run on several threads at
+/// once, each with its own scratchpad.
+struct user_scratchpad {
+  dnnl_primitive_attr_t a = nullptr;
+  user_scratchpad() {
+    check(dnnl_primitive_attr_create(&a), "primitive attributes");
+    check(dnnl_primitive_attr_set_scratchpad_mode(a, dnnl_scratchpad_mode_user), "scratchpad");
+  }
+  user_scratchpad(const user_scratchpad&) = delete;
+  user_scratchpad& operator=(const user_scratchpad&) = delete;
+  ~user_scratchpad() { dnnl_primitive_attr_destroy(a); }
+};
+
+/// A primitive with its scratchpad size and, for convolutions, the filter layout it wants and
+/// the reorder between that layout and HWIO (none when it is HWIO).
+struct primitive {
+  dnnl_primitive_t p = nullptr;
+  std::size_t scratch = 0;
+  md w{};
+  std::unique_ptr<primitive> reorder;
+  primitive() = default;
+  primitive(const primitive&) = delete;
+  primitive& operator=(const primitive&) = delete;
+  ~primitive() {
+    if (p)
+      dnnl_primitive_destroy(p);
+  }
+};
+
+inline std::unique_ptr<primitive> make(const pd_handle& pd, const char* what) {
+  auto r = std::make_unique<primitive>();
+  check(dnnl_primitive_create(&r->p, pd.pd), what);
+  r->scratch = bytes(*dnnl_primitive_desc_query_md(pd.pd, dnnl_query_scratchpad_md, 0));
+  return r;
+}
+
+/// A reorder from layout `from` to `to`.
+inline std::unique_ptr<primitive> make_reorder(const md& from, const md& to) {
+  dnnl_primitive_desc_t pd = nullptr;
+  check(dnnl_reorder_primitive_desc_create(&pd, &from, engine(), &to, engine(), nullptr),
+        "a reorder");
+  pd_handle h(pd);
+  return make(h, "a reorder");
+}
+
+/// The calling thread's scratchpad, at least `n` bytes long.
+inline void* thread_scratchpad(std::size_t n) {
+  thread_local std::unique_ptr<std::byte[]> buf;
+  thread_local std::size_t size = 0;
+  if (n > size) {
+    buf.reset(new std::byte[n]);
+    size = n;
+  }
+  return buf.get();
+}
+
+/// One argument of an execution: oneDNN's argument index, layout, data.
+struct arg {
+  int index;
+  const md* desc;
+  const void* data;
+};
+
+/// Runs `p` on the calling thread (an OpenMP team of one: the session's pool owns the cores,
+/// so oneDNN never starts threads of its own), with a thread-local scratchpad.
+inline void execute(const primitive& p, std::initializer_list<arg> args) {
+  omp_set_num_threads(1);
+  std::array<dnnl_exec_arg_t, 8> a{};
+  std::array<md, 1> scratch_md{};
+  int n = 0;
+  const auto add = [&](int index, const md& d, const void* data) {
+    dnnl_memory_t m = nullptr;
+    check(dnnl_memory_create(&m, &d, engine(), const_cast<void*>(data)), "a memory object");
+    a[static_cast<std::size_t>(n++)] = {index, m};
+  };
+  struct release {
+    std::array<dnnl_exec_arg_t, 8>& a;
+    int& n;
+    ~release() {
+      for (int i = 0; i < n; ++i)
+        dnnl_memory_destroy(a[static_cast<std::size_t>(i)].memory);
+    }
+  } guard{a, n};
+  for (const arg& x : args)
+    add(x.index, *x.desc, x.data);
+  if (p.scratch > 0) {
+    dnnl_dims_t d{static_cast<dnnl_dim_t>(p.scratch)};
+    check(dnnl_memory_desc_init_by_tag(&scratch_md[0], 1, d, dnnl_u8, dnnl_x), "a scratchpad");
+    add(DNNL_ARG_SCRATCHPAD, scratch_md[0], thread_scratchpad(p.scratch));
+  }
+  check(dnnl_primitive_execute(p.p, stream(), n, a.data()), "executing a primitive");
+  check(dnnl_stream_wait(stream()), "waiting for a stream");
+}
 
 /// A convolution's primitives for one geometry (batch slab included).
 struct conv_entry {
-  dnnl::memory::desc src, dst, hwio;
-  dnnl::convolution_forward::primitive_desc fwd_pd;
-  std::unique_ptr<prim<dnnl::convolution_forward>> fwd;
-  std::unique_ptr<prim<dnnl::convolution_backward_data>> bwd_data;
-  std::unique_ptr<prim<dnnl::convolution_backward_weights>> bwd_weights;
+  md src{}, dst{}, hwio{};
+  pd_handle fwd_pd;
+  std::unique_ptr<primitive> fwd, bwd_data, bwd_weights;
 };
 
-inline dims conv_padding_r(const window2d& g) {
+inline dnnl_dims_t* padding_r(const window2d& g, dnnl_dims_t& pr) {
   // Chosen so that oneDNN's output extent ((h + pl + pr - ((kh-1)*dh + 1)) / sh + 1) is oh;
   // when the last rows of the input are never read (VALID with a stride) zero does.
   const std::int64_t ekh = (g.kh - 1) * g.dh + 1, ekw = (g.kw - 1) * g.dw + 1;
-  return {std::max<std::int64_t>(0, (g.oh - 1) * g.sh + ekh - g.h - g.ph),
-          std::max<std::int64_t>(0, (g.ow - 1) * g.sw + ekw - g.w - g.pw)};
-}
-
-inline dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr a;
-  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return a;
-}
-
-/// The calling thread's scratchpad, at least `bytes` long.
-inline void* thread_scratchpad(std::size_t bytes) {
-  thread_local std::unique_ptr<std::byte[]> buf;
-  thread_local std::size_t size = 0;
-  if (bytes > size) {
-    buf.reset(new std::byte[bytes]);
-    size = bytes;
-  }
-  return buf.get();
+  pr[0] = std::max<std::int64_t>(0, (g.oh - 1) * g.sh + ekh - g.h - g.ph);
+  pr[1] = std::max<std::int64_t>(0, (g.ow - 1) * g.sw + ekw - g.w - g.pw);
+  return &pr;
 }
 
 } // namespace onednn
@@ -135,59 +259,63 @@ public:
   using conv_key = std::array<std::int64_t, 15>;
   using matmul_key = std::array<std::int64_t, 8>;
 
-  onednn::conv_entry& conv(const window2d& g) {
+  const onednn::conv_entry& conv(const window2d& g) {
     std::lock_guard lock(mu_);
     return conv_locked(g);
   }
 
-  const onednn::prim<dnnl::convolution_forward>& conv_forward(const window2d& g) {
+  const onednn::primitive& conv_forward(const window2d& g) {
     std::lock_guard lock(mu_);
     auto& e = conv_locked(g);
     if (!e.fwd) {
-      auto p = std::make_unique<onednn::prim<dnnl::convolution_forward>>();
-      p->p = dnnl::convolution_forward(e.fwd_pd);
-      p->scratch = e.fwd_pd.scratchpad_desc().get_size();
-      p->w = e.fwd_pd.weights_desc();
+      auto p = onednn::make(e.fwd_pd, "a convolution");
+      p->w = *dnnl_primitive_desc_query_md(e.fwd_pd.pd, dnnl_query_weights_md, 0);
+      if (!onednn::equal(p->w, e.hwio))
+        p->reorder = onednn::make_reorder(e.hwio, p->w);
       e.fwd = std::move(p);
       ++primitives_;
     }
     return *e.fwd;
   }
 
-  const onednn::prim<dnnl::convolution_backward_data>& conv_backward_data(const window2d& g) {
+  const onednn::primitive& conv_backward_data(const window2d& g) {
     std::lock_guard lock(mu_);
     auto& e = conv_locked(g);
     if (!e.bwd_data) {
-      using namespace dnnl;
-      convolution_backward_data::desc d(algorithm::convolution_direct, e.src, any_filter(g), e.dst,
-                                        {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.ph, g.pw},
-                                        onednn::conv_padding_r(g));
-      convolution_backward_data::primitive_desc pd(d, onednn::user_scratchpad(), onednn::engine(),
-                                                   e.fwd_pd);
-      auto p = std::make_unique<onednn::prim<convolution_backward_data>>();
-      p->p = convolution_backward_data(pd);
-      p->scratch = pd.scratchpad_desc().get_size();
-      p->w = pd.weights_desc();
+      dnnl_convolution_desc_t d;
+      const onednn::md w = any_filter(g);
+      dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
+      onednn::padding_r(g, pr);
+      onednn::check(dnnl_dilated_convolution_backward_data_desc_init(
+                        &d, dnnl_convolution_direct, &e.src, &w, &e.dst, st, dil, pl, pr),
+                    "a convolution's input gradient");
+      onednn::pd_handle pd(create_pd(&d, e.fwd_pd.pd));
+      auto p = onednn::make(pd, "a convolution's input gradient");
+      p->w = *dnnl_primitive_desc_query_md(pd.pd, dnnl_query_weights_md, 0);
+      if (!onednn::equal(p->w, e.hwio))
+        p->reorder = onednn::make_reorder(e.hwio, p->w);
       e.bwd_data = std::move(p);
       ++primitives_;
     }
     return *e.bwd_data;
   }
 
-  const onednn::prim<dnnl::convolution_backward_weights>& conv_backward_weights(const window2d& g) {
+  const onednn::primitive& conv_backward_weights(const window2d& g) {
     std::lock_guard lock(mu_);
     auto& e = conv_locked(g);
     if (!e.bwd_weights) {
-      using namespace dnnl;
-      convolution_backward_weights::desc d(algorithm::convolution_direct, e.src, any_filter(g),
-                                           e.dst, {g.sh, g.sw}, {g.dh - 1, g.dw - 1}, {g.ph, g.pw},
-                                           onednn::conv_padding_r(g));
-      convolution_backward_weights::primitive_desc pd(d, onednn::user_scratchpad(),
-                                                      onednn::engine(), e.fwd_pd);
-      auto p = std::make_unique<onednn::prim<convolution_backward_weights>>();
-      p->p = convolution_backward_weights(pd);
-      p->scratch = pd.scratchpad_desc().get_size();
-      p->w = pd.diff_weights_desc();
+      dnnl_convolution_desc_t d;
+      const onednn::md w = any_filter(g);
+      dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
+      onednn::padding_r(g, pr);
+      onednn::check(dnnl_dilated_convolution_backward_weights_desc_init(
+                        &d, dnnl_convolution_direct, &e.src, &w, nullptr, &e.dst, st, dil, pl, pr),
+                    "a convolution's filter gradient");
+      onednn::pd_handle pd(create_pd(&d, e.fwd_pd.pd));
+      auto p = onednn::make(pd, "a convolution's filter gradient");
+      p->w = *dnnl_primitive_desc_query_md(pd.pd, dnnl_query_diff_weights_md, 0);
+      if (!onednn::equal(p->w, e.hwio))
+        p->reorder = onednn::make_reorder(p->w, e.hwio);
       e.bwd_weights = std::move(p);
       ++primitives_;
     }
@@ -195,23 +323,22 @@ public:
   }
 
   /// C[m,n] = op(A) op(B) with row strides lda, ldb, ldc (A stored [k,m] when ta, B stored
-  /// [n,k] when tb).
-  const onednn::prim<dnnl::matmul>& matmul(bool ta, bool tb, std::int64_t m, std::int64_t n,
-                                           std::int64_t k, std::int64_t lda, std::int64_t ldb,
-                                           std::int64_t ldc) {
+  /// [n,k] when tb); `descs` receives A's, B's and C's layouts.
+  const onednn::primitive& matmul(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                                  std::int64_t lda, std::int64_t ldb, std::int64_t ldc,
+                                  std::array<onednn::md, 3>& descs) {
+    descs = {ta ? onednn::strided(m, k, 1, lda) : onednn::strided(m, k, lda, 1),
+             tb ? onednn::strided(k, n, 1, ldb) : onednn::strided(k, n, ldb, 1),
+             onednn::strided(m, n, ldc, 1)};
     std::lock_guard lock(mu_);
     const matmul_key key{ta, tb, m, n, k, lda, ldb, ldc};
     auto it = matmuls_.find(key);
     if (it != matmuls_.end())
       return *it->second;
-    using namespace dnnl;
-    const memory::desc a({m, k}, onednn::f32, ta ? onednn::dims{1, lda} : onednn::dims{lda, 1});
-    const memory::desc b({k, n}, onednn::f32, tb ? onednn::dims{1, ldb} : onednn::dims{ldb, 1});
-    const memory::desc c({m, n}, onednn::f32, onednn::dims{ldc, 1});
-    matmul::primitive_desc pd(matmul::desc(a, b, c), onednn::user_scratchpad(), onednn::engine());
-    auto p = std::make_unique<onednn::prim<dnnl::matmul>>();
-    p->p = dnnl::matmul(pd);
-    p->scratch = pd.scratchpad_desc().get_size();
+    dnnl_matmul_desc_t d;
+    onednn::check(dnnl_matmul_desc_init(&d, &descs[0], &descs[1], nullptr, &descs[2]), "a matmul");
+    onednn::pd_handle pd(create_pd(&d, nullptr));
+    auto p = onednn::make(pd, "a matmul");
     ++primitives_;
     return *matmuls_.emplace(key, std::move(p)).first->second;
   }
@@ -223,8 +350,15 @@ public:
   }
 
 private:
-  static dnnl::memory::desc any_filter(const window2d& g) {
-    return {{g.o, g.c, g.kh, g.kw}, onednn::f32, onednn::tag::any};
+  static onednn::md any_filter(const window2d& g) {
+    return onednn::tagged({g.o, g.c, g.kh, g.kw}, dnnl_format_tag_any);
+  }
+  static dnnl_primitive_desc_t create_pd(const void* op_desc, const_dnnl_primitive_desc_t hint) {
+    onednn::user_scratchpad attr;
+    dnnl_primitive_desc_t pd = nullptr;
+    onednn::check(dnnl_primitive_desc_create(&pd, op_desc, attr.a, onednn::engine(), hint),
+                  "a primitive descriptor");
+    return pd;
   }
   onednn::conv_entry& conv_locked(const window2d& g) {
     const conv_key k{g.n,  g.h,  g.w,  g.c,  g.kh, g.kw, g.o, g.oh,
@@ -233,53 +367,28 @@ private:
     if (it != convs_.end())
       return *it->second;
     auto e = std::make_unique<onednn::conv_entry>();
-    using namespace dnnl;
-    e->src = memory::desc({g.n, g.c, g.h, g.w}, onednn::f32, onednn::tag::nhwc);
-    e->dst = memory::desc({g.n, g.o, g.oh, g.ow}, onednn::f32, onednn::tag::nhwc);
-    e->hwio = memory::desc({g.o, g.c, g.kh, g.kw}, onednn::f32, onednn::tag::hwio);
-    convolution_forward::desc fd(prop_kind::forward_training, algorithm::convolution_direct, e->src,
-                                 any_filter(g), e->dst, {g.sh, g.sw}, {g.dh - 1, g.dw - 1},
-                                 {g.ph, g.pw}, onednn::conv_padding_r(g));
-    e->fwd_pd =
-        convolution_forward::primitive_desc(fd, onednn::user_scratchpad(), onednn::engine());
+    e->src = onednn::tagged({g.n, g.c, g.h, g.w}, dnnl_nhwc);
+    e->dst = onednn::tagged({g.n, g.o, g.oh, g.ow}, dnnl_nhwc);
+    e->hwio = onednn::tagged({g.o, g.c, g.kh, g.kw}, dnnl_hwio);
+    const onednn::md w = any_filter(g);
+    dnnl_convolution_desc_t d;
+    dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
+    onednn::padding_r(g, pr);
+    onednn::check(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training,
+                                                             dnnl_convolution_direct, &e->src, &w,
+                                                             nullptr, &e->dst, st, dil, pl, pr),
+                  "a convolution");
+    e->fwd_pd.pd = create_pd(&d, nullptr);
     return *convs_.emplace(k, std::move(e)).first->second;
   }
 
   mutable std::mutex mu_;
   std::map<conv_key, std::unique_ptr<onednn::conv_entry>> convs_;
-  std::map<matmul_key, std::unique_ptr<onednn::prim<dnnl::matmul>>> matmuls_;
+  std::map<matmul_key, std::unique_ptr<onednn::primitive>> matmuls_;
   std::size_t primitives_ = 0;
 };
 
 namespace onednn {
-
-/// Runs primitive `p` on the calling thread (an OpenMP team of one: the session's pool owns the
-/// cores, so oneDNN never starts threads of its own), with a thread-local scratchpad.
-template <class P>
-void execute(const prim<P>& p, std::unordered_map<int, dnnl::memory> args) {
-  omp_set_num_threads(1);
-  dnnl::stream s(engine());
-  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory({{static_cast<dnnl::memory::dim>(p.scratch)},
-                                                  dnnl::memory::data_type::u8,
-                                                  tag::x},
-                                                 engine(), thread_scratchpad(p.scratch + 1)));
-  p.p.execute(s, args);
-  s.wait();
-}
-
-inline dnnl::memory mem(const dnnl::memory::desc& d, const void* p) {
-  return dnnl::memory(d, engine(), const_cast<void*>(p));
-}
-
-/// Copies between two layouts of one filter on the calling thread.
-inline void reorder(const dnnl::memory::desc& from, const float* src, const dnnl::memory::desc& to,
-                    float* dst) {
-  omp_set_num_threads(1);
-  dnnl::stream s(engine());
-  dnnl::memory a = mem(from, src), b = mem(to, dst);
-  dnnl::reorder(a, b).execute(s, a, b);
-  s.wait();
-}
 
 /// Images [b0, b1) of the batch as a geometry of their own.
 inline window2d slab(window2d g, std::int64_t b0, std::int64_t b1) {
@@ -287,14 +396,23 @@ inline window2d slab(window2d g, std::int64_t b0, std::int64_t b1) {
   return g;
 }
 
-/// A filter in the layout `want`: the HWIO buffer itself, or a copy reordered into `buf`.
-inline const float* filter_in(const dnnl::memory::desc& hwio, const float* w,
-                              const dnnl::memory::desc& want, std::unique_ptr<float[]>& buf) {
-  if (want == hwio)
+/// A filter in the layout primitive `p` wants: the HWIO buffer itself, or a copy reordered
+/// into `buf`.
+inline const float* filter_for(const primitive& p, const md& hwio, const float* w,
+                               std::unique_ptr<float[]>& buf) {
+  if (!p.reorder)
     return w;
-  buf.reset(new float[want.get_size() / sizeof(float) + 1]);
-  reorder(hwio, w, want, buf.get());
+  buf.reset(new float[bytes(p.w) / sizeof(float) + 1]);
+  execute(*p.reorder, {{DNNL_ARG_FROM, &hwio, w}, {DNNL_ARG_TO, &p.w, buf.get()}});
   return buf.get();
+}
+
+/// The slab count of a batch of n images, and slab q's first image.
+inline std::int64_t slabs(std::int64_t n) {
+  return std::min(conv_parts, n);
+}
+inline std::int64_t slab_begin(std::int64_t n, std::int64_t q) {
+  return n * q / slabs(n);
 }
 
 } // namespace onednn
@@ -307,27 +425,27 @@ inline const float* filter_in(const dnnl::memory::desc& hwio, const float* w,
 /// y = conv(x, w): NHWC x and y, HWIO w.
 inline void onednn_conv2d_forward(onednn_cache& cache, thread_pool& pool, const float* x,
                                   const float* w, const window2d& g, float* y) {
-  const std::int64_t parts = std::min(conv_parts, g.n);
-  // The filter reordered once per distinct slab layout (slabs differ by one image at most).
+  using namespace onednn;
+  const std::int64_t parts = slabs(g.n);
+  // Slabs differ by one image at most: two geometries, each with its filter layout.
   std::unique_ptr<float[]> buf[2];
   const float* wf[2] = {};
-  dnnl::memory::desc layout[2];
+  const primitive* pf[2] = {};
   for (int i = 0; i < 2; ++i) {
     const std::int64_t q = i == 0 ? 0 : parts - 1;
-    const auto& p = cache.conv_forward(onednn::slab(g, g.n * q / parts, g.n * (q + 1) / parts));
-    wf[i] = onednn::filter_in(cache.conv(g).hwio, w, p.w, buf[i]);
-    layout[i] = p.w;
+    pf[i] = &cache.conv_forward(slab(g, slab_begin(g.n, q), slab_begin(g.n, q + 1)));
+    wf[i] = filter_for(*pf[i], cache.conv(g).hwio, w, buf[i]);
   }
   pool.parallel_for(parts, 1, [&](std::int64_t q0, std::int64_t q1) {
     for (std::int64_t q = q0; q < q1; ++q) {
-      const std::int64_t b0 = g.n * q / parts, b1 = g.n * (q + 1) / parts;
-      const window2d s = onednn::slab(g, b0, b1);
-      const auto& p = cache.conv_forward(s);
-      const auto& e = cache.conv(s);
-      const float* wq = p.w == layout[0] ? wf[0] : wf[1];
-      onednn::execute(p, {{DNNL_ARG_SRC, onednn::mem(e.src, x + b0 * g.h * g.w * g.c)},
-                          {DNNL_ARG_WEIGHTS, onednn::mem(p.w, wq)},
-                          {DNNL_ARG_DST, onednn::mem(e.dst, y + b0 * g.oh * g.ow * g.o)}});
+      const std::int64_t b0 = slab_begin(g.n, q), b1 = slab_begin(g.n, q + 1);
+      const window2d s = slab(g, b0, b1);
+      const primitive& p = cache.conv_forward(s);
+      const conv_entry& e = cache.conv(s);
+      const float* wq = &p == pf[0] ? wf[0] : wf[1];
+      execute(p, {{DNNL_ARG_SRC, &e.src, x + b0 * g.h * g.w * g.c},
+                  {DNNL_ARG_WEIGHTS, &p.w, wq},
+                  {DNNL_ARG_DST, &e.dst, y + b0 * g.oh * g.ow * g.o}});
     }
   });
 }
@@ -335,27 +453,26 @@ inline void onednn_conv2d_forward(onednn_cache& cache, thread_pool& pool, const 
 /// dx = the input gradient of a convolution given dy and w.
 inline void onednn_conv2d_backprop_input(onednn_cache& cache, thread_pool& pool, const float* dy,
                                          const float* w, const window2d& g, float* dx) {
-  const std::int64_t parts = std::min(conv_parts, g.n);
+  using namespace onednn;
+  const std::int64_t parts = slabs(g.n);
   std::unique_ptr<float[]> buf[2];
   const float* wf[2] = {};
-  dnnl::memory::desc layout[2];
+  const primitive* pf[2] = {};
   for (int i = 0; i < 2; ++i) {
     const std::int64_t q = i == 0 ? 0 : parts - 1;
-    const auto& p =
-        cache.conv_backward_data(onednn::slab(g, g.n * q / parts, g.n * (q + 1) / parts));
-    wf[i] = onednn::filter_in(cache.conv(g).hwio, w, p.w, buf[i]);
-    layout[i] = p.w;
+    pf[i] = &cache.conv_backward_data(slab(g, slab_begin(g.n, q), slab_begin(g.n, q + 1)));
+    wf[i] = filter_for(*pf[i], cache.conv(g).hwio, w, buf[i]);
   }
   pool.parallel_for(parts, 1, [&](std::int64_t q0, std::int64_t q1) {
     for (std::int64_t q = q0; q < q1; ++q) {
-      const std::int64_t b0 = g.n * q / parts, b1 = g.n * (q + 1) / parts;
-      const window2d s = onednn::slab(g, b0, b1);
-      const auto& p = cache.conv_backward_data(s);
-      const auto& e = cache.conv(s);
-      const float* wq = p.w == layout[0] ? wf[0] : wf[1];
-      onednn::execute(p, {{DNNL_ARG_DIFF_DST, onednn::mem(e.dst, dy + b0 * g.oh * g.ow * g.o)},
-                          {DNNL_ARG_WEIGHTS, onednn::mem(p.w, wq)},
-                          {DNNL_ARG_DIFF_SRC, onednn::mem(e.src, dx + b0 * g.h * g.w * g.c)}});
+      const std::int64_t b0 = slab_begin(g.n, q), b1 = slab_begin(g.n, q + 1);
+      const window2d s = slab(g, b0, b1);
+      const primitive& p = cache.conv_backward_data(s);
+      const conv_entry& e = cache.conv(s);
+      const float* wq = &p == pf[0] ? wf[0] : wf[1];
+      execute(p, {{DNNL_ARG_DIFF_DST, &e.dst, dy + b0 * g.oh * g.ow * g.o},
+                  {DNNL_ARG_WEIGHTS, &p.w, wq},
+                  {DNNL_ARG_DIFF_SRC, &e.src, dx + b0 * g.h * g.w * g.c}});
     }
   });
 }
@@ -365,53 +482,45 @@ inline void onednn_conv2d_backprop_input(onednn_cache& cache, thread_pool& pool,
 inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool, const float* x,
                                           const float* dy, const window2d& g, float* partial,
                                           float* dw) {
-  const std::int64_t parts = std::min(conv_parts, g.n), size = g.patch() * g.o;
+  using namespace onednn;
+  const std::int64_t parts = slabs(g.n), size = g.patch() * g.o;
   pool.parallel_for(parts, 1, [&](std::int64_t q0, std::int64_t q1) {
     for (std::int64_t q = q0; q < q1; ++q) {
-      const std::int64_t b0 = g.n * q / parts, b1 = g.n * (q + 1) / parts;
-      const window2d s = onednn::slab(g, b0, b1);
-      const auto& p = cache.conv_backward_weights(s);
-      const auto& e = cache.conv(s);
+      const std::int64_t b0 = slab_begin(g.n, q), b1 = slab_begin(g.n, q + 1);
+      const window2d s = slab(g, b0, b1);
+      const primitive& p = cache.conv_backward_weights(s);
+      const conv_entry& e = cache.conv(s);
       float* out = partial + q * size;
       std::unique_ptr<float[]> blocked;
-      float* dst = out;
-      if (!(p.w == e.hwio)) {
-        blocked.reset(new float[p.w.get_size() / sizeof(float) + 1]);
-        dst = blocked.get();
-      }
-      onednn::execute(p, {{DNNL_ARG_SRC, onednn::mem(e.src, x + b0 * g.h * g.w * g.c)},
-                          {DNNL_ARG_DIFF_DST, onednn::mem(e.dst, dy + b0 * g.oh * g.ow * g.o)},
-                          {DNNL_ARG_DIFF_WEIGHTS, onednn::mem(p.w, dst)}});
-      if (blocked)
-        onednn::reorder(p.w, blocked.get(), e.hwio, out);
+      if (p.reorder)
+        blocked.reset(new float[bytes(p.w) / sizeof(float) + 1]);
+      execute(p, {{DNNL_ARG_SRC, &e.src, x + b0 * g.h * g.w * g.c},
+                  {DNNL_ARG_DIFF_DST, &e.dst, dy + b0 * g.oh * g.ow * g.o},
+                  {DNNL_ARG_DIFF_WEIGHTS, &p.w, blocked ? blocked.get() : out}});
+      if (p.reorder)
+        execute(*p.reorder, {{DNNL_ARG_FROM, &p.w, blocked.get()}, {DNNL_ARG_TO, &e.hwio, out}});
     }
   });
-  if (parts == 1)
+  if (parts == 1) {
     std::copy_n(partial, size, dw);
-  else
-    for (std::int64_t i = 0; i < size; ++i) {
-      float acc = partial[i];
-      for (std::int64_t q = 1; q < parts; ++q)
-        acc += partial[q * size + i];
-      dw[i] = acc;
-    }
+    return;
+  }
+  for (std::int64_t i = 0; i < size; ++i) {
+    float acc = partial[i];
+    for (std::int64_t q = 1; q < parts; ++q)
+      acc += partial[q * size + i];
+    dw[i] = acc;
+  }
 }
 
 /// C[m,n] = op(A) op(B) (row strides lda, ldb, ldc) on the calling thread.
 inline void onednn_gemm_serial(onednn_cache& cache, bool ta, bool tb, std::int64_t m,
                                std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
                                const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
-  const auto& p = cache.matmul(ta, tb, m, n, k, lda, ldb, ldc);
-  using dnnl::memory;
+  std::array<onednn::md, 3> d;
+  const auto& p = cache.matmul(ta, tb, m, n, k, lda, ldb, ldc, d);
   onednn::execute(
-      p, {{DNNL_ARG_SRC, onednn::mem(memory::desc({m, k}, onednn::f32,
-                                                  ta ? onednn::dims{1, lda} : onednn::dims{lda, 1}),
-                                     a)},
-          {DNNL_ARG_WEIGHTS,
-           onednn::mem(
-               memory::desc({k, n}, onednn::f32, tb ? onednn::dims{1, ldb} : onednn::dims{ldb, 1}),
-               b)},
-          {DNNL_ARG_DST, onednn::mem(memory::desc({m, n}, onednn::f32, onednn::dims{ldc, 1}), c)}});
+      p, {{DNNL_ARG_SRC, &d[0], a}, {DNNL_ARG_WEIGHTS, &d[1], b}, {DNNL_ARG_DST, &d[2], c}});
 }
 
 #else
