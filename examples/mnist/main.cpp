@@ -13,15 +13,17 @@
 // variables-on-cpu in the CUDA build.
 // Its MPI build (main_mpi.cpp, target mnist_mpi) runs one tower per rank under mpirun: every
 // rank draws the same batches and trains on its share, rank 0 logs and writes checkpoints.
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <iostream>
+#include <optional>
 #include <string>
-#include <string_view>
+
+#include <CLI/CLI.hpp>
 
 #include "model.hpp"
 #include "typeflow/io/batch.hpp"
@@ -46,83 +48,70 @@ struct flags {
   int replicas = 1;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::cerr << "mnist: " << why << "\n"
-            << "usage: mnist [--epochs N] [--batch-size N] [--learning-rate X] [--lr-decay X]\n"
-               "             [--threads N] [--data-dir DIR] [--checkpoint-dir DIR] [--resume]\n"
-               "             [--seed N] [--train-limit N] [--log-every N]\n"
-               "             [--placement cpu|gpu|variables-on-cpu] [--replicas 1|2]\n";
-  std::exit(2);
+/// A CLI11 check that the value is a number, and positive (or non-negative): "--epochs: must be
+/// positive, got 0". The integer flags' conversion then rejects fractions. (CLI11 2.1's own
+/// PositiveNumber would say "Value 0 not in range 2.225074e-308 to 1.797693e+308".)
+CLI::Validator number_check(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(text.c_str(), &end);
+        if (errno != 0 || end == text.c_str() || *end != '\0')
+          return "expects a number, got \"" + text + "\"";
+        if (allow_zero ? !(v >= 0) : !(v > 0))
+          return std::string(allow_zero ? "must be non-negative" : "must be positive") + ", got " +
+                 text;
+        return {};
+      },
+      allow_zero ? "NONNEGATIVE" : "POSITIVE");
 }
 
-template <class T>
-T parse_number(std::string_view flag, const char* text) {
-  char* end = nullptr;
-  errno = 0;
-  T v{};
-  if constexpr (std::is_floating_point_v<T>)
-    v = static_cast<T>(std::strtod(text, &end));
-  else
-    v = static_cast<T>(std::strtoll(text, &end, 10));
-  if (errno != 0 || end == text || *end != '\0')
-    usage(std::string(flag) + " expects a number, got \"" + text + "\"");
-  return v;
-}
-
-flags parse(int argc, char** argv) {
-  flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc)
-        usage(std::string(a) + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--epochs")
-      f.epochs = parse_number<int>(a, value());
-    else if (a == "--batch-size")
-      f.batch_size = parse_number<std::int64_t>(a, value());
-    else if (a == "--learning-rate")
-      f.learning_rate = parse_number<double>(a, value());
-    else if (a == "--lr-decay")
-      f.lr_decay = parse_number<double>(a, value());
-    else if (a == "--threads")
-      f.threads = parse_number<int>(a, value());
-    else if (a == "--data-dir")
-      f.data_dir = value();
-    else if (a == "--checkpoint-dir")
-      f.checkpoint_dir = value();
-    else if (a == "--resume")
-      f.resume = true;
-    else if (a == "--seed")
-      f.seed = parse_number<std::uint64_t>(a, value());
-    else if (a == "--train-limit")
-      f.train_limit = parse_number<std::int64_t>(a, value());
-    else if (a == "--log-every")
-      f.log_every = parse_number<int>(a, value());
-    else if (a == "--placement")
-      f.placement = value();
-    else if (a == "--replicas")
-      f.replicas = parse_number<int>(a, value());
-    else if (a == "--help" || a == "-h")
-      usage("train the seed's model on MNIST-format data");
-    else
-      usage("unknown flag " + std::string(a));
+/// Parses the command line into f. Returns the exit code when the program should stop instead of
+/// training: 0 after --help (usage on stdout), 2 after a bad flag (the reason on stderr).
+std::optional<int> parse(int argc, char** argv, flags& f) {
+  const std::string name =
+      argc > 0 ? std::filesystem::path(argv[0]).filename().string() : std::string("mnist");
+  CLI::App app("Trains the seed's model on MNIST-format data (Fashion-MNIST by default).", name);
+  app.option_defaults()->always_capture_default(); // --help shows the defaults
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    return a->get_name() + ": " + CLI::FailureMessage::simple(a, e);
+  });
+  const auto positive = number_check(false), non_negative = number_check(true);
+  app.add_option("--epochs", f.epochs, "passes over the training set")->check(positive);
+  app.add_option("--batch-size", f.batch_size, "examples per step")->check(positive);
+  app.add_option("--learning-rate", f.learning_rate, "the first epoch's learning rate")
+      ->check(positive);
+  app.add_option("--lr-decay", f.lr_decay, "per epoch: lr_e = learning-rate * lr-decay^e")
+      ->check(positive);
+  app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->check(non_negative);
+  app.add_option("--data-dir", f.data_dir, "directory of MNIST-format (IDX) files");
+  CLI::Option* checkpoint_dir = app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                                               "write model.safetensors there after every epoch");
+  app.add_flag("--resume", f.resume, "continue from the checkpoint in --checkpoint-dir")
+      ->needs(checkpoint_dir);
+  app.add_option("--seed", f.seed, "seed of the initializers and the batch order")
+      ->check(non_negative);
+  app.add_option("--train-limit", f.train_limit, "use only the first N training examples (0: all)")
+      ->check(non_negative);
+  app.add_option("--log-every", f.log_every, "log the loss every N steps")->check(positive);
+  app.add_option("--placement", f.placement,
+                 "cpu, gpu or variables-on-cpu (the GPU policies need the CUDA build)")
+      ->check(CLI::IsMember({"cpu", "gpu", "variables-on-cpu"}));
+  app.add_option("--replicas", f.replicas, "towers, each on its share of every batch")
+      ->check(CLI::IsMember({1, 2}));
+  try {
+    app.parse(argc, argv);
+    // The checks across flags that CLI11 cannot state.
+    if (f.resume && f.checkpoint_dir.empty())
+      throw CLI::ValidationError("--resume", "needs a non-empty --checkpoint-dir");
+    if (f.replicas != 1 && f.placement == "gpu")
+      throw CLI::ValidationError("--replicas", "2 on GPUs keeps the variables on the CPU, as the "
+                                               "seed does: use --placement variables-on-cpu");
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2; // 2 for any bad flag, as before CLI11's own exit codes
   }
-  if (f.epochs < 1 || f.batch_size < 1 || f.log_every < 1 || f.threads < 0 || f.train_limit < 0 ||
-      !(f.learning_rate > 0) || !(f.lr_decay > 0))
-    usage("--epochs, --batch-size and --log-every must be positive, --learning-rate and "
-          "--lr-decay positive, --threads and --train-limit non-negative");
-  if (f.placement != "cpu" && f.placement != "gpu" && f.placement != "variables-on-cpu")
-    usage("--placement must be cpu, gpu or variables-on-cpu, got \"" + f.placement + "\"");
-  if (f.replicas != 1 && f.replicas != 2)
-    usage("--replicas must be 1 or 2, got " + std::to_string(f.replicas));
-  if (f.replicas != 1 && f.placement == "gpu")
-    usage("--replicas 2 on GPUs keeps the variables on the CPU, as the seed does: use "
-          "--placement variables-on-cpu");
-  if (f.resume && f.checkpoint_dir.empty())
-    usage("--resume needs --checkpoint-dir");
-  return f;
+  return std::nullopt;
 }
 
 /// Python's datetime.now(): 2026-11-21 22:13:44.123456
@@ -282,12 +271,16 @@ int main(int argc, char** argv) try {
   namespace ty = typeflow;
 #ifdef TYPEFLOW_MNIST_MPI
   ty::mpi::environment mpi(argc, argv);
-  const flags f = parse(argc, argv);
+  flags f;
+  if (const auto exit_code = parse(argc, argv, f))
+    return *exit_code;
   if (f.placement != "cpu" || f.replicas != 1)
     throw ty::error("mnist_mpi: one CPU tower per rank (start more ranks with mpirun -np N)");
   return run_training<ty::mpi::replicate<ty::cpu<0>>>(f);
 #else
-  const flags f = parse(argc, argv);
+  flags f;
+  if (const auto exit_code = parse(argc, argv, f))
+    return *exit_code;
 #ifndef TYPEFLOW_MNIST_CUDA // (the CUDA build leaves CPU towers to the g++ build)
   if (f.placement == "cpu" && f.replicas == 2)
     return run_training<ty::replicate<ty::cpu<0>, ty::cpu<1>>>(f);

@@ -1,6 +1,6 @@
 # example.mnist: the main job's program on a small slice of Fashion-MNIST: the seed's log line,
 # the per-epoch test accuracy, a checkpoint that --resume continues from, and clear errors for a
-# missing data directory and a bad flag.
+# missing data directory and bad flags (exit 2), and --help (exit 0).
 # Usage: cmake -DEXE=<mnist> -DDATA=<dir> -DWORK=<scratch dir> -P mnist_smoke.cmake
 if(NOT EXISTS "${DATA}/train-labels-idx1-ubyte.gz" AND NOT EXISTS "${DATA}/train-labels-idx1-ubyte")
   message(STATUS "skipped: no Fashion-MNIST in ${DATA} (apt-get install dataset-fashion-mnist)")
@@ -74,13 +74,24 @@ if(rc EQUAL 0 OR NOT err MATCHES "no-such-dir")
 endif()
 execute_process(COMMAND "${EXE}" --epochs banana OUTPUT_VARIABLE out ERROR_VARIABLE err
                 RESULT_VARIABLE rc)
-if(rc EQUAL 0 OR NOT err MATCHES "--epochs expects a number")
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--epochs: expects a number, got \"banana\"")
   message(FATAL_ERROR "a bad flag value should fail naming it; got ${rc}:\n${err}")
 endif()
 execute_process(COMMAND "${EXE}" --placement tpu OUTPUT_VARIABLE out ERROR_VARIABLE err
                 RESULT_VARIABLE rc)
-if(rc EQUAL 0 OR NOT err MATCHES "--placement must be cpu, gpu or variables-on-cpu")
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--placement: tpu not in {cpu,gpu,variables-on-cpu}")
   message(FATAL_ERROR "an unknown placement should fail naming the choices; got ${rc}:\n${err}")
+endif()
+execute_process(COMMAND "${EXE}" --resume OUTPUT_VARIABLE out ERROR_VARIABLE err
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--resume requires --checkpoint-dir")
+  message(FATAL_ERROR "--resume without --checkpoint-dir should fail; got ${rc}:\n${err}")
+endif()
+execute_process(COMMAND "${EXE}" --help OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "Usage: mnist \\[OPTIONS\\]"
+   OR NOT out MATCHES "--placement TEXT:{cpu,gpu,variables-on-cpu}=cpu"
+   OR NOT out MATCHES "--epochs INT:POSITIVE=10")
+  message(FATAL_ERROR "--help should print the usage and the defaults and exit 0; got ${rc}:\n${out}${err}")
 endif()
 file(REMOVE_RECURSE "${WORK}")
 message(STATUS "mnist example: log format, accuracy, checkpoint and resume OK")
