@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # typeflow's full check: deps, configure (Release, -Werror, benchmarks built too), build,
-# format check, ctest.
+# format check, include-direction check, ctest.
 # Usage: bash scripts/test.sh        (from any directory)
 set -euo pipefail
 
@@ -38,5 +38,8 @@ if [[ ${#existing[@]} -gt 0 ]]; then
 else
   echo "clang-format: no source files to check"
 fi
+
+# Include directions (DESIGN.md, Layout): scripts/layers.txt, its exceptions only shrinking.
+python3 scripts/check_layers.py
 
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS"

@@ -1,0 +1,46 @@
+# scripts.check_layers: scripts/check_layers.py on a fake tree: a clean tree passes, an upward
+# include fails naming file:line and the rule, a named exception excuses it, and an exception
+# that matches nothing any more (stale) fails.
+# Usage: cmake -DPYTHON=<python3> -DCHECKER=<check_layers.py> -DWORK=<scratch dir> -P this file
+file(REMOVE_RECURSE "${WORK}")
+set(root "${WORK}/typeflow")
+file(WRITE "${root}/core/dtype.hpp" "#pragma once\n")
+file(WRITE "${root}/ops/add.hpp" "#pragma once\n#include \"../core/dtype.hpp\"\n")
+file(WRITE "${root}/backend/cpu/add.hpp"
+     "#pragma once\n#include \"../../ops/add.hpp\"\n#include <typeflow/core/dtype.hpp>\n")
+set(layers "layer core:\nlayer ops: core  # ops never include a backend\nlayer backend/cpu: ops core\n")
+file(WRITE "${WORK}/layers.txt" "${layers}")
+
+function(check expect_rc expect_regex what)
+  execute_process(COMMAND "${PYTHON}" "${CHECKER}" --root "${root}" --table "${WORK}/layers.txt"
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL expect_rc OR NOT "${out}${err}" MATCHES "${expect_regex}")
+    message(FATAL_ERROR "${what}: expected exit ${expect_rc} and /${expect_regex}/, got ${rc}:\n"
+                        "${out}${err}")
+  endif()
+endfunction()
+
+check(0 "3 files under .* follow" "a tree that follows the table")
+
+# ops/mul.hpp includes a backend on its line 3.
+file(WRITE "${root}/ops/mul.hpp"
+     "#pragma once\n#include \"add.hpp\"\n#include \"../backend/cpu/add.hpp\"\n")
+check(1 "ops/mul.hpp:3: ops -> backend/cpu \\(#include of backend/cpu/add.hpp\\) breaks the rule: ops may include only core \\(ops never include a backend\\)"
+      "an upward include")
+
+# A new directory with no layer line.
+file(WRITE "${root}/precision/cast.hpp" "#pragma once\n")
+check(1 "no layer in .* holds precision/cast.hpp" "a directory missing from the table")
+file(REMOVE_RECURSE "${root}/precision")
+
+# The same include, named as an exception.
+file(WRITE "${WORK}/layers.txt"
+     "${layers}exception ops/mul.hpp -> backend/cpu/add.hpp  # to move into backend/cpu\n")
+check(0 "1 recorded exceptions" "an include named as an exception")
+
+# The include is gone: the exception is stale and fails.
+file(WRITE "${root}/ops/mul.hpp" "#pragma once\n#include \"add.hpp\"\n")
+check(1 "layers.txt:4: stale exception ops/mul.hpp -> backend/cpu/add.hpp" "a stale exception")
+
+file(REMOVE_RECURSE "${WORK}")
+message(STATUS "check_layers: violation, missing layer, exception and stale exception OK")
