@@ -23,6 +23,7 @@
 #include "nn/layers.hpp"
 #include "nn/optimizers.hpp"
 #include "nn/variables.hpp"
+#include "ops/contract.hpp"
 #include "ops/debug.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/layout.hpp"

@@ -141,11 +141,31 @@ struct dtype_message {
 
 } // namespace detail
 
+/// The part of the op contract (ops/contract.hpp) every op satisfies on its own.
+template <class Op>
+concept op_contract = requires {
+  { Op::name } -> std::convertible_to<std::string_view>;
+  { Op::kind } -> std::convertible_to<node_kind>;
+};
+
+/// The part that depends on the operands: dtype rule and shape rule.
+template <class Op, class... Cs>
+concept op_contract_for = op_contract<Op> && requires {
+  { Op::template dtype_error<detail::info_of<Cs>...>() } -> std::convertible_to<std::string_view>;
+  { Op::rule(Cs::shape_type::dims...).ok() } -> std::convertible_to<bool>;
+};
+
 /// The one place where nodes are made: checks the op's dtype and shape rules and fails with a
 /// message naming the op, the problem and the offending shapes.
 template <class Op, class... Cs>
 consteval auto make_node() {
+  static_assert(op_contract<Op>, "make_node: the op lacks `name` or `kind` (see ops/contract.hpp)");
   if constexpr ((std::is_same<Cs, invalid_expr>::value || ...)) {
+    return invalid_expr{};
+  } else if constexpr (!op_contract_for<Op, Cs...>) {
+    static_assert(op_contract_for<Op, Cs...>, "make_node: the op's dtype_error<...>() or "
+                                              "rule(dims...) cannot take these operands (see "
+                                              "ops/contract.hpp)");
     return invalid_expr{};
   } else if constexpr (!Op::template dtype_error<detail::info_of<Cs>...>().empty()) {
     detail::fail<detail::dtype_message<Op, Cs...>>();

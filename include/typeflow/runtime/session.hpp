@@ -80,6 +80,17 @@ struct no_kernel_message {
   }
 };
 
+template <class Op>
+struct no_cpu_kernel_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("session: op ") << Op::name
+      << std::string_view(" is placed on the CPU but has no CPU kernel (add one under "
+                          "backend/cpu/kernels/, see ops/contract.hpp)");
+    return b;
+  }
+};
+
 template <class V>
 struct duplicate_variable_message {
   static constexpr msg_buf message() {
@@ -635,7 +646,9 @@ private:
     } else {
       v.dims = shape_of<Op, Refs...>(vals, I, name);
       if constexpr (K == step_kind::kernel) {
-        if constexpr (D::is_cpu) {
+        if constexpr (D::is_cpu && !cpu_backend::has_kernel<I, Op, T, Region, Refs...>) {
+          detail::fail<detail::no_cpu_kernel_message<Op>>();
+        } else if constexpr (D::is_cpu) {
           cpu_backend::context ctx{*pool_, *mem_, stats_, *dnnl_, runs_};
           cpu_backend::kernel<I>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals,
                                  region, static_cast<Refs*>(nullptr)...);

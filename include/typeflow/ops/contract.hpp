@@ -1,0 +1,48 @@
+// The op contract: what an op declares, where each part lives, and the concepts that check it.
+// (dlib's layers_abstract.h is the model: the interface written down once, next to the code.)
+//
+// An op is an empty class, usually a template over its attributes (strides, axes, a name...).
+// Adding one with kernels of its own means: one op file under ops/, one kernel file per backend,
+// tests. Nothing else changes: the graph, the planner and the session find it by its traits.
+//
+//  ops/<family>.hpp          the op itself:
+//    static constexpr std::string_view name;     printed in every message and trace ("conv2d")
+//    static constexpr node_kind kind;            leaf, elementwise, reduction, matmul, layout,
+//                                                nn or group: how the planner treats its node
+//                                                (elementwise ops fuse; the rest are region
+//                                                boundaries with a kernel of their own)
+//    template <class... Cs> static constexpr std::string_view dtype_error();
+//                                                "" when the operand dtypes are valid, else
+//                                                what is wrong (no_dtype_rule: none)
+//    template <class... Cs> using value_type;    the result's dtype
+//    static constexpr rule_result<R> rule(const dims_t<R>&...);
+//                                                the shape rule, run at compile time on the
+//                                                static shapes (`dyn` unknown) and at run time
+//                                                on the fed extents; an error names the problem
+//    static std::string attrs();                 optional: attributes for printing
+//    elementwise ops only:
+//    template <class C, class... A> static R eval(A...);
+//                                                the scalar functor (host and device), computed
+//                                                in C; the backends instantiate fused loops
+//                                                from it
+//    static constexpr bool scalar_only = true;   optional: the op has no vector form and its
+//                                                fused CPU loops may run scalar (otherwise a
+//                                                missing vector form is a compile error)
+//  ops/<family>_grad.hpp     grad_rule<Op>: the gradient, written as expressions of other ops
+//                            (the gradient of sin is grad * cos(x))
+//  backend/cpu/kernels/<family>.hpp
+//                            cpu_backend::kernel<I>(context&, Op*, T*, rt_value* values,
+//                            region, operand refs...): reads its operands' values, allocates
+//                            its result through the context, never sees the session; an op
+//                            with no CPU kernel does not compile when a plan places it on the
+//                            CPU (session.hpp names it)
+//  backend/cpu/simd.hpp      batch_op<Op>: the vector form of an elementwise op
+//  backend/cuda/*.cuh        the GPU kernel and has_gpu_kernel<Op>
+//
+// Semantics both backends need (window geometry, reducers, the dropout hash) live once, below
+// both: in the op's file or backend/common/.
+#pragma once
+#include "../graph/node.hpp"
+
+// The concepts themselves (op_contract, op_contract_for) sit in graph/node.hpp, where make_node
+// checks every node against them; this file is their documentation.
