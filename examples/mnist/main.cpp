@@ -169,6 +169,8 @@ using seed_tower = typeflow::variables_on<typeflow::cpu<0>, typeflow::compute_on
 template <class Placement>
 int run_training(const flags& f) {
   namespace ty = typeflow;
+  // First: the CPU and what each engine makes of it (and a warning for a generic fallback).
+  std::printf("%s: %s\n", now_string().c_str(), ty::describe_machine().str().c_str());
   auto train = ty::data::load_mnist(f.data_dir, true);
   const auto test = ty::data::load_mnist(f.data_dir, false);
   if (train.rows != 28 || train.cols != 28 || test.rows != 28 || test.cols != 28)

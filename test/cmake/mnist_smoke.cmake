@@ -1,5 +1,5 @@
 # example.mnist: the main job's program on a small slice of Fashion-MNIST: the seed's log line,
-# the per-epoch test accuracy, a checkpoint that --resume continues from, and clear errors for a
+# the machine line first, the per-epoch test accuracy, a checkpoint that --resume continues from, and clear errors for a
 # missing data directory and bad flags (exit 2), and --help (exit 0).
 # Usage: cmake -DEXE=<mnist> -DDATA=<dir> -DWORK=<scratch dir> -P mnist_smoke.cmake
 if(NOT EXISTS "${DATA}/train-labels-idx1-ubyte.gz" AND NOT EXISTS "${DATA}/train-labels-idx1-ubyte")
@@ -24,6 +24,9 @@ string(REGEX MATCH "final loss = [0-9.]+, test accuracy = [0-9.]+" one_tower "${
 set(date "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]\\.[0-9]+")
 if(NOT out MATCHES "${date}: step 0, loss = [0-9]+\\.[0-9][0-9] \\([0-9]+\\.[0-9] examples/sec; [0-9]+\\.[0-9][0-9][0-9] sec/batch\\)\n")
   message(FATAL_ERROR "no seed-format log line for step 0 in:\n${out}")
+endif()
+if(NOT out MATCHES "^${date}: machine: [^\n]+; fused loops: [^\n]+; convolutions and float32 matmul: ")
+  message(FATAL_ERROR "the first log line does not describe the machine:\n${out}")
 endif()
 if(NOT out MATCHES "step 12, loss = ")
   message(FATAL_ERROR "no log line every 4 steps in:\n${out}")
