@@ -196,8 +196,10 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
   template <class M>
   static constexpr bool lacks_vector_form() {
     using Op = typename detail::member_op<M>::type;
-    return std::is_same_v<typename M::compute, out_t> &&
-           requires { simd::batch_op<Op>::missing; } && !detail::scalar_only<Op>;
+    return std::is_same_v<typename M::compute, out_t> && requires {
+      simd::batch_op<Op>::missing;
+    }
+    &&!detail::scalar_only<Op>;
   }
   template <class... M>
   static constexpr void check_vector_forms() {
