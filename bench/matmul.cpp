@@ -5,11 +5,18 @@
 //                       run is timed (the fetch hands over the run's pooled buffer)
 //   cblas_sgemm/N       cblas_sgemm called directly into a preallocated C, OpenBLAS set to
 //                       bench_threads() threads of its own before the loop
-// Both are checked once against a double-precision product on sampled entries.
+//   dnnl_sgemm/N        oneDNN's own sgemm called directly (its OpenMP threads, bench_threads()
+//                       of them): the target's baseline, as typeflow's float32 matmul runs on
+//                       oneDNN
+// All are checked once against a double-precision product on sampled entries.
 #include "common.hpp"
 
 #ifdef TYPEFLOW_HAS_CBLAS // typeflow found a CBLAS: compare with it
 #include <cblas.h>
+#endif
+#ifdef TYPEFLOW_HAS_ONEDNN
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #endif
 
 namespace {
@@ -80,4 +87,24 @@ void cblas(benchmark::State& state) {
 BENCHMARK(cblas)->Name("cblas_sgemm")->RangeMultiplier(2)->Range(256, 2048)->UseRealTime();
 #endif
 
+#ifdef TYPEFLOW_HAS_ONEDNN
+void onednn_sgemm(benchmark::State& state) {
+  operands op(state.range(0));
+  const auto n = static_cast<dnnl_dim_t>(op.n);
+  omp_set_num_threads(bench_threads());
+  const auto run = [&] {
+    return dnnl_sgemm('N', 'N', n, n, n, 1.0f, op.a.data(), n, op.b.data(), n, 0.0f, op.c.data(),
+                      n);
+  };
+  if (run() != dnnl_success || !op.check(op.c.data()))
+    return state.SkipWithError("dnnl_sgemm result differs from the double reference");
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(op.c.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * op.n * op.n * op.n);
+}
+BENCHMARK(onednn_sgemm)->Name("dnnl_sgemm")->RangeMultiplier(2)->Range(256, 2048)->UseRealTime();
+#endif
 } // namespace

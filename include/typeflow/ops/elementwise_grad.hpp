@@ -25,8 +25,11 @@ TYPEFLOW_UNARY_GRAD(abs,
                                     typeflow::where(typeflow::less(x, constant<0>),
                                                     typeflow::negate(g), typeflow::zeros_like(g))))
 TYPEFLOW_UNARY_GRAD(square, ad::mul(g, typeflow::mul(x, constant<2>)))
+// relu's gradient reads its output, not its input (y > 0 exactly where x > 0, NaN in neither):
+// the input (a bias_add, say) then has relu as its only reader and fuses into relu's loop
+// instead of being materialized for the backward pass (TensorFlow's ReluGrad does the same).
 TYPEFLOW_UNARY_GRAD(relu,
-                    typeflow::where(typeflow::greater(x, constant<0>), g, typeflow::zeros_like(g)))
+                    typeflow::where(typeflow::greater(y, constant<0>), g, typeflow::zeros_like(g)))
 TYPEFLOW_UNARY_GRAD(exp, ad::mul(g, y))
 TYPEFLOW_UNARY_GRAD(log, ad::div(g, x))
 TYPEFLOW_UNARY_GRAD(sqrt, ad::div(g, typeflow::mul(y, constant<2>)))
