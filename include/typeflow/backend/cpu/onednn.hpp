@@ -422,59 +422,72 @@ inline std::int64_t slab_begin(std::int64_t n, std::int64_t q) {
 // filter gradient sums the slabs' partial gradients in slab order. So the arithmetic, and the
 // bits of every result, do not depend on the thread count.
 
+/// Whether oneDNN runs a float32 convolution of geometry g: every extent non-empty (an empty
+/// batch or channel count takes the portable loops, which zero-fill the gradients).
+inline bool onednn_runs(const window2d& g) {
+  return g.n > 0 && g.c > 0 && g.o > 0 && g.oh > 0 && g.ow > 0;
+}
+
+namespace onednn {
+
+/// Runs `call(p, e, w_p, b0, q)` for every slab q (images [b0, ...)) of g's batch on the pool:
+/// p = get(slab), the slab's primitive; e its geometry's entry; w_p the filter w in p's layout,
+/// reordered once per distinct slab geometry (slabs differ by one image at most, so there are
+/// two at most), or nullptr when w is.
+template <class Get, class Call>
+void for_each_slab(onednn_cache& cache, thread_pool& pool, const window2d& g, const float* w,
+                   Get&& get, Call&& call) {
+  const std::int64_t parts = slabs(g.n);
+  std::unique_ptr<float[]> buf[2];
+  const float* wf[2] = {w, w};
+  const primitive* pf[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    const std::int64_t q = i == 0 ? 0 : parts - 1;
+    const window2d s = slab(g, slab_begin(g.n, q), slab_begin(g.n, q + 1));
+    pf[i] = &get(s);
+    if (w && (i == 0 || pf[1] != pf[0]))
+      wf[i] = filter_for(*pf[i], cache.conv(s).hwio, w, buf[i]);
+    else if (w)
+      wf[1] = wf[0];
+  }
+  pool.parallel_for(parts, 1, [&](std::int64_t q0, std::int64_t q1) {
+    for (std::int64_t q = q0; q < q1; ++q) {
+      const std::int64_t b0 = slab_begin(g.n, q);
+      const window2d s = slab(g, b0, slab_begin(g.n, q + 1));
+      const primitive& p = get(s);
+      call(p, cache.conv(s), &p == pf[0] ? wf[0] : wf[1], b0, q);
+    }
+  });
+}
+
+} // namespace onednn
+
 /// y = conv(x, w): NHWC x and y, HWIO w.
 inline void onednn_conv2d_forward(onednn_cache& cache, thread_pool& pool, const float* x,
                                   const float* w, const window2d& g, float* y) {
   using namespace onednn;
-  const std::int64_t parts = slabs(g.n);
-  // Slabs differ by one image at most: two geometries, each with its filter layout.
-  std::unique_ptr<float[]> buf[2];
-  const float* wf[2] = {};
-  const primitive* pf[2] = {};
-  for (int i = 0; i < 2; ++i) {
-    const std::int64_t q = i == 0 ? 0 : parts - 1;
-    pf[i] = &cache.conv_forward(slab(g, slab_begin(g.n, q), slab_begin(g.n, q + 1)));
-    wf[i] = filter_for(*pf[i], cache.conv(g).hwio, w, buf[i]);
-  }
-  pool.parallel_for(parts, 1, [&](std::int64_t q0, std::int64_t q1) {
-    for (std::int64_t q = q0; q < q1; ++q) {
-      const std::int64_t b0 = slab_begin(g.n, q), b1 = slab_begin(g.n, q + 1);
-      const window2d s = slab(g, b0, b1);
-      const primitive& p = cache.conv_forward(s);
-      const conv_entry& e = cache.conv(s);
-      const float* wq = &p == pf[0] ? wf[0] : wf[1];
-      execute(p, {{DNNL_ARG_SRC, &e.src, x + b0 * g.h * g.w * g.c},
-                  {DNNL_ARG_WEIGHTS, &p.w, wq},
-                  {DNNL_ARG_DST, &e.dst, y + b0 * g.oh * g.ow * g.o}});
-    }
-  });
+  for_each_slab(
+      cache, pool, g, w,
+      [&](const window2d& s) -> const primitive& { return cache.conv_forward(s); },
+      [&](const primitive& p, const conv_entry& e, const float* wq, std::int64_t b0, std::int64_t) {
+        execute(p, {{DNNL_ARG_SRC, &e.src, x + b0 * g.h * g.w * g.c},
+                    {DNNL_ARG_WEIGHTS, &p.w, wq},
+                    {DNNL_ARG_DST, &e.dst, y + b0 * g.oh * g.ow * g.o}});
+      });
 }
 
 /// dx = the input gradient of a convolution given dy and w.
 inline void onednn_conv2d_backprop_input(onednn_cache& cache, thread_pool& pool, const float* dy,
                                          const float* w, const window2d& g, float* dx) {
   using namespace onednn;
-  const std::int64_t parts = slabs(g.n);
-  std::unique_ptr<float[]> buf[2];
-  const float* wf[2] = {};
-  const primitive* pf[2] = {};
-  for (int i = 0; i < 2; ++i) {
-    const std::int64_t q = i == 0 ? 0 : parts - 1;
-    pf[i] = &cache.conv_backward_data(slab(g, slab_begin(g.n, q), slab_begin(g.n, q + 1)));
-    wf[i] = filter_for(*pf[i], cache.conv(g).hwio, w, buf[i]);
-  }
-  pool.parallel_for(parts, 1, [&](std::int64_t q0, std::int64_t q1) {
-    for (std::int64_t q = q0; q < q1; ++q) {
-      const std::int64_t b0 = slab_begin(g.n, q), b1 = slab_begin(g.n, q + 1);
-      const window2d s = slab(g, b0, b1);
-      const primitive& p = cache.conv_backward_data(s);
-      const conv_entry& e = cache.conv(s);
-      const float* wq = &p == pf[0] ? wf[0] : wf[1];
-      execute(p, {{DNNL_ARG_DIFF_DST, &e.dst, dy + b0 * g.oh * g.ow * g.o},
-                  {DNNL_ARG_WEIGHTS, &p.w, wq},
-                  {DNNL_ARG_DIFF_SRC, &e.src, dx + b0 * g.h * g.w * g.c}});
-    }
-  });
+  for_each_slab(
+      cache, pool, g, w,
+      [&](const window2d& s) -> const primitive& { return cache.conv_backward_data(s); },
+      [&](const primitive& p, const conv_entry& e, const float* wq, std::int64_t b0, std::int64_t) {
+        execute(p, {{DNNL_ARG_DIFF_DST, &e.dst, dy + b0 * g.oh * g.ow * g.o},
+                    {DNNL_ARG_WEIGHTS, &p.w, wq},
+                    {DNNL_ARG_DIFF_SRC, &e.src, dx + b0 * g.h * g.w * g.c}});
+      });
 }
 
 /// dw = the filter gradient of a convolution given x and dy (HWIO); `partial` holds
@@ -484,23 +497,20 @@ inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool
                                           float* dw) {
   using namespace onednn;
   const std::int64_t parts = slabs(g.n), size = g.patch() * g.o;
-  pool.parallel_for(parts, 1, [&](std::int64_t q0, std::int64_t q1) {
-    for (std::int64_t q = q0; q < q1; ++q) {
-      const std::int64_t b0 = slab_begin(g.n, q), b1 = slab_begin(g.n, q + 1);
-      const window2d s = slab(g, b0, b1);
-      const primitive& p = cache.conv_backward_weights(s);
-      const conv_entry& e = cache.conv(s);
-      float* out = partial + q * size;
-      std::unique_ptr<float[]> blocked;
-      if (p.reorder)
-        blocked.reset(new float[bytes(p.w) / sizeof(float) + 1]);
-      execute(p, {{DNNL_ARG_SRC, &e.src, x + b0 * g.h * g.w * g.c},
-                  {DNNL_ARG_DIFF_DST, &e.dst, dy + b0 * g.oh * g.ow * g.o},
-                  {DNNL_ARG_DIFF_WEIGHTS, &p.w, blocked ? blocked.get() : out}});
-      if (p.reorder)
-        execute(*p.reorder, {{DNNL_ARG_FROM, &p.w, blocked.get()}, {DNNL_ARG_TO, &e.hwio, out}});
-    }
-  });
+  for_each_slab(
+      cache, pool, g, nullptr,
+      [&](const window2d& s) -> const primitive& { return cache.conv_backward_weights(s); },
+      [&](const primitive& p, const conv_entry& e, const float*, std::int64_t b0, std::int64_t q) {
+        float* out = partial + q * size;
+        std::unique_ptr<float[]> blocked;
+        if (p.reorder)
+          blocked.reset(new float[bytes(p.w) / sizeof(float) + 1]);
+        execute(p, {{DNNL_ARG_SRC, &e.src, x + b0 * g.h * g.w * g.c},
+                    {DNNL_ARG_DIFF_DST, &e.dst, dy + b0 * g.oh * g.ow * g.o},
+                    {DNNL_ARG_DIFF_WEIGHTS, &p.w, blocked ? blocked.get() : out}});
+        if (p.reorder)
+          execute(*p.reorder, {{DNNL_ARG_FROM, &p.w, blocked.get()}, {DNNL_ARG_TO, &e.hwio, out}});
+      });
   if (parts == 1) {
     std::copy_n(partial, size, dw);
     return;

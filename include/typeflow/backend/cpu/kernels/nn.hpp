@@ -19,7 +19,7 @@ void kernel(context& ctx, ops::conv2d<P, SH, SW, DH, DW>*, T*, value* vals, void
   T* out = ctx.allocate<T>(vals[I]);
 #if defined(TYPEFLOW_HAS_ONEDNN)
   if constexpr (std::is_same_v<T, float>) {
-    if (g.n > 0 && g.c > 0 && g.o > 0 && g.oh > 0 && g.ow > 0) {
+    if (onednn_runs(g)) {
       onednn_conv2d_forward(ctx.dnnl, ctx.pool, static_cast<const T*>(vals[X::index].data),
                             static_cast<const T*>(vals[W::index].data), g, out);
       return;
@@ -40,7 +40,7 @@ void kernel(context& ctx, ops::conv2d_backprop_input<P, SH, SW, DH, DW>*, T*, va
   T* out = ctx.allocate<T>(vals[I]);
 #if defined(TYPEFLOW_HAS_ONEDNN)
   if constexpr (std::is_same_v<T, float>) {
-    if (g.n > 0 && g.c > 0 && g.o > 0 && g.oh > 0 && g.ow > 0) {
+    if (onednn_runs(g)) {
       onednn_conv2d_backprop_input(ctx.dnnl, ctx.pool, static_cast<const T*>(vals[G::index].data),
                                    static_cast<const T*>(vals[W::index].data), g, out);
       return;
@@ -62,7 +62,7 @@ void kernel(context& ctx, ops::conv2d_backprop_filter<P, SH, SW, DH, DW>*, T*, v
   T* out = ctx.allocate<T>(vals[I]);
 #if defined(TYPEFLOW_HAS_ONEDNN)
   if constexpr (std::is_same_v<T, float>) {
-    if (g.n > 0 && g.c > 0 && g.o > 0 && g.oh > 0 && g.ow > 0) {
+    if (onednn_runs(g)) {
       auto partial = ctx.scratch<T>(conv_parts * g.patch() * g.o);
       onednn_conv2d_backprop_filter(ctx.dnnl, ctx.pool, static_cast<const T*>(vals[X::index].data),
                                     static_cast<const T*>(vals[G::index].data), g,
