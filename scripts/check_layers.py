@@ -95,6 +95,12 @@ def resolve(root, including_rel, quoted, angled):
     return inside[-1] if inside else None  # a file not written yet: its path still names a layer
 
 
+def within(layer, outer):
+    """Whether `layer` is `outer` or a layer inside it (backend/common/value.hpp inside
+    backend/common): whoever may include a layer may include the layers it holds."""
+    return layer == outer or layer.startswith(outer + "/")
+
+
 def main(argv):
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -142,7 +148,8 @@ def main(argv):
                         problems.append(f"{shown}:{number}: includes {target}, which no layer "
                                         f"in {table} holds")
                         continue
-                    if target_layer == source_layer or allowed is None or target_layer in allowed:
+                    if within(target_layer, source_layer) or allowed is None or any(
+                            within(target_layer, a) for a in allowed):
                         continue
                     if (rel, target) in exceptions:
                         used.add((rel, target))

@@ -11,12 +11,6 @@
 namespace ty = typeflow;
 using i64 = std::int64_t;
 
-// In this test only, pretend that `add` has a GPU kernel: soft placement then keeps it on the
-// GPU and moves the ops around it (which have CPU kernels only) to the CPU. Only plans are
-// inspected for GPU placements here; nothing runs on a GPU.
-template <>
-struct typeflow::has_gpu_kernel<typeflow::ops::add> : std::true_type {};
-
 namespace {
 
 constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 4>>;
@@ -158,31 +152,50 @@ TEST_CASE("with_device overrides the policy for a subtree; the innermost scope w
     CHECK(ga[i] == doctest::Approx(gb[i]).epsilon(same));
 }
 
+TEST_CASE("GPU kernels are what the CUDA backend declares, in every translation unit") {
+  // This file is compiled by g++, without the CUDA backend: placement still knows its kernels
+  // (backend/cuda/kernels.hpp declares them), so a plan means the same here as under nvcc.
+  using ty::has_gpu_kernel;
+  static_assert(has_gpu_kernel<ty::ops::matmul<false, true>>);
+  static_assert(has_gpu_kernel<ty::ops::add>); // fused, from its scalar functor
+  static_assert(has_gpu_kernel<ty::ops::conv2d<ty::padding::same, 1, 1, 1, 1>>);
+  static_assert(has_gpu_kernel<ty::ops::sparse_softmax_xent_grad>);
+  static_assert(has_gpu_kernel<ty::ops::transpose<1, 0>>);
+  static_assert(has_gpu_kernel<ty::ops::concat<-1>>);
+  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, false, 1>>);
+  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::sum, false, 0>>);
+  static_assert(has_gpu_kernel<ty::ops::dropout_mask<7>>);
+  static_assert(has_gpu_kernel<decltype(w)::op>);  // variables live on their GPU
+  static_assert(!has_gpu_kernel<decltype(x)::op>); // fed on the host
+  using probe_op = decltype(ty::debug::probe<"p">(x))::op;
+  static_assert(!has_gpu_kernel<probe_op>); // host_only: counts in a host atomic
+  static_assert(ty::has_kernel_on<probe_op, ty::cpu<0>> &&
+                !ty::has_kernel_on<probe_op, ty::gpu<0>>);
+  CHECK(ty::has_kernel_on<ty::ops::add, ty::gpu<1>>);
+}
+
 TEST_CASE("soft placement: ops without a GPU kernel fall back to cpu<0>") {
-  using P = ty::graph::plan<ty::type_list<decltype(y)>, ty::on<ty::gpu<0>>>;
-  constexpr auto sum_node = ty::matmul(x, w) + b;
-  // add has a (pretended) GPU kernel and stays; matmul, relu and the leaves move to the CPU.
-  CHECK(device_of_node<P, decltype(sum_node)>() == ty::id_of<ty::gpu<0>>);
-  CHECK(device_of_node<P, decltype(ty::matmul(x, w))>() == ty::id_of<ty::cpu<0>>);
-  CHECK(device_of_node<P, decltype(y)>() == ty::id_of<ty::cpu<0>>);
-  CHECK(P::placement.fell_back[P::index_c<decltype(y)>::value]);
-  CHECK(!P::placement.fell_back[P::index_c<decltype(sum_node)>::value]);
-  // matmul's result and b go to the GPU for the add, its result comes back for relu.
+  constexpr auto h = ty::matmul(x, w) + b;
+  constexpr auto p = ty::debug::probe<"soft">(h);
+  constexpr auto yp = ty::relu(p);
+  using P = ty::graph::plan<ty::type_list<decltype(yp)>, ty::on<ty::gpu<0>>>;
+  // matmul, add, relu and the variables stay on the GPU; the probe (host only) and the fed
+  // placeholder x move to the CPU, marked as soft placements.
+  CHECK(device_of_node<P, decltype(h)>() == ty::id_of<ty::gpu<0>>);
+  CHECK(device_of_node<P, decltype(ty::matmul(x, w))>() == ty::id_of<ty::gpu<0>>);
+  CHECK(device_of_node<P, decltype(w)>() == ty::id_of<ty::gpu<0>>);
+  CHECK(device_of_node<P, decltype(yp)>() == ty::id_of<ty::gpu<0>>);
+  CHECK(device_of_node<P, decltype(p)>() == ty::id_of<ty::cpu<0>>);
+  CHECK(device_of_node<P, decltype(x)>() == ty::id_of<ty::cpu<0>>);
+  CHECK(P::placement.fell_back[P::index_c<decltype(p)>::value]);
+  CHECK(!P::placement.fell_back[P::index_c<decltype(h)>::value]);
+  // x goes to the GPU for the matmul, h to the CPU for the probe, the probe back for relu.
   CHECK(P::transfers == 3);
   const std::string listing = P::describe_placement();
   INFO(listing);
-  CHECK(listing.find("(soft placement: no kernel on the requested device)") != std::string::npos);
+  CHECK(count(listing, "(soft placement: no kernel on the requested device)") == 2);
   CHECK(count(listing, "-> /job:localhost/replica:0/task:0/device:GPU:0") == 2);
-
-  // With no op on a GPU, a gpu<0> session runs everything on the CPU.
-  constexpr auto v = ty::relu(ty::matmul(x, w)) * ty::constant<2.0>;
-  ty::session<ty::on<ty::gpu<0>>> s;
-  ty::session<> plain;
-  auto [a] = s.run(ty::fetch(v), ty::feed(x, input()));
-  auto [c] = plain.run(ty::fetch(v), ty::feed(x, input()));
-  for (i64 i = 0; i < a.size(); ++i)
-    CHECK(a[i] == doctest::Approx(c[i]).epsilon(same));
-  CHECK(s.stats().transfers == 0);
+  CHECK(count(listing, "-> /job:localhost/replica:0/task:0/device:CPU:0") == 1);
 }
 
 TEST_CASE("a materialized constant read on another device travels like any tensor") {

@@ -42,5 +42,17 @@ check(0 "1 recorded exceptions" "an include named as an exception")
 file(WRITE "${root}/ops/mul.hpp" "#pragma once\n#include \"add.hpp\"\n")
 check(1 "layers.txt:4: stale exception ops/mul.hpp -> backend/cpu/add.hpp" "a stale exception")
 
+# A file with a layer of its own inside a directory layer (backend/cpu/decl.hpp below ops):
+# ops may include it, it may not include the rest of its directory, and whoever may include the
+# directory may include the file.
+file(WRITE "${root}/backend/cpu/decl.hpp" "#pragma once\n#include \"../../core/dtype.hpp\"\n")
+file(WRITE "${root}/ops/mul.hpp" "#pragma once\n#include \"../backend/cpu/decl.hpp\"\n")
+file(WRITE "${WORK}/layers.txt"
+     "layer core:\nlayer backend/cpu/decl.hpp: core\nlayer ops: backend/cpu/decl.hpp core\nlayer backend/cpu: ops core\n")
+check(0 "5 files under .* follow" "a file layer below its directory")
+file(WRITE "${root}/backend/cpu/decl.hpp" "#pragma once\n#include \"add.hpp\"\n")
+check(1 "backend/cpu/decl.hpp:2: backend/cpu/decl.hpp -> backend/cpu \\(#include of backend/cpu/add.hpp\\)"
+      "a file layer including its directory")
+
 file(REMOVE_RECURSE "${WORK}")
-message(STATUS "check_layers: violation, missing layer, exception and stale exception OK")
+message(STATUS "check_layers: violation, missing layer, exception, stale exception and file layers OK")

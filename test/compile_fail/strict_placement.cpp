@@ -1,11 +1,11 @@
-// expect: "placement: op matmul has no kernel on device GPU:0 and soft placement is off
-// A strict policy turns soft placement off: matmul has no GPU kernel in this build.
+// expect: "placement: op probe has no kernel on device GPU:0 and soft placement is off
+// A strict policy turns soft placement off: a probe (host only) has no GPU kernel.
 #include <typeflow/typeflow.hpp>
 
 namespace ty = typeflow;
 
 constexpr auto x = ty::placeholder<"x", float, ty::shape<2, 2>>;
-constexpr auto y = ty::matmul(x, x);
+constexpr auto y = ty::debug::probe<"p">(x);
 
 int main() {
 #ifndef TYPEFLOW_COMPILE_FAIL_CONTROL

@@ -45,14 +45,14 @@ void check_case(const char* what, std::int64_t rows, std::int64_t cols, A x, B y
                       ty::feed(y, ty::tensor_view<T>(hy.data(), {cols})),
                       ty::feed(z, ty::tensor_view<T>(hz.data(), {rows, cols})));
   device_array<T> dx(hx), dy(hy), dz(hz), dout(std::vector<T>(rows * cols));
-  ty::runtime::rt_value vx, vy, vz;
+  ty::backend::rt_value vx, vy, vz;
   vx.data = dx.p;
-  vx.dims = ty::runtime::rt_dims::from(ty::dims_t<2>{rows, cols});
+  vx.dims = ty::backend::rt_dims::from(ty::dims_t<2>{rows, cols});
   vy.data = dy.p;
-  vy.dims = ty::runtime::rt_dims::from(ty::dims_t<1>{cols});
+  vy.dims = ty::backend::rt_dims::from(ty::dims_t<1>{cols});
   vz.data = dz.p;
   vz.dims = vx.dims;
-  std::array<const ty::runtime::rt_value*, R::inputs::size> in{};
+  std::array<const ty::backend::rt_value*, R::inputs::size> in{};
   for (std::size_t k = 0; k < in.size(); ++k) {
     const std::size_t node = R::input_indices[k];
     in[k] = node == P::template index_c<A>::value   ? &vx

@@ -9,7 +9,6 @@
 #include <limits>
 #include <string>
 
-#include "typeflow/backend/cuda/session.cuh"
 #include "typeflow/typeflow.hpp"
 
 namespace ty = typeflow;

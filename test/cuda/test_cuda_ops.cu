@@ -64,7 +64,6 @@
 #include <utility>
 #include <vector>
 
-#include "typeflow/backend/cuda/session.cuh"
 #include "typeflow/typeflow.hpp"
 
 namespace ty = typeflow;

@@ -14,7 +14,6 @@
 
 #include "typeflow/backend/cuda/fused.cuh"
 #include "typeflow/backend/cuda/layout.cuh"
-#include "typeflow/backend/cuda/session.cuh"
 #include "typeflow/typeflow.hpp"
 
 namespace ty = typeflow;
@@ -44,10 +43,10 @@ constexpr std::size_t position_in() {
 /// The region's input values in its order, given each placeholder's value (the node types are
 /// deduced, never spelled: see above).
 template <class F, class... N>
-std::array<const ty::runtime::rt_value*, F::R::inputs::size>
-bind_inputs(std::array<const ty::runtime::rt_value*, sizeof...(N)> vals, N...) {
+std::array<const ty::backend::rt_value*, F::R::inputs::size>
+bind_inputs(std::array<const ty::backend::rt_value*, sizeof...(N)> vals, N...) {
   const std::size_t at[] = {position_in<typename F::P, N>()...};
-  std::array<const ty::runtime::rt_value*, F::R::inputs::size> in{};
+  std::array<const ty::backend::rt_value*, F::R::inputs::size> in{};
   for (std::size_t k = 0; k < in.size(); ++k)
     for (std::size_t j = 0; j < sizeof...(N); ++j)
       if (at[j] == F::R::input_indices[k])
@@ -96,15 +95,15 @@ template <class A, class B, class C, class D>
 void params_case(A a, B b, C c, D d) {
   // a, c: [4, 8]; b: [8] broadcast over rows; d: a scalar.
   alignas(16) static float buf[4][64];
-  ty::runtime::rt_value va, vb, vc, vd;
+  ty::backend::rt_value va, vb, vc, vd;
   va.data = buf[0];
-  va.dims = ty::runtime::rt_dims::from(ty::dims_t<2>{4, 8});
+  va.dims = ty::backend::rt_dims::from(ty::dims_t<2>{4, 8});
   vb.data = buf[1];
-  vb.dims = ty::runtime::rt_dims::from(ty::dims_t<1>{8});
+  vb.dims = ty::backend::rt_dims::from(ty::dims_t<1>{8});
   vc.data = buf[2];
   vc.dims = va.dims;
   vd.data = buf[3];
-  vd.dims = ty::runtime::rt_dims::from(ty::dims_t<0>{});
+  vd.dims = ty::backend::rt_dims::from(ty::dims_t<0>{});
   alignas(16) static float out[32];
   using F = region_of<decltype(a * b + c * d)>;
   const auto p = F::kernel::params(out, va.dims, bind_inputs<F>({&va, &vb, &vc, &vd}, a, b, c, d));
@@ -173,7 +172,7 @@ TEST_CASE("with the CUDA backend, fused regions are placed on the GPU") {
 }
 
 TEST_CASE("reduction parameters: kept and reduced axes with their strides") {
-  ty::runtime::rt_dims d = ty::runtime::rt_dims::from(ty::dims_t<3>{2, 3, 4});
+  ty::backend::rt_dims d = ty::backend::rt_dims::from(ty::dims_t<3>{2, 3, 4});
   const auto p =
       cb::make_reduce_params(nullptr, nullptr, d, std::array<bool, 3>{true, false, true});
   CHECK(p.out_n == 3);
@@ -234,17 +233,17 @@ TEST_CASE("with the CUDA backend, a convolutional model and its gradient run on 
 
 TEST_CASE("the layout ops, argmax, element_count, sum_to_like and dropout have GPU kernels") {
   using ty::has_gpu_kernel;
-  static_assert(has_gpu_kernel<ty::ops::transpose<1, 0>>::value);
-  static_assert(has_gpu_kernel<ty::ops::slice<ty::ints<0, 1>, ty::ints<2, -1>>>::value);
-  static_assert(has_gpu_kernel<ty::ops::slice_like<ty::ints<0, 1>>>::value);
-  static_assert(has_gpu_kernel<ty::ops::pad_like<ty::ints<0, 1>>>::value);
-  static_assert(has_gpu_kernel<ty::ops::concat<-1>>::value);
-  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, false, 1>>::value);
-  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, true, 0>>::value);
-  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::sum, false, 0>>::value);
-  static_assert(has_gpu_kernel<ty::ops::element_count<0, 1>>::value);
-  static_assert(has_gpu_kernel<ty::ops::sum_to_like>::value);
-  static_assert(has_gpu_kernel<ty::ops::dropout_mask<7>>::value);
+  static_assert(has_gpu_kernel<ty::ops::transpose<1, 0>>);
+  static_assert(has_gpu_kernel<ty::ops::slice<ty::ints<0, 1>, ty::ints<2, -1>>>);
+  static_assert(has_gpu_kernel<ty::ops::slice_like<ty::ints<0, 1>>>);
+  static_assert(has_gpu_kernel<ty::ops::pad_like<ty::ints<0, 1>>>);
+  static_assert(has_gpu_kernel<ty::ops::concat<-1>>);
+  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, false, 1>>);
+  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, true, 0>>);
+  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::sum, false, 0>>);
+  static_assert(has_gpu_kernel<ty::ops::element_count<0, 1>>);
+  static_assert(has_gpu_kernel<ty::ops::sum_to_like>);
+  static_assert(has_gpu_kernel<ty::ops::dropout_mask<7>>);
   CHECK(true);
 }
 
@@ -285,8 +284,8 @@ TEST_CASE("transpose, slice, concat, dropout, argmax and their gradients are pla
 }
 
 namespace {
-ty::runtime::rt_dims dims_of(std::vector<std::int64_t> d) {
-  ty::runtime::rt_dims r;
+ty::backend::rt_dims dims_of(std::vector<std::int64_t> d) {
+  ty::backend::rt_dims r;
   r.rank = d.size();
   for (std::size_t i = 0; i < d.size(); ++i)
     r.d[i] = d[i];
@@ -462,20 +461,20 @@ TEST_CASE("the dropout hash is shared: the masks are those drawn before it was")
         drawn{0, 0, 0.3, 0x2044062493008a03ULL}}) {
     float mask[64];
     ty::cpu_backend::dropout_mask(pool, d.seed, d.run, d.keep, 64, mask);
-    const std::uint64_t base = ty::cpu_backend::dropout_base(d.seed, d.run);
+    const std::uint64_t base = ty::backend::dropout_base(d.seed, d.run);
     std::uint64_t cpu_bits = 0, kernel_bits = 0;
     for (int i = 0; i < 64; ++i) {
       if (mask[i] != 0.0f) {
         cpu_bits |= std::uint64_t{1} << i;
         CHECK(mask[i] == static_cast<float>(1.0 / d.keep));
       }
-      if (ty::cpu_backend::dropout_uniform(base, i) < d.keep)
+      if (ty::backend::dropout_uniform(base, i) < d.keep)
         kernel_bits |= std::uint64_t{1} << i;
     }
     CHECK(cpu_bits == d.kept_bits);
     CHECK(kernel_bits == d.kept_bits);
   }
-  CHECK_THROWS_WITH(ty::cpu_backend::check_keep_prob(0.0),
+  CHECK_THROWS_WITH(ty::backend::check_keep_prob(0.0),
                     "typeflow: dropout: keep_prob must be in (0, 1], got 0.000000");
-  CHECK_NOTHROW(ty::cpu_backend::check_keep_prob(1.0));
+  CHECK_NOTHROW(ty::backend::check_keep_prob(1.0));
 }

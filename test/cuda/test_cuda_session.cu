@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include "typeflow/backend/cuda/session.cuh"
 #include "typeflow/typeflow.hpp"
 
 namespace ty = typeflow;

@@ -136,7 +136,7 @@ struct backprop {
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e)
         ++count[f.edges[e]];
-    t.begin = graph::detail::bucket_begins(count);
+    t.begin = graph::bucket_begins(count);
     auto fill = t.begin;
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e) {

@@ -142,13 +142,6 @@ constexpr bool soft_placement() {
     return true;
 }
 
-/// Whether op `Op` has a kernel on device D. Every op has a CPU kernel; GPU kernels come with
-/// the CUDA backend, which specializes `has_gpu_kernel`.
-template <class Op>
-struct has_gpu_kernel : std::false_type {};
-template <class Op, device_tag D>
-inline constexpr bool has_kernel_on = D::is_cpu || has_gpu_kernel<Op>::value;
-
 namespace ops {
 /// with_device<D>(e): e, whose non-leaf nodes run on D (a scoped override of the policy).
 template <device_tag D>

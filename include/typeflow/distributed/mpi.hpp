@@ -134,7 +134,7 @@ public:
   }
 
   /// Rank 0's value of every variable, to every rank.
-  void broadcast(runtime::variable_store& vars) {
+  void broadcast(backend::variable_store& vars) {
     for (auto& [name, rec] : vars) {
       std::uint64_t check[2] = {std::hash<std::string>{}(name), rec.bytes}, root[2] = {};
       std::memcpy(root, check, sizeof check);

@@ -14,6 +14,7 @@
 #include <boost/hana/type.hpp>
 
 #include "../device/device.hpp"
+#include "../device/placement.hpp"
 #include "../ops/leaves.hpp"
 #include "../ops/state.hpp"
 #include "flat.hpp"
@@ -74,20 +75,6 @@ template <std::size_t Pos, class C>
 struct operand<2, Pos, C> {
   using type = ref_input<Pos>;
 };
-/// Start offsets of buckets of the given sizes (an exclusive prefix sum; the last entry is the
-/// total), for the counting sorts that group edges, members and transfers.
-template <std::size_t N>
-constexpr std::array<std::size_t, N> bucket_begins(const std::array<std::size_t, N>& count) {
-  std::array<std::size_t, N> begin{};
-  std::size_t acc = 0;
-  for (std::size_t k = 0; k + 1 < N; ++k) {
-    begin[k] = acc;
-    acc += count[k];
-  }
-  begin[N - 1] = acc;
-  return begin;
-}
-
 /// Whether op Op is a with_device scope, and its device.
 template <class Op>
 struct scope_of {
@@ -216,104 +203,27 @@ private:
 public:
   static constexpr node_facts fact = facts(std::make_index_sequence<size>{});
 
-  /// Devices and transfers. Every node gets the policy's device, or the device of the innermost
-  /// with_device scope above it; an assignment runs where its variable is; an op with no kernel
-  /// on its device falls back to cpu<0> (soft placement) or is an error (strict policies). Each
-  /// edge whose ends are on different devices reads through a transfer: one per (tensor,
-  /// destination device), as TensorFlow's Send/Recv pairs. Constants are inlined where read and
-  /// groups only order their operands, so neither needs one.
-  struct placement_t {
-    std::array<device_id, size> device{};
-    std::array<bool, size> fell_back{};
-    std::size_t strict_violation = static_cast<std::size_t>(-1);
-    std::array<std::size_t, n_edges + 1> edge_transfer{};
-    std::array<std::size_t, n_edges + 1> transfer_source{};
-    std::array<device_id, n_edges + 1> transfer_device{};
-    /// Transfers of source node k: by_source[source_begin[k] .. source_begin[k+1]).
-    std::array<std::size_t, size + 1> source_begin{};
-    std::array<std::size_t, n_edges + 1> by_source{};
-    std::size_t transfers = 0;
-  };
+  using placement_t = typeflow::placement::result<size, n_edges>;
 
 private:
   template <std::size_t... I>
   static consteval placement_t place(std::index_sequence<I...>) {
-    constexpr std::size_t no = static_cast<std::size_t>(-1);
+    typeflow::placement::request<size, n_edges> r;
     const node_facts& f = fact;
-    placement_t p;
-    const device_id policy[] = {id_of<typename Placement::template device<node<I>>>..., {}};
-    const bool is_scope[] = {detail::scope_of<typename node<I>::op>::value..., false};
-    const device_id scope_dev[] = {detail::scope_of<typename node<I>::op>::id..., {}};
-    const bool gpu_ok[] = {has_gpu_kernel<typename node<I>::op>::value..., false};
-    const bool state[] = {is_state_op_t<node<I>>::value..., false};
-    const bool leaf[] = {(node<I>::op::kind == node_kind::leaf)..., false};
-    std::array<bool, size> scoped{};
-    std::array<device_id, size> sdev{};
-    for (std::size_t j = size; j-- > 0;) {
-      if (is_scope[j]) {
-        scoped[j] = true;
-        sdev[j] = scope_dev[j];
-      }
-      if (!scoped[j])
-        continue;
-      for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
-        const std::size_t k = f.edges[e];
-        if (!leaf[k] && !scoped[k]) {
-          scoped[k] = true;
-          sdev[k] = sdev[j];
-        }
-      }
-    }
-    for (std::size_t i = 0; i < size; ++i) {
-      device_id d = scoped[i] ? sdev[i] : policy[i];
-      if (state[i])
-        d = p.device[f.edges[f.edge_begin[i]]]; // colocated with its variable
-      if (!d.is_cpu && !gpu_ok[i] && (f.group[i] || f.constant[i])) {
-        d = device_id{}; // no kernel to run: constants are inlined, groups only order
-      } else if (!d.is_cpu && !gpu_ok[i]) {
-        if (soft_placement<Placement>()) {
-          d = device_id{};
-          p.fell_back[i] = true;
-        } else if (p.strict_violation == no || (leaf[p.strict_violation] && !leaf[i])) {
-          p.strict_violation = i; // the first op, else the first leaf
-        }
-      }
-      p.device[i] = d;
-    }
-    // A constant is materialized (a host buffer, see compute_layout) when it is fetched or read
-    // by an op other than an elementwise one; then its readers on other devices need a
-    // transfer like any tensor. Otherwise it is inlined into the fused loops that read it.
-    std::array<bool, size> materialized{};
-    for (std::size_t j = 0; j < size; ++j) {
-      materialized[j] = materialized[j] || (f.constant[j] && f.fetched[j]);
-      for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e)
-        if (f.constant[f.edges[e]] && !f.elementwise[j] && !f.group[j])
-          materialized[f.edges[e]] = true;
-    }
-    std::array<std::size_t, size + 1> count{};
-    for (std::size_t j = 0; j < size; ++j)
-      for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
-        const std::size_t k = f.edges[e];
-        p.edge_transfer[e] = no;
-        if (f.group[j] || (f.constant[k] && !materialized[k]) || p.device[k] == p.device[j])
-          continue;
-        std::size_t t = 0;
-        while (t < p.transfers &&
-               !(p.transfer_source[t] == k && p.transfer_device[t] == p.device[j]))
-          ++t;
-        if (t == p.transfers) {
-          p.transfer_source[t] = k;
-          p.transfer_device[t] = p.device[j];
-          ++p.transfers;
-          ++count[k];
-        }
-        p.edge_transfer[e] = t;
-      }
-    p.source_begin = detail::bucket_begins(count);
-    std::array<std::size_t, size + 1> fill = p.source_begin;
-    for (std::size_t t = 0; t < p.transfers; ++t)
-      p.by_source[fill[p.transfer_source[t]]++] = t;
-    return p;
+    r.edge_begin = f.edge_begin;
+    r.edges = f.edges;
+    r.constant = f.constant;
+    r.fetched = f.fetched;
+    r.elementwise = f.elementwise;
+    r.group = f.group;
+    r.policy = {id_of<typename Placement::template device<node<I>>>...};
+    r.scope = {detail::scope_of<typename node<I>::op>::value...};
+    r.scope_device = {detail::scope_of<typename node<I>::op>::id...};
+    r.has_gpu_kernel = {has_gpu_kernel<typename node<I>::op>...};
+    r.state = {is_state_op_t<node<I>>::value...};
+    r.leaf = {(node<I>::op::kind == node_kind::leaf)...};
+    r.soft = soft_placement<Placement>();
+    return typeflow::placement::place(r);
   }
 
 public:
@@ -397,7 +307,7 @@ private:
     for (std::size_t i = 0; i < size; ++i)
       if (L.root[i] != none)
         ++count[L.root[i]];
-    L.member_begin = detail::bucket_begins(count);
+    L.member_begin = graph::bucket_begins(count);
     std::array<std::size_t, size + 1> fill = L.member_begin;
     for (std::size_t i = 0; i < size; ++i)
       if (L.root[i] != none) {

@@ -53,4 +53,18 @@ struct visit_all<V, C, Rest...> {
 template <class... Roots>
 using topological_order = typename detail::visit_all<detail::visited<>, Roots...>::type::list;
 
+/// Start offsets of buckets of the given sizes (an exclusive prefix sum; the last entry is the
+/// total), for the counting sorts that group edges, members and transfers.
+template <std::size_t N>
+constexpr std::array<std::size_t, N> bucket_begins(const std::array<std::size_t, N>& count) {
+  std::array<std::size_t, N> begin{};
+  std::size_t acc = 0;
+  for (std::size_t k = 0; k + 1 < N; ++k) {
+    begin[k] = acc;
+    acc += count[k];
+  }
+  begin[N - 1] = acc;
+  return begin;
+}
+
 } // namespace typeflow::graph

@@ -28,6 +28,10 @@
 //    static constexpr bool scalar_only = true;   optional: the op has no vector form and its
 //                                                fused CPU loops may run scalar (otherwise a
 //                                                missing vector form is a compile error)
+//    static constexpr bool host_only = true;     optional: the functor runs on the host only,
+//                                                so the op has no GPU kernel (soft placement
+//                                                moves it to cpu<0>, describe_placement()
+//                                                says so)
 //  ops/<family>_grad.hpp     grad_rule<Op>: the gradient, written as expressions of other ops
 //                            (the gradient of sin is grad * cos(x))
 //  backend/cpu/kernels/<family>.hpp
@@ -37,7 +41,11 @@
 //                            with no CPU kernel does not compile when a plan places it on the
 //                            CPU (session.hpp names it)
 //  backend/cpu/simd.hpp      batch_op<Op>: the vector form of an elementwise op
-//  backend/cuda/*.cuh        the GPU kernel and has_gpu_kernel<Op>
+//  backend/cuda/kernels.hpp  cuda_backend::kernel<I>(context&, Op*, ...) declared (plain C++,
+//                            seen by placement in every translation unit: an op has a GPU
+//                            kernel exactly when one is declared here) ...
+//  backend/cuda/<family>.cuh ... and defined, compiled by nvcc (elementwise ops need nothing:
+//                            their fused kernel comes from the scalar functor)
 //
 // Semantics both backends need (window geometry, reducers, the dropout hash) live once, below
 // both: in the op's file or backend/common/.

@@ -23,6 +23,8 @@ struct probe_op : ops::elementwise_base, no_dtype_rule {
   static constexpr std::string_view name = "probe";
   /// Counts each element with an atomic: no vector form (backend/cpu/simd.hpp).
   static constexpr bool scalar_only = true;
+  /// ... on the host: no GPU kernel (soft placement runs it on cpu<0>).
+  static constexpr bool host_only = true;
   template <class A>
   using value_type = typename A::value_type;
   static std::string attrs() { return "\"" + std::string(Tag::view()) + "\""; }

@@ -2,10 +2,10 @@
 #pragma once
 #include <type_traits>
 
+#include "../backend/common/value.hpp"
 #include "../core/tensor.hpp"
 #include "../graph/node.hpp"
 #include "../ops/leaves.hpp"
-#include "value.hpp"
 
 namespace typeflow {
 
@@ -24,7 +24,7 @@ struct feed_t {
   using placeholder = P;
   using value_type = typename P::value_type;
   const value_type* data = nullptr;
-  runtime::rt_dims dims;
+  backend::rt_dims dims;
 };
 
 namespace detail {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "../backend/common/allreduce.hpp"
 #include "session.hpp"
 
 namespace typeflow {
@@ -23,29 +24,13 @@ struct replica_buffer {
   bool is_double; ///< else float32
 };
 
-/// A GPU tower's replica_mean value, for the NCCL average of GPU towers.
-struct gpu_replica {
-  int device;
-  void* data;    ///< nullptr for a tower that had no rows
-  void* context; ///< the tower's CUDA backend state on that GPU
-  double weight; ///< the tower's share of the batch
-};
-/// Averages GPU towers' values in place (every tower's buffer ends with the batch-weighted mean):
-/// defined by backend/cuda/nccl.cuh.
-template <class T, class = void>
-struct nccl_average {
-  static_assert(!sizeof(T), "replicate: GPU towers need the NCCL reducer: include "
-                            "typeflow/backend/cuda/session.cuh built where <nccl.h> is found");
-  static void run(std::vector<gpu_replica>&, std::int64_t, std::shared_ptr<void>&) {}
-};
-
 /// The reducer of towers in one process: nothing beyond the in-process average.
 struct in_process_reducer {
   static constexpr bool distributed = false;
   int rank() const { return 0; }
   int size() const { return 1; }
   void reduce(std::vector<replica_buffer>&, std::int64_t, const session_options&) {}
-  void broadcast(runtime::variable_store&) {}
+  void broadcast(backend::variable_store&) {}
 };
 
 /// Replication policy: one tower per device D..., tower k placed by Tower<Dk> (a placement
@@ -100,7 +85,7 @@ public:
 
   session() : session(session_options{}) {}
   explicit session(session_options o)
-      : opts_(o), vars_(std::make_shared<runtime::variable_store>()),
+      : opts_(o), vars_(std::make_shared<backend::variable_store>()),
         towers_(session<Tower<D>>(share(o), vars_)...) {}
 
   /// Threads of all towers together.
@@ -167,7 +152,7 @@ public:
 
 private:
   using first_device = std::tuple_element_t<0, std::tuple<D...>>;
-  using value = runtime::rt_value;
+  using value = backend::rt_value;
 
   static session_options share(session_options o) {
     const int total =
@@ -293,8 +278,8 @@ private:
           using Dev = typename tower_plan<K, Fs>::template device<I>;
           static_assert(!Dev::is_cpu, "replicate: a gradient is on a GPU in tower 0 but on the "
                                       "CPU in another tower");
-          auto& ctx = device_backend<Dev>::context(std::get<K>(towers_));
-          reps.push_back({Dev::index, parts[K].rows > 0 ? tv[K][I].data : nullptr, &ctx,
+          auto ctx = device_backend<Dev>::context(std::get<K>(towers_).st_);
+          reps.push_back({Dev::index, parts[K].rows > 0 ? tv[K][I].data : nullptr, &ctx.gpu,
                           static_cast<double>(parts[K].rows) / static_cast<double>(batch)});
         }(),
         ...);
@@ -309,9 +294,9 @@ private:
     auto& t0 = std::get<0>(towers_);
     value& out = const_cast<value*>(tv[0])[i];
     const std::int64_t n = out.dims.numel();
-    runtime::rt_value result;
+    backend::rt_value result;
     result.dims = out.dims;
-    result.owner = t0.mem_->acquire(sizeof(T) * static_cast<std::size_t>(n), t0.stats_);
+    result.owner = t0.st_.host_mem->acquire(sizeof(T) * static_cast<std::size_t>(n), t0.st_.stats);
     result.data = result.owner.get();
     T* r = static_cast<T*>(result.data);
     for (std::int64_t e = 0; e < n; ++e) {
@@ -381,7 +366,7 @@ private:
   }
 
   session_options opts_;
-  std::shared_ptr<runtime::variable_store> vars_;
+  std::shared_ptr<backend::variable_store> vars_;
   std::tuple<session<Tower<D>>...> towers_;
   Reducer reducer_;
   std::shared_ptr<void> nccl_state_; ///< the GPU towers' communicators

@@ -13,7 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "../backend/common/backend.hpp"
+#include "../backend/common/value.hpp"
 #include "../backend/cpu/kernels.hpp"
+#include "../backend/cuda/kernels.hpp"
 #include "../device/device.hpp"
 #include "../graph/plan.hpp"
 #include "../ops/layout.hpp"
@@ -21,7 +24,10 @@
 #include "../ops/nn.hpp"
 #include "../ops/reduce.hpp"
 #include "feed.hpp"
-#include "value.hpp"
+
+#if defined(__CUDACC__)
+#include "../backend/cuda/backend.cuh" // the CUDA backend, wherever nvcc compiles
+#endif
 
 namespace typeflow {
 
@@ -43,7 +49,7 @@ struct session_options {
   double collective_timeout = 120;
 };
 
-using runtime::run_stats;
+using backend::run_stats;
 
 namespace detail {
 
@@ -103,35 +109,28 @@ struct duplicate_variable_message {
 
 } // namespace detail
 
-/// The backend of a device other than the CPU. The CUDA backend (backend/cuda/session.cuh,
-/// compiled by nvcc) specializes it for gpu<I>; without it, placement never leaves the CPU
-/// (no op has a GPU kernel) and this primary template is never instantiated.
-template <class D>
-struct device_backend {
-  static_assert(!sizeof(D*), "session: no backend for this device: include "
-                             "typeflow/backend/cuda/session.cuh and compile with nvcc");
-};
-
-/// Runs graphs. `Placement` maps each node to a device (for now every node is on `cpu<0>`).
+/// Runs graphs: a thin executor over the plan. `Placement` maps each node to a device; each step
+/// goes to its device's kernel (cpu_backend::kernel with a CPU context, or device_backend<D>,
+/// which gets the session state `st_`, never the session).
 template <class Placement = on<cpu<0>>>
 class session {
 public:
   session() : session(session_options{}) {}
   explicit session(session_options o)
-      : opts_(o), pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)),
-        mem_(std::make_shared<runtime::buffer_pool>()) {
+      : opts_(o), pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)) {
+    st_.allow_tf32 = o.allow_tf32;
     cpu_backend::set_blas_single_threaded();
   }
 
   /// A tower of a replicated session: its own options and threads, the variables shared.
-  session(session_options o, std::shared_ptr<runtime::variable_store> vars) : session(o) {
+  session(session_options o, std::shared_ptr<backend::variable_store> vars) : session(o) {
     vars_ = std::move(vars);
   }
 
   int threads() const { return pool_->size(); }
   /// oneDNN primitives this session has created (each once per geometry; 0 without oneDNN).
   std::size_t onednn_primitives() const { return dnnl_->primitives(); }
-  const run_stats& stats() const { return stats_; }
+  const run_stats& stats() const { return st_.stats; }
 
   /// Evaluates the fetches. Returns a tuple with one owning tensor per fetch that has a value
   /// (groups have none): `auto [loss] = s.run(fetch(loss, train), feed(x, images));`
@@ -140,7 +139,7 @@ public:
     using P = graph::plan<type_list<F...>, Placement>;
     check_plan<P, Feeds...>();
     check_feeds(feeds...);
-    std::array<runtime::rt_value, P::slots> vals;
+    std::array<backend::rt_value, P::slots> vals;
     begin_run<P>(vals.data(), feeds...);
     run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
     auto out = fetch_all<P, F...>(vals.data());
@@ -197,7 +196,7 @@ public:
   template <class F>
   void for_each_variable(F&& f) {
     for (auto& [name, rec] : *vars_) {
-      sync_host(rec);
+      backend::sync_host(rec);
       rec.device_valid = false; // f may write: the host copy is the value from now on
       f(variable_entry{name, rec.dtype, rec.dims, rec.data.get(), rec.bytes});
     }
@@ -207,19 +206,10 @@ public:
   std::size_t variable_count() const { return vars_->size(); }
 
 private:
-  template <class D>
-  friend struct device_backend;
-  using value = runtime::rt_value;
+  using value = backend::rt_value;
   using name_fn = const std::string& (*)(std::size_t);
 
-  using var_record = runtime::variable_record;
-  void sync_host(var_record& rec) {
-    if (!rec.host_valid) {
-      rec.download(rec.download_context, rec);
-      rec.host_valid = true;
-    }
-  }
-
+  using var_record = backend::variable_record;
   static std::size_t dtype_size(std::string_view d) {
     if (d == dtype_name<double> || d == dtype_name<std::int64_t>)
       return 8;
@@ -332,7 +322,7 @@ private:
   template <class V>
   var_record& host_variable() {
     var_record& rec = variable_record<V>();
-    sync_host(rec);
+    backend::sync_host(rec);
     return rec;
   }
 
@@ -421,8 +411,8 @@ private:
 
   template <class P, class... Feeds>
   void begin_run(value* vals, const Feeds&... feeds) {
-    stats_ = run_stats{};
-    ++runs_;
+    st_.stats = run_stats{};
+    ++st_.runs;
     (void)vals; // no feeds
     (bind_feed(P::template contains_c<typename Feeds::placeholder>::value, vals,
                feed_slot<P, Feeds>(), feeds),
@@ -493,11 +483,11 @@ private:
         }
       }
       if (opts_.trace) {
-        const std::size_t before = stats_.trace.size();
+        const std::size_t before = st_.stats.trace.size();
         const auto t0 = std::chrono::steady_clock::now();
         (this->*table[i])(vals, &P::node_string);
-        if (stats_.trace.size() > before)
-          stats_.trace_seconds.push_back(
+        if (st_.stats.trace.size() > before)
+          st_.stats.trace_seconds.push_back(
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       } else {
         (this->*table[i])(vals, &P::node_string);
@@ -586,17 +576,17 @@ private:
     if constexpr (Src::is_cpu && Dst::is_cpu)
       vals[slot] = vals[from];
     else if constexpr (Src::is_cpu)
-      device_backend<Dst>::to_device(*this, vals[from], vals[slot], elem_bytes);
+      device_backend<Dst>::to_device(st_, vals[from], vals[slot], elem_bytes);
     else if constexpr (Dst::is_cpu)
-      device_backend<Src>::to_host(*this, vals[from], vals[slot], elem_bytes);
+      device_backend<Src>::to_host(st_, vals[from], vals[slot], elem_bytes);
     else
-      device_backend<Dst>::from_device(*this, Src::index, vals[from], vals[slot], elem_bytes);
+      device_backend<Dst>::from_device(st_, Src::index, vals[from], vals[slot], elem_bytes);
     const device_id to = id_of<Dst>;
-    ++stats_.transfers;
-    stats_.transfer_bytes += elem_bytes * static_cast<std::size_t>(vals[from].dims.numel());
+    ++st_.stats.transfers;
+    st_.stats.transfer_bytes += elem_bytes * static_cast<std::size_t>(vals[from].dims.numel());
     if (opts_.trace) {
-      stats_.trace.push_back("transfer " + name(from) + " -> " + to.name());
-      stats_.trace_seconds.push_back(0.0);
+      st_.stats.trace.push_back("transfer " + name(from) + " -> " + to.name());
+      st_.stats.trace_seconds.push_back(0.0);
     }
   }
 
@@ -606,7 +596,7 @@ private:
   }
 
   template <class Op, class... Refs>
-  static runtime::rt_dims shape_of(const value* vals, std::size_t self, name_fn name) {
+  static backend::rt_dims shape_of(const value* vals, std::size_t self, name_fn name) {
     const auto r = Op::rule(vals[Refs::index].dims.template fixed<Refs::rank>()...);
     if (!r.ok()) {
       std::string shapes;
@@ -615,7 +605,7 @@ private:
       throw error(std::string(Op::name) + ": " + std::string(r.error) + ": " + shapes + " (in " +
                   name(self) + ")");
     }
-    return runtime::rt_dims::from(r.dims);
+    return backend::rt_dims::from(r.dims);
   }
 
   template <std::size_t I, class D, graph::step_kind K, class Op, class T, std::size_t R,
@@ -628,17 +618,17 @@ private:
     } else if constexpr (K == step_kind::variable) {
       var_record* rec = &variable_record<expr<Op>>();
       if constexpr (D::is_cpu) {
-        sync_host(*rec);
+        backend::sync_host(*rec);
         v.data = rec->data.get();
       } else {
-        v.data = device_backend<D>::bind_variable(*this, *rec);
+        v.data = device_backend<D>::bind_variable(st_, *rec);
       }
       v.variable = rec;
-      v.dims = runtime::rt_dims::from(expr<Op>::shape_type::dims);
+      v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
     } else if constexpr (K == step_kind::inline_constant) {
-      v.dims = runtime::rt_dims::from(expr<Op>::shape_type::dims);
+      v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
     } else if constexpr (K == step_kind::constant) {
-      v.dims = runtime::rt_dims::from(expr<Op>::shape_type::dims);
+      v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
       std::fill_n(allocate<T>(v), v.dims.numel(), static_cast<T>(Op::value));
       note_step(I, name);
     } else if constexpr (K == step_kind::group) {
@@ -649,11 +639,11 @@ private:
         if constexpr (D::is_cpu && !cpu_backend::has_kernel<I, Op, T, Region, Refs...>) {
           detail::fail<detail::no_cpu_kernel_message<Op>>();
         } else if constexpr (D::is_cpu) {
-          cpu_backend::context ctx{*pool_, *mem_, stats_, *dnnl_, runs_};
+          cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
           cpu_backend::kernel<I>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals,
                                  region, static_cast<Refs*>(nullptr)...);
         } else
-          device_backend<D>::template kernel<I>(*this, static_cast<Op*>(nullptr),
+          device_backend<D>::template kernel<I>(st_, static_cast<Op*>(nullptr),
                                                 static_cast<T*>(nullptr), vals, region,
                                                 static_cast<Refs*>(nullptr)...);
         note_step(I, name);
@@ -662,14 +652,15 @@ private:
   }
 
   void note_step(std::size_t i, name_fn name) {
-    ++stats_.steps;
+    ++st_.stats.steps;
     if (opts_.trace)
-      stats_.trace.push_back(name(i));
+      st_.stats.trace.push_back(name(i));
   }
 
   template <class T>
   T* allocate(value& v) {
-    v.owner = mem_->acquire(sizeof(T) * static_cast<std::size_t>(v.dims.numel()), stats_);
+    v.owner =
+        st_.host_mem->acquire(sizeof(T) * static_cast<std::size_t>(v.dims.numel()), st_.stats);
     v.data = v.owner.get();
     return static_cast<T*>(v.data);
   }
@@ -684,7 +675,7 @@ private:
     if constexpr (std::is_void_v<T>) {
       return std::tuple<>{};
     } else if constexpr (!D::is_cpu) {
-      return std::tuple<tensor<T>>{device_backend<D>::template fetch<T>(*this, v)};
+      return std::tuple<tensor<T>>{device_backend<D>::template fetch<T>(st_, v)};
     } else {
       tensor<T> t(tensor<T>::uninitialized, v.dims.vec());
       if (t.size() > 0)
@@ -732,23 +723,20 @@ private:
       std::memmove(vals[Var].data, vals[I].data, bytes);
       rec->device_valid = false;
     } else {
-      device_backend<D>::commit(s, vals[Var].data, vals[I].data, bytes);
+      device_backend<D>::commit(s.st_, vals[Var].data, vals[I].data, bytes);
       rec->host_valid = false;
     }
   }
 
   session_options opts_;
   std::unique_ptr<cpu_backend::thread_pool> pool_;
-  std::shared_ptr<runtime::buffer_pool> mem_;
   std::unique_ptr<cpu_backend::onednn_cache> dnnl_ = std::make_unique<cpu_backend::onednn_cache>();
-  std::shared_ptr<runtime::variable_store> vars_ = std::make_shared<runtime::variable_store>();
-  run_stats stats_;
-  std::uint64_t runs_ = 0;
+  std::shared_ptr<backend::variable_store> vars_ = std::make_shared<backend::variable_store>();
+  /// What the backends of its devices see (host buffers, statistics, the run counter, GPU
+  /// state): a backend gets this, never the session.
+  backend::session_state st_;
   template <class>
   friend class session;
-  /// Per-GPU state of the CUDA backend (type-erased, so the session's layout is the same in
-  /// translation units compiled with and without it).
-  std::array<std::shared_ptr<void>, 16> gpu_states_{};
 };
 
 } // namespace typeflow

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "../../ops/nn.hpp"
-#include "../../runtime/value.hpp"
+#include "value.hpp"
 
 namespace typeflow::backend {
 
@@ -34,7 +34,7 @@ struct clipped_window {
 };
 
 template <class Op>
-window2d window_of(const runtime::rt_dims& x, std::int64_t kh, std::int64_t kw, std::int64_t o,
+window2d window_of(const backend::rt_dims& x, std::int64_t kh, std::int64_t kw, std::int64_t o,
                    std::int64_t sh, std::int64_t sw, std::int64_t dh, std::int64_t dw) {
   const auto gh = detail::window_axis(x.d[1], kh, sh, dh, Op::pad);
   const auto gw = detail::window_axis(x.d[2], kw, sw, dw, Op::pad);
@@ -42,11 +42,11 @@ window2d window_of(const runtime::rt_dims& x, std::int64_t kh, std::int64_t kw, 
           sw,     dh,     dw,     gh.pad_before, gw.pad_before};
 }
 template <class Op>
-window2d conv_window(const runtime::rt_dims& x, const runtime::rt_dims& w) {
+window2d conv_window(const backend::rt_dims& x, const backend::rt_dims& w) {
   return window_of<Op>(x, w.d[0], w.d[1], w.d[3], Op::sh, Op::sw, Op::dh, Op::dw);
 }
 template <class Op>
-window2d pool_window(const runtime::rt_dims& x) {
+window2d pool_window(const backend::rt_dims& x) {
   return window_of<Op>(x, Op::kh, Op::kw, x.d[3], Op::sh, Op::sw, 1, 1);
 }
 

@@ -6,18 +6,18 @@
 #include <cstdint>
 #include <memory>
 
-#include "../../runtime/value.hpp"
+#include "../common/value.hpp"
 #include "onednn.hpp"
 #include "thread_pool.hpp"
 
 namespace typeflow::cpu_backend {
 
-using value = runtime::rt_value;
+using value = backend::rt_value;
 
 struct context {
   thread_pool& pool;         ///< the session's threads (the caller included)
-  runtime::buffer_pool& mem; ///< buffers of intermediate values and scratch
-  runtime::run_stats& stats; ///< the current run's statistics
+  backend::buffer_pool& mem; ///< buffers of intermediate values and scratch
+  backend::run_stats& stats; ///< the current run's statistics
   onednn_cache& dnnl;        ///< oneDNN primitives by geometry
   std::uint64_t run = 0;     ///< how many runs the session has started (seeds dropout masks)
 

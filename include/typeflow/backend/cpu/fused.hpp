@@ -15,64 +15,15 @@
 #include <type_traits>
 
 #include "../../graph/flat.hpp"
-#include "../../runtime/value.hpp"
+#include "../common/broadcast.hpp"
+#include "../common/element_eval.hpp"
+#include "../common/value.hpp"
 #include "simd.hpp"
 #include "thread_pool.hpp"
 
 namespace typeflow::cpu_backend {
 
 namespace detail {
-/// Broadcasting strides of each input in the output's index space, coalesced.
-template <std::size_t NIn>
-struct loop_geometry {
-  std::size_t groups = 0;
-  std::array<std::int64_t, max_rank> dims{};
-  std::array<std::array<std::int64_t, max_rank>, NIn> strides{};
-
-  loop_geometry(const runtime::rt_dims& out, const std::array<const runtime::rt_dims*, NIn>& in) {
-    const std::size_t R = out.rank;
-    std::array<std::array<std::int64_t, max_rank>, NIn> raw{};
-    for (std::size_t k = 0; k < NIn; ++k) {
-      const auto& d = *in[k];
-      std::int64_t s = 1;
-      for (std::size_t a = R; a-- > 0;) {
-        const std::ptrdiff_t ia =
-            static_cast<std::ptrdiff_t>(a) - static_cast<std::ptrdiff_t>(R - d.rank);
-        if (ia < 0) {
-          raw[k][a] = 0;
-        } else {
-          raw[k][a] = (d.d[ia] == 1 && out.d[a] != 1) ? 0 : s;
-          s *= d.d[ia];
-        }
-      }
-    }
-    // Coalesce from the innermost axis outwards, dropping extent-1 axes.
-    std::array<std::int64_t, max_rank> gd{};
-    std::array<std::array<std::int64_t, max_rank>, NIn> gs{};
-    std::size_t g = 0;
-    for (std::size_t a = R; a-- > 0;) {
-      if (out.d[a] == 1)
-        continue;
-      bool merge = g > 0;
-      for (std::size_t k = 0; k < NIn && merge; ++k)
-        merge = raw[k][a] == gs[k][g - 1] * gd[g - 1];
-      if (merge) {
-        gd[g - 1] *= out.d[a];
-      } else {
-        gd[g] = out.d[a];
-        for (std::size_t k = 0; k < NIn; ++k)
-          gs[k][g] = raw[k][a];
-        ++g;
-      }
-    }
-    groups = g; // gd/gs are innermost-first; store outermost-first
-    for (std::size_t i = 0; i < g; ++i) {
-      dims[i] = gd[g - 1 - i];
-      for (std::size_t k = 0; k < NIn; ++k)
-        strides[k][i] = gs[k][g - 1 - i];
-    }
-  }
-};
 template <class M>
 struct member_op;
 template <class Op, class C, class T, class... Refs>
@@ -116,31 +67,10 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
   using in_tuple = std::tuple<Ins...>;
   using val_tuple = std::tuple<typename Ms::value_type...>;
 
-  template <std::size_t J>
-  static auto value_of(ref_local<J>*, const val_tuple& v, const in_tuple&) {
-    return std::get<J>(v);
-  }
-  template <std::size_t K>
-  static auto value_of(ref_input<K>*, const val_tuple&, const in_tuple& in) {
-    return std::get<K>(in);
-  }
-  template <std::uint64_t Bits, class T>
-  static T value_of(ref_const<Bits, T>*, const val_tuple&, const in_tuple&) {
-    return static_cast<T>(std::bit_cast<double>(Bits));
-  }
-  template <class Op, class C, class T, class... Refs>
-  static T compute(member<Op, C, T, Refs...>*, const val_tuple& v, const in_tuple& in) {
-    return static_cast<T>(Op::template eval<C>(value_of(static_cast<Refs*>(nullptr), v, in)...));
-  }
-  template <std::size_t... M>
-  static out_t eval_members(const in_tuple& in, std::index_sequence<M...>) {
-    val_tuple v{};
-    ((std::get<M>(v) = compute(static_cast<Ms*>(nullptr), v, in)), ...);
-    return std::get<sizeof...(Ms) - 1>(v);
-  }
-  /// The value of the root at one element, given the inputs' values there.
+  /// The value of the root at one element, given the inputs' values there (the evaluator the
+  /// CUDA kernel runs too).
   static out_t eval(Ins... x) {
-    return eval_members(in_tuple{x...}, std::index_sequence_for<Ms...>{});
+    return backend::element_eval<Out, type_list<Ins...>, type_list<Ms...>>::eval(x...);
   }
 
 #if defined(TYPEFLOW_HAS_XSIMD)
@@ -253,12 +183,12 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
   }
 
   /// out (dims `od`) = root, reading `in[k]` with its run-time dims.
-  static void run(thread_pool& pool, out_t* out, const runtime::rt_dims& od,
-                  const std::array<const runtime::rt_value*, n_in>& in) {
-    std::array<const runtime::rt_dims*, n_in> in_dims{};
+  static void run(thread_pool& pool, out_t* out, const backend::rt_dims& od,
+                  const std::array<const backend::rt_value*, n_in>& in) {
+    std::array<const backend::rt_dims*, n_in> in_dims{};
     for (std::size_t k = 0; k < n_in; ++k)
       in_dims[k] = &in[k]->dims;
-    const detail::loop_geometry<n_in> geo(od, in_dims);
+    const backend::loop_geometry<n_in> geo(od, in_dims);
     const std::int64_t total = od.numel();
     if (total == 0)
       return;
@@ -306,8 +236,8 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
 private:
   template <class Splat, std::size_t... K>
   static std::tuple<const Ins*...>
-  make_ptrs(const std::array<const runtime::rt_value*, n_in>& in,
-            const std::array<std::int64_t, n_in>& off, const detail::loop_geometry<n_in>& geo,
+  make_ptrs(const std::array<const backend::rt_value*, n_in>& in,
+            const std::array<std::int64_t, n_in>& off, const backend::loop_geometry<n_in>& geo,
             std::int64_t j0, std::int64_t len, Splat& splat, std::index_sequence<K...>) {
     const std::size_t last = geo.groups ? geo.groups - 1 : 0;
     auto one = [&]<std::size_t k>(std::integral_constant<std::size_t, k>) {

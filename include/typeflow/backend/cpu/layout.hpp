@@ -5,20 +5,20 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../../runtime/value.hpp"
+#include "../common/value.hpp"
 #include "thread_pool.hpp"
 
 namespace typeflow::cpu_backend {
 
 namespace detail {
-using runtime::row_major_strides;
+using backend::row_major_strides;
 
 /// out[idx] = in[sum idx[i] * in_stride[i]] over the output's index space, innermost axis as a
 /// strided inner loop; rows run in parallel.
 template <class T>
 void strided_copy(thread_pool& pool, const T* in,
                   const std::array<std::int64_t, max_rank>& in_stride, T* out,
-                  const runtime::rt_dims& od) {
+                  const backend::rt_dims& od) {
   const std::int64_t total = od.numel();
   if (total == 0)
     return;
@@ -49,8 +49,8 @@ void strided_copy(thread_pool& pool, const T* in,
 } // namespace detail
 
 template <class T, std::size_t R>
-void transpose(thread_pool& pool, const T* in, const runtime::rt_dims& id,
-               const std::array<std::int64_t, R>& perm, T* out, const runtime::rt_dims& od) {
+void transpose(thread_pool& pool, const T* in, const backend::rt_dims& id,
+               const std::array<std::int64_t, R>& perm, T* out, const backend::rt_dims& od) {
   const auto s = detail::row_major_strides(id);
   std::array<std::int64_t, max_rank> in_stride{};
   for (std::size_t i = 0; i < R; ++i)
@@ -59,8 +59,8 @@ void transpose(thread_pool& pool, const T* in, const runtime::rt_dims& id,
 }
 
 template <class T, std::size_t R>
-void slice(thread_pool& pool, const T* in, const runtime::rt_dims& id,
-           const std::array<std::int64_t, R>& begin, T* out, const runtime::rt_dims& od) {
+void slice(thread_pool& pool, const T* in, const backend::rt_dims& id,
+           const std::array<std::int64_t, R>& begin, T* out, const backend::rt_dims& od) {
   const auto s = detail::row_major_strides(id);
   std::int64_t off = 0;
   for (std::size_t i = 0; i < R; ++i)
@@ -70,8 +70,8 @@ void slice(thread_pool& pool, const T* in, const runtime::rt_dims& id,
 
 /// out (dims od) = zeros with in (dims id) written at `begin`.
 template <class T, std::size_t R>
-void pad(const T* in, const runtime::rt_dims& id, const std::array<std::int64_t, R>& begin, T* out,
-         const runtime::rt_dims& od) {
+void pad(const T* in, const backend::rt_dims& id, const std::array<std::int64_t, R>& begin, T* out,
+         const backend::rt_dims& od) {
   std::fill_n(out, od.numel(), T(0));
   const std::int64_t total = id.numel();
   if (total == 0)
@@ -97,8 +97,8 @@ void pad(const T* in, const runtime::rt_dims& id, const std::array<std::int64_t,
 
 /// Concatenation along `axis` of parts (pointer, dims) into out.
 template <class T>
-void concat(const std::int64_t axis, const T* const* parts, const runtime::rt_dims* const* dims,
-            std::size_t n_parts, T* out, const runtime::rt_dims& od) {
+void concat(const std::int64_t axis, const T* const* parts, const backend::rt_dims* const* dims,
+            std::size_t n_parts, T* out, const backend::rt_dims& od) {
   std::int64_t outer = 1;
   for (std::int64_t i = 0; i < axis; ++i)
     outer *= od.d[i];

@@ -15,6 +15,7 @@
 
 #include "../../core/dtype.hpp"
 #include "../../core/error.hpp"
+#include "../common/dropout.hpp"
 #include "../common/window.hpp"
 #include "gemm.hpp"
 #include "simd.hpp"
@@ -540,38 +541,16 @@ void sparse_xent(thread_pool& pool, const T* logits, const L* labels, std::int64
   });
 }
 
-/// The dropout hash, shared with the CUDA backend so that both draw the same masks: splitmix64's
-/// finalizer, after adding its increment.
-TYPEFLOW_HD inline std::uint64_t dropout_mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-/// The hash state of one run of one dropout layer.
-TYPEFLOW_HD inline std::uint64_t dropout_base(std::uint64_t seed, std::uint64_t run) {
-  return dropout_mix(dropout_mix(seed) ^ run);
-}
-/// Element i's draw, uniform in [0, 1) on a 2^-53 grid (exact in double on host and device).
-TYPEFLOW_HD inline double dropout_uniform(std::uint64_t base, std::int64_t i) {
-  return static_cast<double>(dropout_mix(base ^ static_cast<std::uint64_t>(i)) >> 11) * 0x1.0p-53;
-}
-/// keep_prob must be in (0, 1].
-inline void check_keep_prob(double keep) {
-  if (!(keep > 0.0 && keep <= 1.0))
-    throw error("dropout: keep_prob must be in (0, 1], got " + std::to_string(keep));
-}
-
 /// Dropout mask: element i keeps (1/keep) when a hash of (seed, run, i) falls below keep.
 template <class T>
 void dropout_mask(thread_pool& pool, std::uint64_t seed, std::uint64_t run, double keep,
                   std::int64_t n, T* out) {
-  check_keep_prob(keep);
-  const std::uint64_t base = dropout_base(seed, run);
+  backend::check_keep_prob(keep);
+  const std::uint64_t base = backend::dropout_base(seed, run);
   const T scale = static_cast<T>(1.0 / keep);
   pool.parallel_for(n, 4096, [&](std::int64_t i0, std::int64_t i1) {
     for (std::int64_t i = i0; i < i1; ++i)
-      out[i] = dropout_uniform(base, i) < keep ? scale : T(0);
+      out[i] = backend::dropout_uniform(base, i) < keep ? scale : T(0);
   });
 }
 

@@ -14,7 +14,8 @@
 #include "../../core/dtype.hpp"
 #include "../../core/error.hpp"
 #include "../../ops/reduce.hpp"
-#include "../../runtime/value.hpp"
+#include "../common/reducers.hpp"
+#include "../common/value.hpp"
 #include "simd.hpp"
 #include "thread_pool.hpp"
 
@@ -25,16 +26,7 @@ template <class T>
 using accum_t = std::conditional_t<std::is_same_v<T, float>, double,
                                    std::conditional_t<std::is_integral_v<T>, std::int64_t, T>>;
 
-/// Combines two partial results of reducer R (shared with the CUDA reductions).
-template <class R, class T>
-TYPEFLOW_HD inline T combine(T acc, T v) {
-  if constexpr (std::is_same_v<R, ops::reducers::max>)
-    return (acc >= v || acc != acc) ? acc : v; // NaN propagates
-  else if constexpr (std::is_same_v<R, ops::reducers::min>)
-    return (acc <= v || acc != acc) ? acc : v;
-  else
-    return acc + v;
-}
+using backend::combine;
 
 #if defined(TYPEFLOW_HAS_XSIMD)
 /// combine() on batches: a lane keeps its value when it is NaN or wins the comparison, so NaN
@@ -119,7 +111,7 @@ struct reduce_geometry {
   std::array<bool, max_rank> reduced{};
   std::int64_t out_n = 1, red_n = 1;
   template <std::size_t R>
-  reduce_geometry(const runtime::rt_dims& in, const std::array<bool, R>& mask) {
+  reduce_geometry(const backend::rt_dims& in, const std::array<bool, R>& mask) {
     for (std::size_t a = 0; a < in.rank; ++a) {
       (mask[a] ? red_n : out_n) *= in.d[a];
       if (in.d[a] == 1)
@@ -138,7 +130,7 @@ struct reduce_geometry {
 
 /// out = reduce(in) over the axes in `mask` (already validated by the op's rule).
 template <class R, class T, class Out, std::size_t Rank>
-void reduce(thread_pool& pool, const T* in, const runtime::rt_dims& in_dims,
+void reduce(thread_pool& pool, const T* in, const backend::rt_dims& in_dims,
             const std::array<bool, Rank>& mask, Out* out) {
   using acc_t = detail::accum_t<T>;
   const detail::reduce_geometry g(in_dims, mask);

@@ -12,7 +12,9 @@
 #include <tuple>
 
 #include "../../graph/flat.hpp"
-#include "../cpu/fused.hpp"
+#include "../common/broadcast.hpp"
+#include "../common/element_eval.hpp"
+#include "context.cuh"
 #include "runtime.hpp"
 
 namespace typeflow::cuda_backend {
@@ -37,37 +39,10 @@ template <class Out, class... Ins, class... Ms>
 struct fused_device<Out, type_list<Ins...>, type_list<Ms...>> {
   static constexpr std::size_t n_in = sizeof...(Ins);
   using in_tuple = std::tuple<Ins...>;
-  using val_tuple = std::tuple<typename Ms::value_type...>;
 
-  template <std::size_t J>
-  __host__ __device__ static auto value_of(graph::ref_local<J>*, const val_tuple& v,
-                                           const in_tuple&) {
-    return std::get<J>(v);
-  }
-  template <std::size_t K>
-  __host__ __device__ static auto value_of(graph::ref_input<K>*, const val_tuple&,
-                                           const in_tuple& in) {
-    return std::get<K>(in);
-  }
-  template <std::uint64_t Bits, class T>
-  __host__ __device__ static T value_of(graph::ref_const<Bits, T>*, const val_tuple&,
-                                        const in_tuple&) {
-    return static_cast<T>(std::bit_cast<double>(Bits));
-  }
-  template <class Op, class C, class T, class... Refs>
-  __host__ __device__ static T compute(graph::member<Op, C, T, Refs...>*, const val_tuple& v,
-                                       const in_tuple& in) {
-    return static_cast<T>(Op::template eval<C>(value_of(static_cast<Refs*>(nullptr), v, in)...));
-  }
-  template <std::size_t... M>
-  __host__ __device__ static Out eval_members(const in_tuple& in, std::index_sequence<M...>) {
-    val_tuple v{};
-    ((std::get<M>(v) = compute(static_cast<Ms*>(nullptr), v, in)), ...);
-    return std::get<sizeof...(Ms) - 1>(v);
-  }
-  /// The root's value at one element.
+  /// The root's value at one element (the CPU loop's evaluator).
   __host__ __device__ static Out eval(Ins... x) {
-    return eval_members(in_tuple{x...}, std::index_sequence_for<Ms...>{});
+    return backend::element_eval<Out, type_list<Ins...>, type_list<Ms...>>::eval(x...);
   }
 
   /// Input k's value at output element i (broadcasting by index arithmetic).
@@ -133,15 +108,15 @@ struct fused_kernel<Out, type_list<Ins...>, Members> {
   using F = fused_device<Out, type_list<Ins...>, Members>;
   static constexpr std::size_t n_in = sizeof...(Ins);
 
-  static fused_params<n_in> params(Out* out, const runtime::rt_dims& od,
-                                   const std::array<const runtime::rt_value*, n_in>& in) {
+  static fused_params<n_in> params(Out* out, const backend::rt_dims& od,
+                                   const std::array<const backend::rt_value*, n_in>& in) {
     fused_params<n_in> p;
     p.out = out;
     p.total = od.numel();
-    std::array<const runtime::rt_dims*, n_in> in_dims{};
+    std::array<const backend::rt_dims*, n_in> in_dims{};
     for (std::size_t k = 0; k < n_in; ++k)
       in_dims[k] = &in[k]->dims;
-    const cpu_backend::detail::loop_geometry<n_in> geo(od, in_dims);
+    const backend::loop_geometry<n_in> geo(od, in_dims);
     p.groups = static_cast<int>(geo.groups);
     bool vec = (reinterpret_cast<std::uintptr_t>(out) % 16) == 0;
     for (std::size_t g = 0; g < geo.groups; ++g)
@@ -164,8 +139,8 @@ struct fused_kernel<Out, type_list<Ins...>, Members> {
     return p;
   }
 
-  static void run(cudaStream_t stream, Out* out, const runtime::rt_dims& od,
-                  const std::array<const runtime::rt_value*, n_in>& in) {
+  static void run(cudaStream_t stream, Out* out, const backend::rt_dims& od,
+                  const std::array<const backend::rt_value*, n_in>& in) {
     const fused_params<n_in> p = params(out, od, in);
     if (p.total == 0)
       return;
@@ -176,5 +151,20 @@ struct fused_kernel<Out, type_list<Ins...>, Members> {
     TYPEFLOW_CUDA_CHECK(cudaGetLastError());
   }
 };
+
+/// A fused elementwise region: one kernel.
+template <std::size_t I, class Op, class T, class Out, class Ins, class Members, class IdxSeq,
+          class... Refs>
+requires fusable_on_gpu<Op>
+void kernel(context& ctx, Op*, T*, value* vals, graph::flat_region<Out, Ins, Members, IdxSeq>*,
+            Refs*...) {
+  constexpr auto idx = graph::index_array<IdxSeq>::value;
+  std::array<const value*, idx.size()> inputs{};
+  for (std::size_t k = 0; k < idx.size(); ++k)
+    inputs[k] = &vals[idx[k]];
+  T* out = ctx.output<T>(vals[I]);
+  fused_kernel<Out, Ins, Members>::run(ctx.stream(), out, vals[I].dims, inputs);
+  ctx.session.stats.fused_nodes += Members::size - 1;
+}
 
 } // namespace typeflow::cuda_backend

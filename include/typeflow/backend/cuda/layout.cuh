@@ -8,8 +8,8 @@
 // struct; the per-element index arithmetic is in __host__ __device__ functions, which the host
 // tests run against the CPU kernels.
 //
-// layout_steps<N> holds the session steps of these ops for gpu<N>, in the signature of the
-// `kernel` overloads of device_backend<gpu<N>> (backend/cuda/session.cuh), which derives from it.
+// The kernels of the session's steps for these ops, and for the views (reshape, expand_dims,
+// reshape_like, replica_mean: the output shares the input's buffer), close the file.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -22,35 +22,16 @@
 #include "../../ops/layout.hpp"
 #include "../../ops/nn.hpp"
 #include "../../ops/reduce.hpp"
-#include "../../runtime/session.hpp"
-#include "../../runtime/value.hpp"
-#include "../cpu/nn.hpp"
+#include "../common/dropout.hpp"
+#include "../common/layout.hpp"
+#include "../common/value.hpp"
+#include "../common/window.hpp"
+#include "context.cuh"
 #include "nn.cuh"
 #include "reduce.cuh"
 #include "runtime.hpp"
 
 namespace typeflow {
-
-/// The layout ops, argmax, element_count, sum_to_like and dropout_mask run on the GPU.
-template <std::int64_t... Perm>
-struct has_gpu_kernel<ops::transpose<Perm...>> : std::true_type {};
-template <class Begin, class Size>
-struct has_gpu_kernel<ops::slice<Begin, Size>> : std::true_type {};
-template <class Begin>
-struct has_gpu_kernel<ops::slice_like<Begin>> : std::true_type {};
-template <class Begin>
-struct has_gpu_kernel<ops::pad_like<Begin>> : std::true_type {};
-template <std::int64_t Axis>
-struct has_gpu_kernel<ops::concat<Axis>> : std::true_type {};
-template <bool K, std::int64_t... Ax>
-struct has_gpu_kernel<ops::reduce<ops::reducers::argmax, K, Ax...>> : std::true_type {};
-template <std::int64_t... Ax>
-struct has_gpu_kernel<ops::element_count<Ax...>> : std::true_type {};
-template <>
-struct has_gpu_kernel<ops::sum_to_like> : std::true_type {};
-template <std::uint64_t Seed>
-struct has_gpu_kernel<ops::dropout_mask<Seed>> : std::true_type {};
-
 namespace cuda_backend {
 
 // ---- strided gather: transpose, slice, slice_like ------------------------------------------
@@ -73,10 +54,10 @@ TYPEFLOW_HD inline std::int64_t gather_offset(const gather_params& p, std::int64
   return off;
 }
 
-using runtime::row_major_strides;
+using backend::row_major_strides;
 
 /// The gather of an output of dims `od` whose axis i steps through the input by in_stride[i].
-inline gather_params make_gather_params(const runtime::rt_dims& od,
+inline gather_params make_gather_params(const backend::rt_dims& od,
                                         const std::array<std::int64_t, max_rank>& in_stride) {
   gather_params p;
   p.total = od.numel();
@@ -97,9 +78,9 @@ inline gather_params make_gather_params(const runtime::rt_dims& od,
 
 /// transpose: output axis i is input axis perm[i].
 template <std::size_t R>
-gather_params make_transpose_params(const runtime::rt_dims& id,
+gather_params make_transpose_params(const backend::rt_dims& id,
                                     const std::array<std::int64_t, R>& perm,
-                                    const runtime::rt_dims& od) {
+                                    const backend::rt_dims& od) {
   const auto s = row_major_strides(id);
   std::array<std::int64_t, max_rank> in_stride{};
   for (std::size_t i = 0; i < R; ++i)
@@ -109,9 +90,9 @@ gather_params make_transpose_params(const runtime::rt_dims& id,
 
 /// slice: the block of `id` at `begin` with dims `od`; `offset` is where it starts in the input.
 template <std::size_t R>
-gather_params make_slice_params(const runtime::rt_dims& id,
+gather_params make_slice_params(const backend::rt_dims& id,
                                 const std::array<std::int64_t, R>& begin,
-                                const runtime::rt_dims& od, std::int64_t& offset) {
+                                const backend::rt_dims& od, std::int64_t& offset) {
   const auto s = row_major_strides(id);
   offset = 0;
   for (std::size_t i = 0; i < R; ++i)
@@ -160,8 +141,8 @@ TYPEFLOW_HD inline std::int64_t pad_source(const pad_params& p, std::int64_t i) 
 }
 
 template <std::size_t R>
-pad_params make_pad_params(const runtime::rt_dims& id, const std::array<std::int64_t, R>& begin,
-                           const runtime::rt_dims& od) {
+pad_params make_pad_params(const backend::rt_dims& id, const std::array<std::int64_t, R>& begin,
+                           const backend::rt_dims& od) {
   pad_params p;
   p.total = od.numel();
   p.rank = static_cast<int>(R);
@@ -294,7 +275,7 @@ struct argmax_shape {
   std::int64_t k1 = 1, rn = 1, k2 = 1;
 };
 template <std::size_t R>
-argmax_shape argmax_view(const runtime::rt_dims& d, const std::array<bool, R>& mask) {
+argmax_shape argmax_view(const backend::rt_dims& d, const std::array<bool, R>& mask) {
   argmax_shape v;
   bool past = false;
   for (std::size_t a = 0; a < R; ++a) {
@@ -336,7 +317,7 @@ template <class T>
 __global__ void dropout_mask_kernel(T* out, std::int64_t n, std::uint64_t base, double keep,
                                     T scale) {
   TYPEFLOW_GRID_STRIDE(i, n) {
-    out[i] = cpu_backend::dropout_uniform(base, i) < keep ? scale : T(0);
+    out[i] = backend::dropout_uniform(base, i) < keep ? scale : T(0);
   }
 }
 
@@ -356,152 +337,151 @@ T read_scalar(cudaStream_t stream, const void* p) {
 
 // ---- the session steps -----------------------------------------------------------------------
 
-/// The steps of these ops on gpu<N>: a base of device_backend<gpu<N>>, which brings them into
-/// its overload set (`using cuda_backend::layout_steps<N>::kernel;`). Buffers, the stream and
-/// the run counter come from device_backend<gpu<N>> (resolved when a step is instantiated).
-template <int N>
-struct layout_steps {
-  template <std::size_t I, class Session, std::int64_t... Perm, class T, class A>
-  static void kernel(Session& s, ops::transpose<Perm...>*, T*, runtime::rt_value* vals, void*, A*) {
-    const runtime::rt_value& in = vals[A::index];
-    T* out = output<T>(s, vals[I]);
-    gather(stream_of(s), static_cast<const T*>(in.data),
-           make_transpose_params(in.dims, ops::transpose<Perm...>::perm, vals[I].dims), out);
-  }
+template <std::size_t I, std::int64_t... Perm, class T, class A>
+void kernel(context& ctx, ops::transpose<Perm...>*, T*, value* vals, void*, A*) {
+  const value& in = vals[A::index];
+  T* out = ctx.output<T>(vals[I]);
+  gather(ctx.stream(), static_cast<const T*>(in.data),
+         make_transpose_params(in.dims, ops::transpose<Perm...>::perm, vals[I].dims), out);
+}
 
-  template <std::size_t I, class Session, class B, class S, class T, class A>
-  static void kernel(Session& s, ops::slice<B, S>*, T*, runtime::rt_value* vals, void*, A*) {
-    const runtime::rt_value& in = vals[A::index];
-    T* out = output<T>(s, vals[I]);
-    std::int64_t offset = 0;
-    const gather_params p = make_slice_params(in.dims, B::values, vals[I].dims, offset);
-    gather(stream_of(s), static_cast<const T*>(in.data) + offset, p, out);
-  }
+template <std::size_t I, class B, class S, class T, class A>
+void kernel(context& ctx, ops::slice<B, S>*, T*, value* vals, void*, A*) {
+  const value& in = vals[A::index];
+  T* out = ctx.output<T>(vals[I]);
+  std::int64_t offset = 0;
+  const gather_params p = make_slice_params(in.dims, B::values, vals[I].dims, offset);
+  gather(ctx.stream(), static_cast<const T*>(in.data) + offset, p, out);
+}
 
-  template <std::size_t I, class Session, class B, class T, class G, class A>
-  static void kernel(Session& s, ops::slice_like<B>*, T*, runtime::rt_value* vals, void*, G*, A*) {
-    const runtime::rt_value& in = vals[G::index];
-    for (std::size_t i = 0; i < G::rank; ++i)
-      if (B::values[i] + vals[I].dims.d[i] > in.dims.d[i])
-        throw error("slice_like: slice out of bounds: " + vals[I].dims.str() + " of " +
-                    in.dims.str());
-    T* out = output<T>(s, vals[I]);
-    std::int64_t offset = 0;
-    const gather_params p = make_slice_params(in.dims, B::values, vals[I].dims, offset);
-    gather(stream_of(s), static_cast<const T*>(in.data) + offset, p, out);
-  }
+template <std::size_t I, class B, class T, class G, class A>
+void kernel(context& ctx, ops::slice_like<B>*, T*, value* vals, void*, G*, A*) {
+  const value& in = vals[G::index];
+  backend::check_slice_like(B::values, vals[I].dims, in.dims);
+  T* out = ctx.output<T>(vals[I]);
+  std::int64_t offset = 0;
+  const gather_params p = make_slice_params(in.dims, B::values, vals[I].dims, offset);
+  gather(ctx.stream(), static_cast<const T*>(in.data) + offset, p, out);
+}
 
-  template <std::size_t I, class Session, class B, class T, class A, class X>
-  static void kernel(Session& s, ops::pad_like<B>*, T*, runtime::rt_value* vals, void*, A*, X*) {
-    const runtime::rt_value& in = vals[A::index];
-    for (std::size_t i = 0; i < A::rank; ++i)
-      if (B::values[i] + in.dims.d[i] > vals[I].dims.d[i])
-        throw error("pad_like: padded region out of bounds: " + in.dims.str() + " in " +
-                    vals[I].dims.str());
-    T* out = output<T>(s, vals[I]);
-    const pad_params p = make_pad_params(in.dims, B::values, vals[I].dims);
-    if (p.total == 0)
-      return;
-    pad_kernel<T>
-        <<<grid_for(p.total), 256, 0, stream_of(s)>>>(static_cast<const T*>(in.data), p, out);
-    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
-  }
+template <std::size_t I, class B, class T, class A, class X>
+void kernel(context& ctx, ops::pad_like<B>*, T*, value* vals, void*, A*, X*) {
+  const value& in = vals[A::index];
+  backend::check_pad_like(B::values, in.dims, vals[I].dims);
+  T* out = ctx.output<T>(vals[I]);
+  const pad_params p = make_pad_params(in.dims, B::values, vals[I].dims);
+  if (p.total == 0)
+    return;
+  pad_kernel<T>
+      <<<grid_for(p.total), 256, 0, ctx.stream()>>>(static_cast<const T*>(in.data), p, out);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
 
-  template <std::size_t I, class Session, std::int64_t Axis, class T, class... Cs>
-  static void kernel(Session& s, ops::concat<Axis>*, T*, runtime::rt_value* vals, void*, Cs*...) {
-    const runtime::rt_dims& od = vals[I].dims;
-    T* out = output<T>(s, vals[I]);
-    const std::size_t axis =
-        static_cast<std::size_t>(Axis < 0 ? Axis + static_cast<std::int64_t>(od.rank) : Axis);
-    std::int64_t outer = 1, out_row = 1;
-    for (std::size_t i = 0; i < od.rank; ++i)
-      (i < axis ? outer : out_row) *= od.d[i];
-    const T* parts[] = {static_cast<const T*>(vals[Cs::index].data)...};
-    const runtime::rt_dims* dims[] = {&vals[Cs::index].dims...};
-    const cudaStream_t stream = stream_of(s);
-    std::int64_t col = 0;
-    for (std::size_t k = 0; k < sizeof...(Cs); ++k) {
-      std::int64_t row = 1;
-      for (std::size_t i = axis; i < dims[k]->rank; ++i)
-        row *= dims[k]->d[i];
-      if (row * outer > 0) {
-        copy_rows_kernel<T>
-            <<<grid_for(row * outer), 256, 0, stream>>>(parts[k], row, outer, out_row, out + col);
-        TYPEFLOW_CUDA_CHECK(cudaGetLastError());
-      }
-      col += row;
+template <std::size_t I, std::int64_t Axis, class T, class... Cs>
+void kernel(context& ctx, ops::concat<Axis>*, T*, value* vals, void*, Cs*...) {
+  const backend::rt_dims& od = vals[I].dims;
+  T* out = ctx.output<T>(vals[I]);
+  const std::size_t axis =
+      static_cast<std::size_t>(Axis < 0 ? Axis + static_cast<std::int64_t>(od.rank) : Axis);
+  std::int64_t outer = 1, out_row = 1;
+  for (std::size_t i = 0; i < od.rank; ++i)
+    (i < axis ? outer : out_row) *= od.d[i];
+  const T* parts[] = {static_cast<const T*>(vals[Cs::index].data)...};
+  const backend::rt_dims* dims[] = {&vals[Cs::index].dims...};
+  const cudaStream_t stream = ctx.stream();
+  std::int64_t col = 0;
+  for (std::size_t k = 0; k < sizeof...(Cs); ++k) {
+    std::int64_t row = 1;
+    for (std::size_t i = axis; i < dims[k]->rank; ++i)
+      row *= dims[k]->d[i];
+    if (row * outer > 0) {
+      copy_rows_kernel<T>
+          <<<grid_for(row * outer), 256, 0, stream>>>(parts[k], row, outer, out_row, out + col);
+      TYPEFLOW_CUDA_CHECK(cudaGetLastError());
     }
+    col += row;
   }
+}
 
-  template <std::size_t I, class Session, bool K, std::int64_t... Ax, class T, class A>
-  static void kernel(Session& s, ops::reduce<ops::reducers::argmax, K, Ax...>*, T*,
-                     runtime::rt_value* vals, void*, A*) {
-    static_assert(std::is_same_v<T, std::int64_t>, "argmax: int64 output");
-    const runtime::rt_value& in = vals[A::index];
-    T* out = output<T>(s, vals[I]);
-    const argmax_shape v = argmax_view(
-        in.dims, ops::reduce<ops::reducers::argmax, K, Ax...>::template mask<A::rank>());
-    if (v.k1 * v.k2 == 0)
-      return;
-    if (v.rn == 0)
-      throw error("argmax: reduction over an empty axis: " + in.dims.str());
-    argmax(stream_of(s), static_cast<const typename A::value_type*>(in.data), v, out);
-  }
+template <std::size_t I, bool K, std::int64_t... Ax, class T, class A>
+void kernel(context& ctx, ops::reduce<ops::reducers::argmax, K, Ax...>*, T*, value* vals, void*,
+            A*) {
+  static_assert(std::is_same_v<T, std::int64_t>, "argmax: int64 output");
+  const value& in = vals[A::index];
+  T* out = ctx.output<T>(vals[I]);
+  const argmax_shape v =
+      argmax_view(in.dims, ops::reduce<ops::reducers::argmax, K, Ax...>::template mask<A::rank>());
+  if (v.k1 * v.k2 == 0)
+    return;
+  if (v.rn == 0)
+    throw error("argmax: reduction over an empty axis: " + in.dims.str());
+  argmax(ctx.stream(), static_cast<const typename A::value_type*>(in.data), v, out);
+}
 
-  template <std::size_t I, class Session, std::int64_t... Ax, class T, class A>
-  static void kernel(Session& s, ops::element_count<Ax...>*, T*, runtime::rt_value* vals, void*,
-                     A*) {
-    const auto mask = ops::element_count<Ax...>::template mask<A::rank>();
-    std::int64_t n = 1;
-    for (std::size_t i = 0; i < A::rank; ++i)
-      if (mask[i])
-        n *= vals[A::index].dims.d[i];
-    T* out = output<T>(s, vals[I]);
-    fill_kernel<T><<<1, 32, 0, stream_of(s)>>>(out, 1, static_cast<T>(n));
-    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
-  }
+template <std::size_t I, std::int64_t... Ax, class T, class A>
+void kernel(context& ctx, ops::element_count<Ax...>*, T*, value* vals, void*, A*) {
+  const auto mask = ops::element_count<Ax...>::template mask<A::rank>();
+  std::int64_t n = 1;
+  for (std::size_t i = 0; i < A::rank; ++i)
+    if (mask[i])
+      n *= vals[A::index].dims.d[i];
+  T* out = ctx.output<T>(vals[I]);
+  fill_kernel<T><<<1, 32, 0, ctx.stream()>>>(out, 1, static_cast<T>(n));
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
 
-  template <std::size_t I, class Session, class T, class C, class X>
-  static void kernel(Session& s, ops::sum_to_like*, T*, runtime::rt_value* vals, void*, C*, X*) {
-    const runtime::rt_value& in = vals[C::index];
-    const auto mask = runtime::sum_to_mask<C::rank>(in.dims, vals[I].dims);
-    T* out = output<T>(s, vals[I]);
-    cuda_backend::reduce<ops::reducers::sum>(stream_of(s), static_cast<const T*>(in.data), in.dims,
-                                             mask, out);
-  }
+template <std::size_t I, class T, class C, class X>
+void kernel(context& ctx, ops::sum_to_like*, T*, value* vals, void*, C*, X*) {
+  const value& in = vals[C::index];
+  const auto mask = backend::sum_to_mask<C::rank>(in.dims, vals[I].dims);
+  T* out = ctx.output<T>(vals[I]);
+  cuda_backend::reduce<ops::reducers::sum>(ctx.stream(), static_cast<const T*>(in.data), in.dims,
+                                           mask, out);
+}
 
-  template <std::size_t I, class Session, std::uint64_t Seed, class T, class X, class K>
-  static void kernel(Session& s, ops::dropout_mask<Seed>*, T*, runtime::rt_value* vals, void*, X*,
-                     K*) {
-    if (!vals[K::index].data)
-      throw error("dropout: keep_prob has no value");
-    const cudaStream_t stream = stream_of(s);
-    const double keep =
-        static_cast<double>(read_scalar<typename K::value_type>(stream, vals[K::index].data));
-    cpu_backend::check_keep_prob(keep);
-    const std::uint64_t base =
-        cpu_backend::dropout_base(Seed, device_backend<gpu<N>>::run_count(s));
-    const std::int64_t n = vals[I].dims.numel();
-    T* out = output<T>(s, vals[I]);
-    if (n == 0)
-      return;
-    dropout_mask_kernel<T>
-        <<<grid_for(n), 256, 0, stream>>>(out, n, base, keep, static_cast<T>(1.0 / keep));
-    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
-  }
+template <std::size_t I, std::uint64_t Seed, class T, class X, class K>
+void kernel(context& ctx, ops::dropout_mask<Seed>*, T*, value* vals, void*, X*, K*) {
+  if (!vals[K::index].data)
+    throw error("dropout: keep_prob has no value");
+  const cudaStream_t stream = ctx.stream();
+  const double keep =
+      static_cast<double>(read_scalar<typename K::value_type>(stream, vals[K::index].data));
+  backend::check_keep_prob(keep);
+  const std::uint64_t base = backend::dropout_base(Seed, ctx.run());
+  const std::int64_t n = vals[I].dims.numel();
+  T* out = ctx.output<T>(vals[I]);
+  if (n == 0)
+    return;
+  dropout_mask_kernel<T>
+      <<<grid_for(n), 256, 0, stream>>>(out, n, base, keep, static_cast<T>(1.0 / keep));
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
 
-private:
-  template <class T, class Session>
-  static T* output(Session& s, runtime::rt_value& v) {
-    const auto n = static_cast<std::size_t>(v.dims.numel());
-    return static_cast<T*>(
-        device_backend<gpu<N>>::allocate(s, v, sizeof(T) * std::max<std::size_t>(n, 1)));
-  }
-  template <class Session>
-  static cudaStream_t stream_of(Session& s) {
-    return device_backend<gpu<N>>::context(s).s.get();
-  }
-};
+// ---- views: the output shares the input's device buffer -----------------------------------
+template <std::size_t I, std::int64_t... D, class T, class A>
+void kernel(context&, ops::reshape<D...>*, T*, value* vals, void*, A*) {
+  vals[I].owner = vals[A::index].owner;
+  vals[I].data = vals[A::index].data;
+}
+template <std::size_t I, std::int64_t... Ax, class T, class A>
+void kernel(context&, ops::expand_dims<Ax...>*, T*, value* vals, void*, A*) {
+  vals[I].owner = vals[A::index].owner;
+  vals[I].data = vals[A::index].data;
+}
+template <std::size_t I, class T, class A>
+void kernel(context&, ops::replica_mean*, T*, value* vals, void*, A*) {
+  vals[I].owner = vals[A::index].owner;
+  vals[I].data = vals[A::index].data;
+}
+template <std::size_t I, class T, class A, class X>
+void kernel(context&, ops::reshape_like*, T*, value* vals, void*, A*, X*) {
+  if (vals[A::index].dims.numel() != vals[I].dims.numel())
+    throw error("reshape_like: element counts differ: " + vals[A::index].dims.str() + " x " +
+                vals[I].dims.str());
+  vals[I].owner = vals[A::index].owner;
+  vals[I].data = vals[A::index].data;
+}
 
 } // namespace cuda_backend
+
 } // namespace typeflow

@@ -1,14 +1,16 @@
 // GPU towers of a replicated session (runtime/replicate.hpp): their replica_mean values are
 // combined by one NCCL all-reduce across the towers' GPUs. Each tower first scales its value by
 // its share of the batch (rows / batch); the sum is then the batch-weighted mean. A tower with no
-// rows contributes zeros. Included by session.cuh when <nccl.h> is available.
+// rows contributes zeros. Included by backend.cuh when <nccl.h> is available.
 #pragma once
 #include <nccl.h>
 
 #include <memory>
 #include <vector>
 
-#include "../../runtime/replicate.hpp"
+#include "../../core/error.hpp"
+#include "../common/allreduce.hpp"
+#include "context.cuh"
 #include "nn.cuh"
 #include "runtime.hpp"
 

@@ -2,14 +2,18 @@
 // adjoint col2im gathers, so no atomics and deterministic sums), max/avg pooling and their
 // gradients (gathering too: each input element sums the windows that read it), and the fused
 // sparse softmax cross-entropy (one thread per row; a bad label sets a flag the host checks).
-// The window geometry is the CPU backend's plain struct.
+// The window geometry is backend/common/window.hpp's, shared with the CPU.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
-#include "../cpu/nn.hpp"
+#include "../../core/error.hpp"
+#include "../../ops/nn.hpp"
+#include "../common/window.hpp"
+#include "context.cuh"
+#include "matmul.cuh"
 #include "runtime.hpp"
 
 namespace typeflow::cuda_backend {
@@ -154,6 +158,111 @@ __global__ void sparse_xent_kernel(const T* logits, const L* labels, std::int64_
           static_cast<T>(static_cast<double>(m) + std::log(s) - static_cast<double>(row[label]));
     }
   }
+}
+
+// ---- the kernels of the session's steps ----------------------------------------------------
+
+/// The patches of x, in a scratch buffer that `holder` keeps alive.
+template <class T>
+const T* im2col(context& ctx, const T* x, const window2d& g, value& holder) {
+  T* col = ctx.scratch<T>(holder, g.rows() * g.patch());
+  im2col_kernel<<<grid_for(g.rows() * g.patch()), 256, 0, ctx.stream()>>>(x, g, col);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+  return col;
+}
+
+template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
+          std::int64_t DW, class T, class X, class W>
+void kernel(context& ctx, ops::conv2d<P, SH, SW, DH, DW>*, T*, value* vals, void*, X*, W*) {
+  const auto g = backend::conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims,
+                                                                      vals[W::index].dims);
+  T* y = ctx.scratch<T>(vals[I], g.rows() * g.o);
+  value tmp;
+  const T* col = im2col(ctx, static_cast<const T*>(vals[X::index].data), g, tmp);
+  gemm_strided_batched<T>(ctx.blas(), false, false, g.rows(), g.o, g.patch(), col,
+                          static_cast<const T*>(vals[W::index].data), y, 1);
+}
+
+template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
+          std::int64_t DW, class T, class G, class W, class X>
+void kernel(context& ctx, ops::conv2d_backprop_input<P, SH, SW, DH, DW>*, T*, value* vals, void*,
+            G*, W*, X*) {
+  const auto g = backend::conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims,
+                                                                      vals[W::index].dims);
+  T* dx = ctx.scratch<T>(vals[I], g.n * g.h * g.w * g.c);
+  value tmp;
+  T* col = ctx.scratch<T>(tmp, g.rows() * g.patch());
+  gemm_strided_batched<T>(ctx.blas(), false, true, g.rows(), g.patch(), g.o,
+                          static_cast<const T*>(vals[G::index].data),
+                          static_cast<const T*>(vals[W::index].data), col, 1);
+  col2im_kernel<<<grid_for(g.n * g.h * g.w * g.c), 256, 0, ctx.stream()>>>(col, g, dx);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
+          std::int64_t DW, class T, class X, class G, class W>
+void kernel(context& ctx, ops::conv2d_backprop_filter<P, SH, SW, DH, DW>*, T*, value* vals, void*,
+            X*, G*, W*) {
+  const auto g = backend::conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims,
+                                                                      vals[W::index].dims);
+  T* dw = ctx.scratch<T>(vals[I], g.patch() * g.o);
+  value tmp;
+  const T* col = im2col(ctx, static_cast<const T*>(vals[X::index].data), g, tmp);
+  gemm_strided_batched<T>(ctx.blas(), true, false, g.patch(), g.o, g.rows(), col,
+                          static_cast<const T*>(vals[G::index].data), dw, 1);
+}
+
+template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW,
+          std::int64_t SH, std::int64_t SW, class T, class X>
+void kernel(context& ctx, ops::pool<K, P, KH, KW, SH, SW>*, T*, value* vals, void*, X*) {
+  const auto g = backend::pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
+  const std::int64_t n = g.n * g.oh * g.ow * g.c;
+  T* y = ctx.scratch<T>(vals[I], n);
+  pool_forward_kernel<K == ops::pool_kind::max>
+      <<<grid_for(n), 256, 0, ctx.stream()>>>(static_cast<const T*>(vals[X::index].data), g, y);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW,
+          std::int64_t SH, std::int64_t SW, class T, class X, class G>
+void kernel(context& ctx, ops::pool_grad<K, P, KH, KW, SH, SW>*, T*, value* vals, void*, X*, G*) {
+  const auto g = backend::pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
+  const std::int64_t n = g.n * g.h * g.w * g.c;
+  T* dx = ctx.scratch<T>(vals[I], n);
+  pool_backward_kernel<K == ops::pool_kind::max>
+      <<<grid_for(n), 256, 0, ctx.stream()>>>(static_cast<const T*>(vals[X::index].data),
+                                              static_cast<const T*>(vals[G::index].data), g, dx);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+/// The fused cross-entropy (Grad: its gradient); a bad label sets a device flag read after it.
+template <bool Grad, class T, class L, class Y>
+void xent(context& ctx, value* vals, std::size_t i) {
+  const auto& ld = vals[L::index].dims;
+  const std::int64_t n = ld.d[0], k = ld.d[1];
+  T* out = ctx.scratch<T>(vals[i], Grad ? n * k : n);
+  value flag_holder;
+  int* bad = ctx.scratch<int>(flag_holder, 1);
+  TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), ctx.stream()));
+  sparse_xent_kernel<Grad><<<grid_for(n), 256, 0, ctx.stream()>>>(
+      static_cast<const T*>(vals[L::index].data),
+      static_cast<const typename Y::value_type*>(vals[Y::index].data), n, k, out, bad);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+  int flag = 0;
+  TYPEFLOW_CUDA_CHECK(
+      cudaMemcpyAsync(&flag, bad, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream()));
+  ctx.gpu.s.synchronize();
+  if (flag)
+    throw error("sparse_softmax_cross_entropy_with_logits: a label is outside [0, " +
+                std::to_string(k) + ")");
+}
+template <std::size_t I, class T, class L, class Y>
+void kernel(context& ctx, ops::sparse_softmax_xent*, T*, value* vals, void*, L*, Y*) {
+  xent<false, T, L, Y>(ctx, vals, I);
+}
+template <std::size_t I, class T, class L, class Y>
+void kernel(context& ctx, ops::sparse_softmax_xent_grad*, T*, value* vals, void*, L*, Y*) {
+  xent<true, T, L, Y>(ctx, vals, I);
 }
 
 } // namespace typeflow::cuda_backend

@@ -9,8 +9,9 @@
 #include <limits>
 
 #include "../../ops/reduce.hpp"
-#include "../../runtime/value.hpp"
-#include "../cpu/reduce.hpp"
+#include "../common/reducers.hpp"
+#include "../common/value.hpp"
+#include "context.cuh"
 #include "runtime.hpp"
 
 namespace typeflow::cuda_backend {
@@ -33,7 +34,7 @@ template <class R>
 struct combiner {
   template <class A>
   __host__ __device__ A operator()(const A& acc, const A& v) const {
-    return cpu_backend::detail::combine<R>(acc, v); // the CPU's rule, NaN propagation included
+    return backend::combine<R>(acc, v); // the CPU's rule, NaN propagation included
   }
 };
 
@@ -79,7 +80,7 @@ __global__ void reduce_kernel(reduce_params p) {
 
 /// The parameters of reducing `in` (dims `d`) over the axes in `mask`.
 template <std::size_t Rank>
-reduce_params make_reduce_params(const void* in, void* out, const runtime::rt_dims& d,
+reduce_params make_reduce_params(const void* in, void* out, const backend::rt_dims& d,
                                  const std::array<bool, Rank>& mask) {
   reduce_params p;
   p.in = in;
@@ -108,7 +109,7 @@ reduce_params make_reduce_params(const void* in, void* out, const runtime::rt_di
 
 /// out = reduce(in) over the axes in `mask`, on `stream`.
 template <class R, class T, class Out, std::size_t Rank>
-void reduce(cudaStream_t stream, const T* in, const runtime::rt_dims& d,
+void reduce(cudaStream_t stream, const T* in, const backend::rt_dims& d,
             const std::array<bool, Rank>& mask, Out* out) {
   const reduce_params p = make_reduce_params(in, out, d, mask);
   if (p.out_n == 0)
@@ -117,6 +118,17 @@ void reduce(cudaStream_t stream, const T* in, const runtime::rt_dims& d,
   const int blocks = static_cast<int>(p.out_n < 65535 ? p.out_n : 65535);
   reduce_kernel<R, T, Out, threads><<<blocks, threads, 0, stream>>>(p);
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+/// sum, mean, max and min over any axes (argmax: layout.cuh).
+template <std::size_t I, class Rd, bool K, std::int64_t... Ax, class T, class A>
+requires(!std::is_same_v<Rd, ops::reducers::argmax>) void kernel(context& ctx,
+                                                                 ops::reduce<Rd, K, Ax...>*, T*,
+                                                                 value* vals, void*, A*) {
+  const value& in = vals[A::index];
+  T* out = ctx.output<T>(vals[I]);
+  reduce<Rd>(ctx.stream(), static_cast<const typename A::value_type*>(in.data), in.dims,
+             ops::reduce<Rd, K, Ax...>::template mask<A::rank>(), out);
 }
 
 } // namespace typeflow::cuda_backend

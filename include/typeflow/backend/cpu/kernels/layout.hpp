@@ -2,6 +2,7 @@
 // concatenation.
 #pragma once
 #include "../../../ops/layout.hpp"
+#include "../../common/layout.hpp"
 #include "../context.hpp"
 #include "../layout.hpp"
 
@@ -62,20 +63,14 @@ void kernel(context& ctx, ops::slice<B, S>*, T*, value* vals, void*, A*) {
 template <std::size_t I, class B, class T, class A, class X>
 void kernel(context& ctx, ops::pad_like<B>*, T*, value* vals, void*, A*, X*) {
   const value& in = vals[A::index];
-  for (std::size_t i = 0; i < A::rank; ++i)
-    if (B::values[i] + in.dims.d[i] > vals[I].dims.d[i])
-      throw error("pad_like: padded region out of bounds: " + in.dims.str() + " in " +
-                  vals[I].dims.str());
+  backend::check_pad_like(B::values, in.dims, vals[I].dims);
   pad(static_cast<const T*>(in.data), in.dims, B::values, ctx.allocate<T>(vals[I]), vals[I].dims);
 }
 
 template <std::size_t I, class B, class T, class G, class A>
 void kernel(context& ctx, ops::slice_like<B>*, T*, value* vals, void*, G*, A*) {
   const value& in = vals[G::index];
-  for (std::size_t i = 0; i < G::rank; ++i)
-    if (B::values[i] + vals[I].dims.d[i] > in.dims.d[i])
-      throw error("slice_like: slice out of bounds: " + vals[I].dims.str() + " of " +
-                  in.dims.str());
+  backend::check_slice_like(B::values, vals[I].dims, in.dims);
   T* out = ctx.allocate<T>(vals[I]);
   slice(ctx.pool, static_cast<const T*>(in.data), in.dims, B::values, out, vals[I].dims);
 }
@@ -84,7 +79,7 @@ template <std::size_t I, std::int64_t Axis, class T, class... Cs>
 void kernel(context& ctx, ops::concat<Axis>*, T*, value* vals, void*, Cs*...) {
   T* out = ctx.allocate<T>(vals[I]);
   const T* parts[] = {static_cast<const T*>(vals[Cs::index].data)...};
-  const runtime::rt_dims* dims[] = {&vals[Cs::index].dims...};
+  const backend::rt_dims* dims[] = {&vals[Cs::index].dims...};
   const std::int64_t rank = static_cast<std::int64_t>(vals[I].dims.rank);
   concat(Axis < 0 ? Axis + rank : Axis, parts, dims, sizeof...(Cs), out, vals[I].dims);
 }

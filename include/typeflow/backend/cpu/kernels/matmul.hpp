@@ -13,7 +13,7 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
   const value &a = vals[A::index], &b = vals[B::index];
   value& o = vals[I];
   T* out = ctx.allocate<T>(o);
-  const auto [m, n, k, batch] = runtime::matmul_extents::of(a.dims, o.dims, TA);
+  const auto [m, n, k, batch] = backend::matmul_extents::of(a.dims, o.dims, TA);
   const T* pa = static_cast<const T*>(a.data);
   const T* pb = static_cast<const T*>(b.data);
 #if defined(TYPEFLOW_HAS_ONEDNN)

@@ -19,7 +19,7 @@ void kernel(context& ctx, ops::reduce<Rd, K, Ax...>*, T*, value* vals, void*, A*
 template <std::size_t I, class T, class C, class X>
 void kernel(context& ctx, ops::sum_to_like*, T*, value* vals, void*, C*, X*) {
   const value& in = vals[C::index];
-  const auto mask = runtime::sum_to_mask<C::rank>(in.dims, vals[I].dims);
+  const auto mask = backend::sum_to_mask<C::rank>(in.dims, vals[I].dims);
   T* o = ctx.allocate<T>(vals[I]);
   reduce<ops::reducers::sum>(ctx.pool, static_cast<const T*>(in.data), in.dims, mask, o);
 }

@@ -1,4 +1,5 @@
-// Run-time values of plan nodes and the buffer pool behind the memory plan.
+// Run-time values of plan nodes, variable storage, run statistics and the buffer pool behind
+// the memory plan: what executors and the kernels of every backend share (below all of them).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -10,11 +11,11 @@
 #include <string_view>
 #include <vector>
 
-#include "../core/error.hpp"
-#include "../core/shape.hpp"
-#include "../core/tensor.hpp"
+#include "../../core/error.hpp"
+#include "../../core/shape.hpp"
+#include "../../core/tensor.hpp"
 
-namespace typeflow::runtime {
+namespace typeflow::backend {
 
 /// Run-time extents of a node (rank fixed by its type).
 struct rt_dims {
@@ -178,4 +179,4 @@ private:
   std::size_t live_ = 0;
 };
 
-} // namespace typeflow::runtime
+} // namespace typeflow::backend

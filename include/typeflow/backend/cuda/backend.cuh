@@ -1,0 +1,138 @@
+// The CUDA backend (compiled by nvcc; runtime/session.hpp includes it in every translation unit
+// nvcc compiles): device_backend<gpu<N>>, the interface a session drives (backend/common/
+// backend.hpp), over the kernels of fused.cuh, matmul.cuh, reduce.cuh, nn.cuh and layout.cuh.
+//
+// What runs on a GPU is what kernels.hpp declares: fused elementwise regions (assignments
+// included), matmul (cuBLAS), the reductions, conv2d and its gradients (im2col + cuBLAS),
+// pooling and its gradients, the fused cross-entropy, the layout ops, dropout masks and the
+// views. Variables placed on a GPU stay there between runs. Ops without a GPU kernel (debug
+// probes) fall back to cpu<0> by soft placement, listed by describe_placement(); transfers
+// between host and device are copies on the device's stream through pinned staging buffers,
+// and fetched values come back to the host. Device buffers come from a caching allocator per GPU.
+#pragma once
+#include <cstring>
+#include <memory>
+
+#include "../../core/tensor.hpp"
+#include "../common/backend.hpp"
+#include "context.cuh"
+#include "fused.cuh"
+#include "layout.cuh"
+#include "matmul.cuh"
+#include "nn.cuh"
+#include "reduce.cuh"
+#include "runtime.hpp"
+
+namespace typeflow {
+
+template <int N>
+struct device_backend<gpu<N>> {
+  static_assert(N >= 0 && N < 16, "gpu<N>: at most 16 GPUs per session");
+  using state = backend::session_state;
+  using value = backend::rt_value;
+
+  static cuda_backend::context context(state& s) { return cuda_backend::context::of(s, N); }
+
+  /// One step: the op's kernel (kernels.hpp), given this GPU's context.
+  template <std::size_t I, class Op, class T, class Region, class... Refs>
+  static void kernel(state& s, Op* op, T* t, value* vals, Region* region, Refs*... refs) {
+    auto ctx = context(s);
+    cuda_backend::kernel<I>(ctx, op, t, vals, region, refs...);
+  }
+
+  // ---- variables: kept on this GPU between runs -------------------------------------------
+
+  /// The device copy of a variable, uploaded when the host (or another GPU) holds the value.
+  static void* bind_variable(state& s, backend::variable_record& rec) {
+    if (rec.device_valid && rec.gpu == N)
+      return rec.device_data.get();
+    backend::sync_host(rec); // the value may be on another GPU
+    auto ctx = context(s);
+    if (rec.gpu != N || !rec.device_data) {
+      value holder;
+      ctx.allocate(holder, rec.bytes);
+      rec.device_data = std::move(holder.owner);
+      rec.gpu = N;
+    }
+    upload(ctx.gpu, rec.device_data.get(), rec.data.get(), rec.bytes);
+    rec.device_valid = true;
+    rec.download = &download;
+    rec.download_context = &ctx.gpu;
+    return rec.device_data.get();
+  }
+  static void download(void* gpu, backend::variable_record& rec) {
+    auto& g = *static_cast<cuda_backend::gpu_context*>(gpu);
+    cuda_backend::use_device(g.device);
+    download_into(g, rec.data.get(), rec.device_data.get(), rec.bytes);
+  }
+  /// An assignment's new value becomes the variable's (both on this GPU).
+  static void commit(state& s, void* dst, const void* src, std::size_t bytes) {
+    if (bytes && dst != src)
+      TYPEFLOW_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, context(s).stream()));
+  }
+
+  // ---- host <-> device copies through pinned staging buffers --------------------------------
+
+  /// Host to device, asynchronous: the bytes go through a pinned buffer, so the caller's memory
+  /// is free again on return and the copy overlaps the work queued before it.
+  static void upload(cuda_backend::gpu_context& g, void* dst, const void* src, std::size_t bytes) {
+    if (!bytes)
+      return;
+    void* pinned = g.staging.acquire(bytes);
+    std::memcpy(pinned, src, bytes);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, g.s.get()));
+    g.staging.release_after(pinned, bytes, g.s.get());
+  }
+  /// Device to host, after the work queued before it: the host reads dst on return.
+  static void download_into(cuda_backend::gpu_context& g, void* dst, const void* src,
+                            std::size_t bytes) {
+    if (!bytes)
+      return;
+    void* pinned = g.staging.acquire(bytes);
+    TYPEFLOW_CUDA_CHECK(cudaMemcpyAsync(pinned, src, bytes, cudaMemcpyDeviceToHost, g.s.get()));
+    g.s.synchronize();
+    std::memcpy(dst, pinned, bytes);
+    g.staging.release_now(pinned, bytes);
+  }
+
+  static void to_device(state& s, const value& src, value& dst, std::size_t elem_bytes) {
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(src.dims.numel());
+    dst.dims = src.dims;
+    auto ctx = context(s);
+    void* p = ctx.allocate(dst, bytes);
+    upload(ctx.gpu, p, src.data, bytes);
+  }
+
+  static void to_host(state& s, const value& src, value& dst, std::size_t elem_bytes) {
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(src.dims.numel());
+    dst.dims = src.dims;
+    dst.owner = s.host_mem->acquire(bytes, s.stats);
+    dst.data = dst.owner.get();
+    download_into(context(s).gpu, dst.data, src.data, bytes); // the host reads it next
+  }
+
+  static void from_device(state& s, int src_device, const value& src, value& dst,
+                          std::size_t elem_bytes) {
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(src.dims.numel());
+    cuda_backend::context::of(s, src_device).gpu.s.synchronize();
+    auto ctx = context(s);
+    dst.dims = src.dims;
+    void* p = ctx.allocate(dst, bytes);
+    if (bytes)
+      TYPEFLOW_CUDA_CHECK(cudaMemcpyPeerAsync(p, N, src.data, src_device, bytes, ctx.stream()));
+  }
+
+  template <class T>
+  static tensor<T> fetch(state& s, const value& v) {
+    tensor<T> t(v.dims.vec());
+    download_into(context(s).gpu, t.data(), v.data, sizeof(T) * static_cast<std::size_t>(t.size()));
+    return t;
+  }
+};
+
+} // namespace typeflow
+
+#if __has_include(<nccl.h>)
+#include "nccl.cuh" // GPU towers of replicated sessions
+#endif

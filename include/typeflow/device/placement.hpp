@@ -1,0 +1,139 @@
+// The placement pass: which device runs each node, and the transfers between devices.
+//
+// Every node gets the policy's device, or the device of the innermost with_device scope above
+// it; an assignment runs where its variable is; an op with no kernel on its device falls back to
+// cpu<0> (soft placement, listed by describe_placement()) or is an error (strict policies). Each
+// edge whose ends are on different devices reads through a transfer: one per (tensor,
+// destination device), as TensorFlow's Send/Recv pairs. Constants are inlined where read and
+// groups only order their operands, so neither needs one.
+//
+// Whether a device has a kernel for an op: every op has a CPU kernel (a missing one is a compile
+// error at the session, naming the op); a GPU kernel exists when the CUDA backend declares one
+// (backend/cuda/kernels.hpp, plain C++ included here), so a plan means the same in every
+// translation unit, compiled by nvcc or not.
+//
+// The pass itself is plain constexpr code over node indices (graph::plan fills the request from
+// its node types), linear in nodes times transfers.
+#pragma once
+#include <array>
+#include <cstddef>
+
+#include "../backend/cuda/kernels.hpp"
+#include "../graph/traverse.hpp"
+#include "device.hpp"
+
+namespace typeflow {
+
+/// Whether op Op has a kernel on device D.
+template <class Op, device_tag D>
+inline constexpr bool has_kernel_on = D::is_cpu || cuda_backend::has_kernel_for<Op>;
+
+/// Whether the CUDA backend has a kernel for Op (for describe_placement and tests).
+template <class Op>
+inline constexpr bool has_gpu_kernel = cuda_backend::has_kernel_for<Op>;
+
+namespace placement {
+
+/// The graph and what the policy asks, for N nodes (topological order) and E edges.
+template <std::size_t N, std::size_t E>
+struct request {
+  std::array<std::size_t, N + 1>
+      edge_begin{};                       ///< edges of node j: [edge_begin[j], edge_begin[j+1])
+  std::array<std::size_t, E + 1> edges{}; ///< the child each edge reads
+  std::array<bool, N> constant{}, fetched{}, elementwise{}, group{}, leaf{}, state{};
+  std::array<device_id, N> policy{};       ///< the policy's device of each node
+  std::array<bool, N> scope{};             ///< node is a with_device scope ...
+  std::array<device_id, N> scope_device{}; ///< ... of this device
+  std::array<bool, N> has_gpu_kernel{};
+  bool soft = true; ///< soft placement (else an op without a kernel is an error)
+};
+
+/// Devices and transfers.
+template <std::size_t N, std::size_t E>
+struct result {
+  std::array<device_id, N> device{};
+  std::array<bool, N> fell_back{};
+  std::size_t strict_violation = static_cast<std::size_t>(-1);
+  std::array<std::size_t, E + 1> edge_transfer{};
+  std::array<std::size_t, E + 1> transfer_source{};
+  std::array<device_id, E + 1> transfer_device{};
+  /// Transfers of source node k: by_source[source_begin[k] .. source_begin[k+1]).
+  std::array<std::size_t, N + 1> source_begin{};
+  std::array<std::size_t, E + 1> by_source{};
+  std::size_t transfers = 0;
+};
+
+template <std::size_t N, std::size_t E>
+constexpr result<N, E> place(const request<N, E>& r) {
+  constexpr std::size_t no = static_cast<std::size_t>(-1);
+  result<N, E> p;
+  std::array<bool, N> scoped{};
+  std::array<device_id, N> sdev{};
+  for (std::size_t j = N; j-- > 0;) {
+    if (r.scope[j]) {
+      scoped[j] = true;
+      sdev[j] = r.scope_device[j];
+    }
+    if (!scoped[j])
+      continue;
+    for (std::size_t e = r.edge_begin[j]; e < r.edge_begin[j + 1]; ++e) {
+      const std::size_t k = r.edges[e];
+      if (!r.leaf[k] && !scoped[k]) {
+        scoped[k] = true;
+        sdev[k] = sdev[j];
+      }
+    }
+  }
+  for (std::size_t i = 0; i < N; ++i) {
+    device_id d = scoped[i] ? sdev[i] : r.policy[i];
+    if (r.state[i])
+      d = p.device[r.edges[r.edge_begin[i]]]; // colocated with its variable
+    if (!d.is_cpu && !r.has_gpu_kernel[i] && (r.group[i] || r.constant[i])) {
+      d = device_id{}; // no kernel to run: constants are inlined, groups only order
+    } else if (!d.is_cpu && !r.has_gpu_kernel[i]) {
+      if (r.soft) {
+        d = device_id{};
+        p.fell_back[i] = true;
+      } else if (p.strict_violation == no || (r.leaf[p.strict_violation] && !r.leaf[i])) {
+        p.strict_violation = i; // the first op, else the first leaf
+      }
+    }
+    p.device[i] = d;
+  }
+  // A constant is materialized (a host buffer, see compute_layout) when it is fetched or read
+  // by an op other than an elementwise one; then its readers on other devices need a
+  // transfer like any tensor. Otherwise it is inlined into the fused loops that read it.
+  std::array<bool, N> materialized{};
+  for (std::size_t j = 0; j < N; ++j) {
+    materialized[j] = materialized[j] || (r.constant[j] && r.fetched[j]);
+    for (std::size_t e = r.edge_begin[j]; e < r.edge_begin[j + 1]; ++e)
+      if (r.constant[r.edges[e]] && !r.elementwise[j] && !r.group[j])
+        materialized[r.edges[e]] = true;
+  }
+  std::array<std::size_t, N + 1> count{};
+  for (std::size_t j = 0; j < N; ++j)
+    for (std::size_t e = r.edge_begin[j]; e < r.edge_begin[j + 1]; ++e) {
+      const std::size_t k = r.edges[e];
+      p.edge_transfer[e] = no;
+      if (r.group[j] || (r.constant[k] && !materialized[k]) || p.device[k] == p.device[j])
+        continue;
+      std::size_t t = 0;
+      while (t < p.transfers && !(p.transfer_source[t] == k && p.transfer_device[t] == p.device[j]))
+        ++t;
+      if (t == p.transfers) {
+        p.transfer_source[t] = k;
+        p.transfer_device[t] = p.device[j];
+        ++p.transfers;
+        ++count[k];
+      }
+      p.edge_transfer[e] = t;
+    }
+  p.source_begin = graph::bucket_begins(count);
+  std::array<std::size_t, N + 1> fill = p.source_begin;
+  for (std::size_t t = 0; t < p.transfers; ++t)
+    p.by_source[fill[p.transfer_source[t]]++] = t;
+  return p;
+}
+
+} // namespace placement
+} // namespace typeflow
