@@ -30,7 +30,7 @@ using value = backend::rt_value;
 /// on the host only (a debug probe, which counts in a host atomic).
 template <class Op>
 concept fusable_on_gpu = Op::kind == node_kind::elementwise && !requires {
-  Op::host_only;
+  requires Op::host_only;
 };
 
 // ---- fused.cuh -------------------------------------------------------------------------------
