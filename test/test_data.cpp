@@ -439,19 +439,21 @@ TEST_CASE("read_idx: without zlib a gzip file gives a clear error") {
 // MNIST loading and preprocessing
 // ---------------------------------------------------------------------------------------------
 
-TEST_CASE("preprocess_pixels: p -> p / 256 - 0.5, in [-0.5, 0.5)") {
+TEST_CASE("preprocess_pixels: p -> p * (1. / 255) - 0.5 (the seed's read_and_decode)") {
   bytes in(256);
   for (int i = 0; i < 256; ++i)
     in[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(i);
   std::vector<float> out(256);
   td::preprocess_pixels(in.data(), out.data(), in.size());
   for (int i = 0; i < 256; ++i) {
-    const double expected = static_cast<double>(i) / 256.0 - 0.5; // exact in float
-    CHECK(static_cast<double>(out[static_cast<std::size_t>(i)]) == expected);
+    const double expected = static_cast<double>(i) / 255.0 - 0.5; // float32 within 1.2e-7
+    CHECK(static_cast<double>(out[static_cast<std::size_t>(i)]) ==
+          doctest::Approx(expected).scale(1).epsilon(1.2e-7));
   }
   CHECK(out[0] == -0.5f);
-  CHECK(out[255] == 0.49609375f);
-  CHECK(out[128] == 0.0f);
+  CHECK(out[255] == 0.5f); // float(1/255) * 255 rounds to 1 in float32
+  CHECK(out[128] > 0.0f);
+  CHECK(out[127] < 0.0f);
 }
 
 TEST_CASE("load_mnist: synthetic split, file choice and validation") {
@@ -472,7 +474,8 @@ TEST_CASE("load_mnist: synthetic split, file choice and validation") {
   CHECK(s.labels == std::vector<std::int32_t>{9, 0, 4});
   REQUIRE(s.images.size() == 12);
   for (std::size_t i = 0; i < pixels.size(); ++i)
-    CHECK(static_cast<double>(s.images[i]) == pixels[i] / 256.0 - 0.5);
+    CHECK(static_cast<double>(s.images[i]) ==
+          doctest::Approx(pixels[i] / 255.0 - 0.5).scale(1).epsilon(1.2e-7));
 
 #if defined(TYPEFLOW_HAS_ZLIB) && TYPEFLOW_HAS_ZLIB
   SUBCASE("only .gz files") {
@@ -483,7 +486,8 @@ TEST_CASE("load_mnist: synthetic split, file choice and validation") {
     CHECK(t.rows == 1);
     CHECK(t.cols == 3);
     CHECK(t.labels == std::vector<std::int32_t>{1, 2});
-    CHECK(t.images[5] == 5.0f / 256.0f - 0.5f);
+    CHECK(static_cast<double>(t.images[5]) ==
+          doctest::Approx(5 / 255.0 - 0.5).scale(1).epsilon(1.2e-7));
   }
 #endif
   SUBCASE("missing files") {
@@ -541,7 +545,7 @@ TEST_CASE("load_mnist: the real Fashion-MNIST test split, if installed") {
     CHECK(per_class[static_cast<std::size_t>(c)] == 1000);
   const auto [lo, hi] = std::minmax_element(s.images.begin(), s.images.end());
   CHECK(*lo >= -0.5f);
-  CHECK(*hi < 0.5f);
+  CHECK(*hi <= 0.5f); // 255 -> exactly 0.5
 #endif
 }
 

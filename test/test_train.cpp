@@ -124,6 +124,69 @@ TEST_CASE("adam: three steps against a hand computation (bias-corrected rate)") 
   check_close(s.read(ty::slot_variable<decltype(w), "/adam_v">), v, 1e-12);
 }
 
+TEST_CASE("literal-only subexpressions are weakly typed: folded, or adopting the dtype they meet") {
+  // Folded at construction where the functor is a constant expression ...
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(ty::constant<1> - ty::constant<0.9>)>,
+                               std::remove_cvref_t<decltype(ty::constant<1.0 - 0.9>)>>);
+  // ... and weakly typed in any case, unless an op sets the dtype (cast) or changes it (a
+  // comparison gives bool).
+  static_assert(ty::detail::weak_t<decltype(ty::constant<2> * ty::constant<3>)>::value);
+  static_assert(ty::detail::weak_t<decltype(-(ty::constant<2> + ty::constant<0.5>))>::value);
+  static_assert(!ty::detail::weak_t<decltype(ty::cast<double>(ty::constant<2>))>::value);
+  static_assert(!ty::detail::weak_t<decltype(ty::constant<2> < ty::constant<3>)>::value);
+  // A float32 formula with a literal-only factor stays float32 and computes it.
+  constexpr auto x = ty::placeholder<"x32", float, ty::shape<5>>;
+  constexpr auto y = x * (ty::constant<1> - ty::constant<0.25>)+ty::sqrt(ty::constant<4>);
+  static_assert(std::is_same_v<decltype(y)::value_type, float>);
+  ty::session<> s;
+  auto [r] = s.run(ty::fetch(y), ty::feed(x, ty::tensor<float>({5}, {1, 2, -4, 8, 0.5f})));
+  const float xs[] = {1, 2, -4, 8, 0.5f};
+  for (i64 i = 0; i < 5; ++i)
+    CHECK(r[i] == doctest::Approx(xs[i] * 0.75 + 2.0).epsilon(1e-7));
+  // A literal-only expression that cannot be folded (a probe counts at run time) is a fused
+  // region with no inputs; it compiles without a warning (-Wall -Wextra -Werror here) and runs.
+  constexpr auto lit = ty::debug::probe<"literal">(ty::constant<2>) * ty::constant<3>;
+  static_assert(ty::detail::weak_t<std::remove_cvref_t<decltype(lit)>>::value);
+  auto [l] = s.run(ty::fetch(lit));
+  CHECK(l[0] == 6.0);
+}
+
+TEST_CASE("adam in float32, as the README writes it, against a double-precision loop") {
+  // 37 weights: the vector loops' full batches and their ragged end.
+  constexpr i64 n = 37;
+  constexpr auto w32 = ty::variable<"w32", float, ty::shape<n>, ty::fill<0.0>>;
+  constexpr auto a32 = ty::placeholder<"a32", float, ty::shape<n>>;
+  constexpr auto loss = ty::sum(a32 * ty::square(w32)) * ty::constant<0.5>;
+  constexpr auto train = ty::adam(ty::constant<0.01>).minimize(loss);
+  static_assert(std::is_same_v<decltype(loss)::value_type, float>);
+  std::vector<float> av(n), wv0(n);
+  for (i64 i = 0; i < n; ++i) {
+    av[static_cast<std::size_t>(i)] = 0.25f + 0.125f * static_cast<float>(i % 7);
+    wv0[static_cast<std::size_t>(i)] = static_cast<float>(i % 5) - 2.0f + 0.5f;
+  }
+  ty::session<> s;
+  s.initialize(w32);
+  s.write(w32, ty::tensor<float>({n}, std::span<const float>(wv0)));
+  const ty::tensor<float> at({n}, std::span<const float>(av));
+  for (int k = 0; k < 20; ++k)
+    s.run(ty::fetch(train), ty::feed(a32, at));
+  std::vector<double> wv(wv0.begin(), wv0.end()), m(n, 0.0), v(n, 0.0);
+  for (int t = 1; t <= 20; ++t) {
+    const double rate = 0.01 * std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
+    for (std::size_t i = 0; i < wv.size(); ++i) {
+      const double g = av[i] * wv[i];
+      m[i] = 0.9 * m[i] + 0.1 * g;
+      v[i] = 0.999 * v[i] + 0.001 * g * g;
+      wv[i] -= rate * m[i] / (std::sqrt(v[i]) + 1e-8);
+    }
+  }
+  const auto got = s.read(w32);
+  REQUIRE(got.size() == n);
+  for (i64 i = 0; i < n; ++i)
+    CHECK(got[i] == doctest::Approx(wv[static_cast<std::size_t>(i)]).epsilon(1e-4).scale(1e-3));
+  CHECK(s.read(ty::global_step)[0] == 20);
+}
+
 TEST_CASE("the learning rate is a run-time value: changing it needs no recompilation") {
   constexpr auto train = ty::gradient_descent(lr).minimize(quad);
   ty::session<> s;

@@ -2,11 +2,13 @@
 // children, dtype and static shape are all template parameters (DESIGN.md, principle 1).
 #pragma once
 #include <array>
+#include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include "../core/dtype.hpp"
@@ -70,12 +72,27 @@ concept has_weak = requires {
   Op::weak;
 };
 
-/// Whether node E is a weakly typed scalar literal (a class, not a variable template: see expr).
+/// Whether node E is weakly typed: a scalar literal, or an elementwise op of weakly typed
+/// operands only (`constant<1> - constant<0.9>`), which computes in double and adopts the dtype
+/// of the expression it meets, as the literals themselves do; an op that sets its dtype
+/// (`cast<T>`, marked `sets_dtype`) or computes another one (a comparison) is strongly typed.
+/// (A class, not a variable template: see expr.)
 template <class E>
 struct weak_t : std::false_type {};
 template <class E>
 requires has_weak<typename E::op>
 struct weak_t<E> : std::bool_constant<E::op::weak> {
+};
+/// Ops whose result dtype is their own choice (cast<T>).
+template <class Op>
+concept op_sets_dtype = requires {
+  requires Op::sets_dtype;
+};
+template <class Op, class... Cs>
+requires(!has_weak<Op> && Op::kind == node_kind::elementwise && sizeof...(Cs) > 0 &&
+         !op_sets_dtype<Op>) struct weak_t<expr<Op, Cs...>>
+    : std::bool_constant<(weak_t<Cs>::value && ...) &&
+                         std::is_same_v<typename expr<Op, Cs...>::value_type, double>> {
 };
 
 /// What an op's dtype rule may know of an operand: dtype, weak literal, variable. Dtype rules
@@ -155,6 +172,31 @@ concept op_contract_for = op_contract<Op> && requires {
   { Op::rule(Cs::shape_type::dims...).ok() } -> std::convertible_to<bool>;
 };
 
+namespace detail {
+/// An elementwise op of weakly typed literals whose functor is a constant expression in double
+/// (arithmetic, min, max...; g++ also evaluates exp, sqrt or pow at compile time, other
+/// compilers may not) is folded into one literal at construction; one that is not (a probe)
+/// stays a weakly typed node.
+template <class Op, class... Cs>
+constexpr std::uint64_t folded_bits() {
+  return std::bit_cast<std::uint64_t>(
+      static_cast<double>(Op::template eval<double>(Cs::op::value...)));
+}
+template <class C>
+concept literal_node = has_weak<typename C::op> && requires {
+  typename C::op::template with_bits<0>;
+};
+template <class Op, class... Cs>
+concept constant_evaluable = requires {
+  typename std::integral_constant<std::uint64_t, folded_bits<Op, Cs...>()>;
+};
+template <class Op, class... Cs>
+concept foldable =
+    Op::kind == node_kind::elementwise && sizeof...(Cs) > 0 && !op_sets_dtype<Op> &&
+    (literal_node<Cs> && ...) && std::is_same_v<typename Op::template value_type<Cs...>, double> &&
+    constant_evaluable<Op, Cs...>;
+} // namespace detail
+
 /// The one place where nodes are made: checks the op's dtype and shape rules and fails with a
 /// message naming the op, the problem and the offending shapes.
 template <class Op, class... Cs>
@@ -173,6 +215,10 @@ consteval auto make_node() {
   } else if constexpr (!Op::rule(Cs::shape_type::dims...).ok()) {
     detail::fail<detail::shape_message<Op, Cs...>>();
     return invalid_expr{};
+  } else if constexpr (detail::foldable<Op, Cs...>) {
+    // Literals only (`constant<1> - constant<0.9>`): the literal of the value, computed here.
+    using first = std::tuple_element_t<0, std::tuple<Cs...>>;
+    return expr<typename first::op::template with_bits<detail::folded_bits<Op, Cs...>()>>{};
   } else {
     return expr<Op, Cs...>{};
   }

@@ -1,6 +1,6 @@
 // IDX reader (the MNIST / Fashion-MNIST file format): plain or gzip-compressed files (detected
 // by their magic bytes), strict validation whose errors name the file and the byte offset, and
-// an MNIST loader with the seed model's preprocessing (pixel p -> p / 256 - 0.5).
+// an MNIST loader with the seed model's preprocessing (pixel p -> p * (1. / 255) - 0.5).
 #pragma once
 
 #include "../core/error.hpp"
@@ -87,11 +87,17 @@ constexpr const char* idx_type_name(std::uint8_t type_code) noexcept {
   }
 }
 
-/// The seed model's preprocessing: pixel p in 0..255 becomes p / 256 - 0.5, in [-0.5, 0.5).
+/// The seed model's preprocessing, as its read_and_decode: `tf.cast(image, tf.float32) *
+/// (1. / 255) - 0.5` in float32, so pixel p in 0..255 becomes p / 255 - 0.5, in [-0.5, 0.5].
 inline void preprocess_pixels(const std::uint8_t* in, float* out, std::size_t n) {
-  constexpr float scale = 1.0f / 256.0f; // exact in binary floating point
-  for (std::size_t i = 0; i < n; ++i)
-    out[i] = static_cast<float>(in[i]) * scale - 0.5f;
+  constexpr float scale = static_cast<float>(1.0 / 255.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    // The float32 product, rounded before the subtraction as TensorFlow's two ops do (computed
+    // exactly in double and rounded once, so no compiler can contract it into a fused
+    // multiply-add, which would give 255 -> 0.50000006 instead of 0.5).
+    const float scaled = static_cast<float>(static_cast<double>(in[i]) * scale);
+    out[i] = scaled - 0.5f;
+  }
 }
 
 namespace detail {

@@ -28,6 +28,10 @@
 //    static constexpr bool scalar_only = true;   optional: the op has no vector form and its
 //                                                fused CPU loops may run scalar (otherwise a
 //                                                missing vector form is a compile error)
+//    static constexpr bool sets_dtype = true;    optional: the result's dtype is the op's own
+//                                                choice (cast<T>), so the op applied to
+//                                                literals only is not a weakly typed literal
+//                                                itself (other elementwise ops of literals are)
 //    static constexpr bool host_only = true;     optional: the functor runs on the host only,
 //                                                so the op has no GPU kernel (soft placement
 //                                                moves it to cpu<0>, describe_placement()

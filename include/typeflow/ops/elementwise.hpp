@@ -61,7 +61,7 @@ struct compare_base : elementwise_base {
   struct NAME : BASE {                                                                             \
     static constexpr std::string_view name = #NAME;                                                \
     template <class C, class A>                                                                    \
-    TYPEFLOW_HD static C eval(A a_) {                                                              \
+    TYPEFLOW_HD static constexpr C eval(A a_) {                                                    \
       const C x = static_cast<C>(a_);                                                              \
       return EXPR;                                                                                 \
     }                                                                                              \
@@ -85,7 +85,7 @@ TYPEFLOW_UNARY(sigmoid, float_base, C(1) / (C(1) + std::exp(-x)))
   struct NAME : BASE {                                                                             \
     static constexpr std::string_view name = #NAME;                                                \
     template <class C, class A, class B>                                                           \
-    TYPEFLOW_HD static RESULT eval(A a_, B b_) {                                                   \
+    TYPEFLOW_HD static constexpr RESULT eval(A a_, B b_) {                                         \
       const C a = static_cast<C>(a_);                                                              \
       const C b = static_cast<C>(b_);                                                              \
       return EXPR;                                                                                 \
@@ -132,6 +132,7 @@ struct where : elementwise_base {
 template <dtype U>
 struct cast : elementwise_base, no_dtype_rule {
   static constexpr std::string_view name = "cast";
+  static constexpr bool sets_dtype = true; ///< its result is U even from literals
   template <class...>
   using value_type = U;
   static std::string attrs() { return std::string(dtype_name<U>); }

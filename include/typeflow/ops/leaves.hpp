@@ -164,6 +164,9 @@ struct literal : detail::leaf_base<double, shape<>> {
   static constexpr bool weak = true;
   static constexpr std::uint64_t bits = Bits;
   static constexpr double value = std::bit_cast<double>(Bits);
+  /// The literal of another value (constant folding of literal-only expressions).
+  template <std::uint64_t B>
+  using with_bits = literal<B>;
   static constexpr std::string_view name = "constant";
   static std::string to_string() { return detail::format_number(value); }
 };

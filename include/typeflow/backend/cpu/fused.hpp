@@ -165,7 +165,7 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
             .store_unaligned(out + j);
       if (j < len) { // the ragged end, padded with zeros
         const std::int64_t rest = len - j;
-        auto load_rest = [&](const out_t* src) {
+        [[maybe_unused]] auto load_rest = [&](const out_t* src) {
           alignas(64) std::array<out_t, W> lane{};
           std::copy_n(src + j, rest, lane.data());
           return B::load_aligned(lane.data());
@@ -240,7 +240,7 @@ private:
             const std::array<std::int64_t, n_in>& off, const backend::loop_geometry<n_in>& geo,
             std::int64_t j0, std::int64_t len, Splat& splat, std::index_sequence<K...>) {
     const std::size_t last = geo.groups ? geo.groups - 1 : 0;
-    auto one = [&]<std::size_t k>(std::integral_constant<std::size_t, k>) {
+    [[maybe_unused]] auto one = [&]<std::size_t k>(std::integral_constant<std::size_t, k>) {
       using T = std::tuple_element_t<k, in_tuple>;
       const T* base = static_cast<const T*>(in[k]->data) + off[k];
       const std::int64_t s = geo.groups ? geo.strides[k][last] : 0;
