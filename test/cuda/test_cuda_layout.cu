@@ -120,7 +120,7 @@ void case_layout(X x, Y y, Z z, J j) {
   expect_on_gpu("layout", t1, t2, t3, s1, s2, c1, c0, c2, p1, l1, tj, cj);
   const auto xv = ramp<float>({4, 6, 5}, 0.37), yv = ramp<float>({4, 6, 5}, 0.11);
   const auto zv = ramp<float>({4, 2, 5}, 0.53);
-  const auto jv = ramp<std::int32_t>({3, 7}, 0.7);
+  const auto jv = ramp<std::int32_t>({4, 7}, 0.7); // every dyn extent of a run is one
   gpu_session g;
   cpu_session c;
   auto run = [&](auto& s) {
@@ -307,6 +307,7 @@ int main() {
     std::printf("%s\n", ty::cuda_backend::no_device_message);
     return 0;
   }
+  // Every dyn extent of one run is one extent (the batch): other placeholders are static.
   try {
     case_layout(ty::placeholder<"x", float, ty::shape<ty::dyn, 6, 5>>,
                 ty::placeholder<"y", float, ty::shape<ty::dyn, 6, 5>>,
@@ -314,14 +315,14 @@ int main() {
                 ty::placeholder<"j", std::int32_t, ty::shape<ty::dyn, 7>>);
     case_large(ty::placeholder<"x", float, ty::shape<ty::dyn, 512, 256>>);
     case_argmax(ty::placeholder<"x", float, ty::shape<ty::dyn, 7>>,
-                ty::placeholder<"w", float, ty::shape<ty::dyn, 300>>,
-                ty::placeholder<"i", std::int32_t, ty::shape<ty::dyn, 4, 5>>);
+                ty::placeholder<"w", float, ty::shape<40, 300>>,
+                ty::placeholder<"i", std::int32_t, ty::shape<3, 4, 5>>);
     case_reductions(ty::placeholder<"x", float, ty::shape<ty::dyn, 4, 3>>,
                     ty::placeholder<"b", float, ty::shape<4, 1>>,
-                    ty::placeholder<"d", double, ty::shape<ty::dyn, 2>>);
+                    ty::placeholder<"d", double, ty::shape<5, 2>>);
     case_dropout(ty::placeholder<"x", float, ty::shape<ty::dyn, 37>>,
                  ty::placeholder<"keep", float, ty::shape<>>,
-                 ty::placeholder<"xd", double, ty::shape<ty::dyn>>);
+                 ty::placeholder<"xd", double, ty::shape<1000>>);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     ++failures;

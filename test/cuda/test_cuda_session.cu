@@ -27,8 +27,10 @@ int run_case(X x, W w, B b) {
   auto [lg, gg, mg] = g.run(ty::fetch(loss, gw, col_max), ty::feed(x, xv));
   auto [lc, gc, mc] = c.run(ty::fetch(loss, gw, col_max), ty::feed(x, xv));
   int failures = 0;
+  // The maximum is exact, but of h, whose matmul sums in another order on the GPU: within a
+  // few float32 roundings of the CPU's (found on an H100: 1 ulp apart).
   for (std::int64_t i = 0; i < mc.size(); ++i)
-    if (mg[i] != mc[i]) {
+    if (std::abs(mg[i] - mc[i]) > 1e-6f * (1 + std::abs(mc[i]))) {
       std::printf("FAIL max<0>[%lld]: GPU %.9g, CPU %.9g\n", static_cast<long long>(i), mg[i],
                   mc[i]);
       ++failures;
