@@ -289,16 +289,27 @@ void train_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train
     v = u(rng);
   for (auto& v : labels)
     v = static_cast<std::int32_t>(rng() % 10);
-  ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{.seed = 1});
-  auto step = [&] {
-    auto [loss] = s.run(ty::fetch(total_loss, train_op), ty::feed(images_ph, images),
-                        ty::feed(labels_ph, labels));
-    if (!std::isfinite(loss[0]))
-      throw ty::error("bench train_step: the loss is not finite");
-  };
-  const double ms = time_host(step, 200, 30);
-  results.push_back(
-      {"seed model train step, batch 128 (session)", "images/s", ms, batch / ms * 1e3, "", 0});
+  double ms_uncaptured = 0;
+  for (const bool graphs : {false, true}) {
+    ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{.seed = 1, .cuda_graphs = graphs});
+    auto step = [&] {
+      auto [loss] = s.run(ty::fetch(total_loss, train_op), ty::feed(images_ph, images),
+                          ty::feed(labels_ph, labels));
+      if (!std::isfinite(loss[0]))
+        throw ty::error("bench train_step: the loss is not finite");
+    };
+    const double ms = time_host(step, 300, 30);
+    if (graphs && s.stats().graph_launches != 1)
+      throw ty::error("bench train_step: the step was not replayed as a CUDA graph");
+    if (!graphs) {
+      ms_uncaptured = ms;
+      results.push_back({"seed model train step, batch 128, kernel by kernel", "images/s", ms,
+                         batch / ms * 1e3, "", 0});
+    } else {
+      results.push_back({"seed model train step, batch 128, one CUDA graph", "images/s", ms,
+                         batch / ms * 1e3, "kernel by kernel", ms_uncaptured / ms});
+    }
+  }
 }
 
 } // namespace

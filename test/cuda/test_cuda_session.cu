@@ -4,6 +4,9 @@
 // CUDA device" (CTest counts that as skipped, not passed).
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
 
 #include "typeflow/typeflow.hpp"
 
@@ -200,6 +203,87 @@ int training_case(const char* label) {
 
 /// TF32 (opt-in): a float32 matmul within TF32's precision of the exact one, and the default
 /// session exact to float32 rounding.
+/// A training step captured as one CUDA graph equals the uncaptured step bit for bit; a new
+/// batch extent captures again and the old extent after it too; a bad label throws after the
+/// launch and changes no variable (the commits are skipped on the device), and the session goes on.
+int capture_case() {
+  using namespace model;
+  auto batch = [](std::int64_t n, int salt) {
+    ty::tensor<float> xv({n, 12});
+    ty::tensor<std::int32_t> yv({n});
+    for (std::int64_t i = 0; i < xv.size(); ++i)
+      xv[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i + salt)));
+    for (std::int64_t i = 0; i < yv.size(); ++i)
+      yv[i] = static_cast<std::int32_t>((i * 7 + salt) % 5);
+    return std::pair{xv, yv};
+  };
+  ty::session<ty::on<ty::gpu<0>>> g(ty::session_options{.seed = 9});
+  ty::session<ty::on<ty::gpu<0>>> u(ty::session_options{.seed = 9, .cuda_graphs = false});
+  int failures = 0;
+  auto fail = [&](const char* what, int step) {
+    std::printf("FAIL capture: %s (step %d)\n", what, step);
+    ++failures;
+  };
+  const std::int64_t sizes[] = {32, 32, 32, 20, 20, 32, 32};
+  for (int k = 0; k < 7; ++k) {
+    const auto [xv, yv] = batch(sizes[k], k);
+    auto [a] = g.run(ty::fetch(loss, train), ty::feed(x, xv), ty::feed(y, yv));
+    auto [b] = u.run(ty::fetch(loss, train), ty::feed(x, xv), ty::feed(y, yv));
+    if (std::memcmp(a.data(), b.data(), sizeof(float)) != 0)
+      fail("captured loss differs from the uncaptured one", k);
+    const bool first_of_extent = k == 0 || sizes[k] != sizes[k - 1];
+    if (g.stats().graph_launches != 1 || g.stats().graph_captures != (first_of_extent ? 1u : 0u))
+      fail("a graph is captured exactly when the batch extent changes, and launched each run", k);
+    if (u.stats().graph_launches != 0)
+      fail("cuda_graphs = false launches no graph", k);
+    if (g.stats().steps != u.stats().steps)
+      fail("a replay reports the steps of the run it replays", k);
+  }
+  auto same_variables = [&](const char* what) {
+    std::size_t seen = 0;
+    g.for_each_variable([&](const auto& v) {
+      u.for_each_variable([&](const auto& w) {
+        if (w.name == v.name) {
+          ++seen;
+          if (v.bytes != w.bytes || std::memcmp(v.data, w.data, v.bytes) != 0)
+            fail(what, -1);
+        }
+      });
+    });
+    if (seen != u.variable_count())
+      fail("both sessions hold the same variables", -1);
+  };
+  same_variables("a variable differs after captured and uncaptured steps");
+  // A label out of range: both throw, neither changes a variable, and both go on.
+  const auto w_before = g.read(w1);
+  const auto step_before = g.read(ty::global_step)[0];
+  auto [xv, yv] = batch(32, 11);
+  yv[3] = 7;
+  for (auto* s : {&g, &u}) {
+    bool threw = false;
+    try {
+      (void)s->run(ty::fetch(loss, train), ty::feed(x, xv), ty::feed(y, yv));
+    } catch (const ty::error& e) {
+      threw = std::string(e.what()).find("label") != std::string::npos;
+    }
+    if (!threw)
+      fail("a bad label throws typeflow::error naming the label", -1);
+  }
+  const auto w_after = g.read(w1);
+  if (std::memcmp(w_before.data(), w_after.data(), sizeof(float) * w_before.size()) != 0 ||
+      g.read(ty::global_step)[0] != step_before)
+    fail("a bad batch changed a variable", -1);
+  yv[3] = 1;
+  auto [a] = g.run(ty::fetch(loss, train), ty::feed(x, xv), ty::feed(y, yv));
+  auto [b] = u.run(ty::fetch(loss, train), ty::feed(x, xv), ty::feed(y, yv));
+  if (std::memcmp(a.data(), b.data(), sizeof(float)) != 0)
+    fail("after a bad batch, the captured step still equals the uncaptured one", -1);
+  same_variables("a variable differs after the bad batch");
+  std::printf("%s capture: 7 steps and a bad batch, captured equals uncaptured bit for bit\n",
+              failures ? "FAIL" : "ok");
+  return failures;
+}
+
 template <class A, class B>
 int tf32_case(A a, B b) {
   constexpr auto p = ty::matmul(a, b);
@@ -249,6 +333,7 @@ int main() {
   failures += training_case<ty::on<ty::gpu<0>>>("training on gpu<0>");
   failures +=
       training_case<ty::variables_on<ty::cpu<0>, ty::compute_on<ty::gpu<0>>>>("seed's policy");
+  failures += capture_case();
   failures += tf32_case(ty::placeholder<"a", float, ty::shape<64, 256>>,
                         ty::placeholder<"b", float, ty::shape<256, 32>>);
   return failures == 0 ? 0 : 1;

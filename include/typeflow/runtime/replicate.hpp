@@ -213,6 +213,7 @@ private:
         value* v = std::get<J>(vals).data();
         t.template begin_run<PJ>(v, slice_feed(feeds, parts[J])...);
         t.template run_steps<PJ, 1>(v, std::make_index_sequence<PJ::size>{});
+        backend::end_steps(t.st_); // device-side checks of the tower's steps
       } catch (...) {
         failed[J] = std::current_exception();
       }
@@ -240,8 +241,10 @@ private:
     auto& t0 = std::get<0>(towers_);
     value* v0 = std::get<0>(vals).data();
     t0.template run_steps<P, 2>(v0, std::make_index_sequence<P::size>{});
+    backend::end_steps(t0.st_);
     auto out = std::tuple_cat(combine_fetch<P, F>(tower_vals, parts, batch)...);
     t0.template commit_steps<P>(v0, std::make_index_sequence<P::size>{});
+    backend::end_commits(t0.st_);
     return out;
   }
 

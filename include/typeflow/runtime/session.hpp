@@ -38,6 +38,10 @@ struct session_options {
   /// CUDA backend: let float32 matmul and convolutions use TF32 tensor cores (about 1e-3
   /// relative error instead of 1e-6; off by default, as in PyTorch's matmul).
   bool allow_tf32 = false;
+  /// CUDA backend: a run whose plan lies wholly on one GPU (fed from placeholders) is captured
+  /// as one CUDA graph the first time it runs with given feed extents, and replayed by later
+  /// runs with the same extents (one launch per step). Off: every step is launched by the host.
+  bool cuda_graphs = true;
   /// Replication across processes (distributed/mpi.hpp): gradients are packed into buckets of
   /// this many bytes per all-reduce (Horovod's tensor fusion) ...
   std::size_t fusion_bytes = std::size_t{16} << 20;
@@ -52,6 +56,12 @@ struct session_options {
 using backend::run_stats;
 
 namespace detail {
+
+/// Ops whose value changes with every run (not capturable as a CUDA graph).
+template <class Op>
+struct draws_per_run : std::false_type {};
+template <std::uint64_t Seed>
+struct draws_per_run<ops::dropout_mask<Seed>> : std::true_type {};
 
 template <class P>
 struct unfed_message {
@@ -141,9 +151,14 @@ public:
     check_feeds(feeds...);
     std::array<backend::rt_value, P::slots> vals;
     begin_run<P>(vals.data(), feeds...);
+    if constexpr (graph_capturable<P>())
+      if (opts_.cuda_graphs && !opts_.trace)
+        return run_graph<P, F...>(vals.data());
     run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
+    backend::end_steps(st_); // device-side checks (a bad label): throws before any commit
     auto out = fetch_all<P, F...>(vals.data());
     commit_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
+    backend::end_commits(st_);
     return out;
   }
 
@@ -460,6 +475,145 @@ private:
 
   using step_fn = void (session::*)(value*, name_fn);
 
+  // ---- a run as one CUDA graph -----------------------------------------------------------------
+  //
+  // A plan whose every step runs on one GPU, fed only from placeholders, is captured the first
+  // time it runs with given feed extents: the steps and the assignments are recorded as one CUDA
+  // graph, its buffers held for it; later runs with the same extents upload the feeds into the
+  // graph's buffers and launch it once. No step waits for the host: device-side checks are read
+  // after the launch, and the assignments are skipped on the device when one failed.
+
+  template <class P>
+  static consteval bool graph_capturable() {
+    if constexpr (P::size == 0) {
+      return false;
+    } else {
+      const bool per_run = [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return (detail::draws_per_run<typename P::template node<I>::op>::value || ...);
+      }
+      (std::make_index_sequence<P::size>{});
+      if (per_run)
+        return false;
+      const auto& f = P::fact;
+      const auto& pl = P::placement;
+      int gpu = -1;
+      for (std::size_t i = 0; i < P::size; ++i) {
+        const auto k = P::layout.step[i];
+        if (f.placeholder[i] || k == graph::step_kind::group ||
+            k == graph::step_kind::fused_member || k == graph::step_kind::inline_constant)
+          continue;
+        if (k == graph::step_kind::constant || (f.fetched[i] && k == graph::step_kind::variable))
+          return false; // a host constant; a variable fetched as the run assigns it
+        if (pl.device[i].is_cpu || (gpu >= 0 && pl.device[i].index != gpu))
+          return false;
+        gpu = pl.device[i].index;
+      }
+      for (std::size_t t = 0; t < pl.transfers; ++t)
+        if (!f.placeholder[pl.transfer_source[t]] || pl.transfer_device[t].is_cpu ||
+            pl.transfer_device[t].index != gpu)
+          return false;
+      return gpu >= 0;
+    }
+  }
+  template <class P>
+  static constexpr int graph_gpu() {
+    for (std::size_t i = 0; i < P::size; ++i)
+      if (!P::placement.device[i].is_cpu)
+        return P::placement.device[i].index;
+    return 0;
+  }
+
+  /// A captured run: the graph, the feed extents and variable buffers it was captured with,
+  /// every value's buffer and extents (not owned: the graph holds the buffers), its statistics.
+  struct graph_record {
+    std::shared_ptr<void> graph;
+    std::vector<std::int64_t> key;
+    std::vector<value> vals;
+    run_stats stats;
+  };
+
+  template <class P, class... F>
+  auto run_graph(value* vals) {
+    using D = gpu<graph_gpu<P>()>;
+    constexpr auto& f = P::fact;
+    constexpr auto& pl = P::placement;
+    // The variables on the GPU (uploaded when the host copy is newer), outside any capture.
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      static constexpr step_fn table[] = {
+          &session::step_entry<I, typename P::template device<I>, typename P::template flat<I>,
+                               typename region_of<P, I>::type>...}; // run_steps' table
+      for (std::size_t i = 0; i < P::size; ++i)
+        if (P::layout.step[i] == graph::step_kind::variable)
+          (this->*table[i])(vals, &P::node_string);
+    }
+    (std::make_index_sequence<P::size>{});
+    std::vector<std::int64_t> key;
+    for (std::size_t i = 0; i < P::size; ++i)
+      if (f.placeholder[i]) {
+        key.push_back(static_cast<std::int64_t>(vals[i].dims.rank));
+        key.insert(key.end(), vals[i].dims.d.begin(), vals[i].dims.d.begin() + vals[i].dims.rank);
+      } else if (P::layout.step[i] == graph::step_kind::variable) {
+        key.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(vals[i].data)));
+      }
+    static char plan_key; // one per plan type (its address)
+    graph_record& rec = graphs_[&plan_key];
+    const bool capture = !rec.graph || rec.key != key;
+    if (capture) {
+      rec = graph_record{};
+      device_backend<D>::begin_capture(st_);
+      st_.capturing = true;
+      try {
+        run_steps<P, 0>(vals, std::make_index_sequence<P::size>{});
+        commit_steps<P>(vals, std::make_index_sequence<P::size>{});
+        backend::end_commits(st_);
+      } catch (...) {
+        // The graph keeps the capture's buffers until the next capture replaces it: values of
+        // this run still hold some, and give them back as they go.
+        st_.capturing = false;
+        rec.graph = device_backend<D>::end_capture(st_, false);
+        throw;
+      }
+      st_.capturing = false;
+      rec.graph = device_backend<D>::end_capture(st_, true);
+      rec.key = std::move(key);
+      rec.vals.assign(vals, vals + P::slots);
+      for (auto& v : rec.vals)
+        v.owner.reset(); // the graph holds the buffers
+      rec.stats = st_.stats;
+    } else {
+      st_.replaying = true;
+      commit_steps<P>(vals, std::make_index_sequence<P::size>{}); // the variables' flags only
+      st_.replaying = false;
+    }
+    st_.stats = rec.stats;
+    st_.stats.graph_captures = capture ? 1 : 0;
+    st_.stats.graph_launches = 1;
+    for (std::size_t t = 0; t < pl.transfers; ++t) {
+      const value& src = vals[pl.transfer_source[t]];
+      device_backend<D>::upload(st_, rec.vals[P::size + t].data, src.data,
+                                feed_bytes<P>(pl.transfer_source[t], src));
+    }
+    device_backend<D>::launch(st_, rec.graph.get());
+    for (std::size_t i = 0; i < P::slots; ++i)
+      if (i >= P::size || !f.placeholder[i])
+        vals[i] = rec.vals[i];
+    backend::end_steps(st_); // throws what a device-side check found (the commits were skipped)
+    return fetch_all<P, F...>(vals);
+  }
+  template <class P>
+  static std::size_t feed_bytes(std::size_t node, const value& v) {
+    return value_bytes_of<P>(node) * static_cast<std::size_t>(v.dims.numel());
+  }
+  template <class P>
+  static std::size_t value_bytes_of(std::size_t node) {
+    static constexpr auto table = []<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array<std::size_t, P::size>{
+          value_bytes<typename P::template node<I>::value_type>()...};
+    }
+    (std::make_index_sequence<P::size>{});
+    return table[node];
+  }
+
   // The steps run from a table of member-function pointers, one per node: a single fold
   // expression over hundreds of steps made g++'s call-graph construction quadratic.
   // Phase 0 runs every step. A replicated session runs phase 1 in each tower (every step that
@@ -468,8 +622,9 @@ private:
   template <class P, int Phase, std::size_t... I>
   void run_steps(value* vals, std::index_sequence<I...>) {
     static constexpr step_fn table[] = {
-        &session::step_entry<I, typename P::template device<I>, typename P::template flat<I>,
-                             typename region_of<P, I>::type>...};
+        &session::template step_entry<I, typename P::template device<I>,
+                                      typename P::template flat<I>,
+                                      typename region_of<P, I>::type>...};
     constexpr auto& L = P::layout;
     static constexpr std::size_t elem_bytes[] = {
         value_bytes<typename P::template node<I>::value_type>()...};
@@ -723,7 +878,8 @@ private:
       std::memmove(vals[Var].data, vals[I].data, bytes);
       rec->device_valid = false;
     } else {
-      device_backend<D>::commit(s.st_, vals[Var].data, vals[I].data, bytes);
+      if (!s.st_.replaying) // a replayed graph makes its own commits
+        device_backend<D>::commit(s.st_, vals[Var].data, vals[I].data, bytes);
       rec->host_valid = false;
     }
   }
@@ -735,6 +891,7 @@ private:
   /// What the backends of its devices see (host buffers, statistics, the run counter, GPU
   /// state): a backend gets this, never the session.
   backend::session_state st_;
+  std::map<const void*, graph_record> graphs_; ///< captured runs, by plan
   template <class>
   friend class session;
 };

@@ -9,6 +9,10 @@
 //   commit(session_state&, void* dst, const void* src, bytes)    an assignment's new value
 //   to_device / to_host / from_device(session_state&, ...)       transfers (Send/Recv)
 //   fetch<T>(session_state&, const rt_value&) -> tensor<T>       a fetched value, on the host
+// and, where the device can capture a run's work as a graph (CUDA graphs):
+//   begin_capture / end_capture(session_state&, ok) -> shared_ptr<void> / launch(state&, graph)
+//   reserve(session_state&, src, dst, elem_bytes)   a transfer's buffer, without the copy
+//   upload(session_state&, void* dst, const void* src, bytes)     host to device, queued
 #pragma once
 #include <array>
 #include <cstdint>
@@ -27,7 +31,30 @@ struct session_state {
   /// One slot per accelerator (type-erased backend state, created on first use), so that the
   /// session's layout is the same in translation units compiled with and without a backend.
   std::array<std::shared_ptr<void>, 16> accelerators{};
+  /// What each accelerator's backend does at the end of a run, set with its slot: after the
+  /// steps (read device-side checks, throw what failed) and after the assignments (apply them).
+  struct accelerator_hooks {
+    void (*end_steps)(void*) = nullptr;
+    void (*end_commits)(void*) = nullptr;
+  };
+  std::array<accelerator_hooks, 16> hooks{};
+  bool capturing = false; ///< the run's device work is being captured as a graph
+  bool replaying = false; ///< the run replays a captured graph (its assignments are in it)
 };
+
+/// The end of a run's steps on every accelerator in use: device-side checks are read (throws
+/// typeflow::error naming what failed; the run's assignments are then not applied).
+inline void end_steps(session_state& s) {
+  for (std::size_t i = 0; i < s.accelerators.size(); ++i)
+    if (s.accelerators[i] && s.hooks[i].end_steps)
+      s.hooks[i].end_steps(s.accelerators[i].get());
+}
+/// The end of a run's assignments on every accelerator in use.
+inline void end_commits(session_state& s) {
+  for (std::size_t i = 0; i < s.accelerators.size(); ++i)
+    if (s.accelerators[i] && s.hooks[i].end_commits)
+      s.hooks[i].end_commits(s.accelerators[i].get());
+}
 
 /// The host copy of a variable made current (downloaded from the device that holds its value).
 inline void sync_host(variable_record& rec) {

@@ -120,6 +120,8 @@ struct run_stats {
   std::size_t peak_bytes = 0;        // peak bytes of live intermediate buffers
   std::size_t transfers = 0;         // tensors sent from one device to another
   std::size_t transfer_bytes = 0;    // ... and their bytes
+  std::size_t graph_captures = 0;    // the run captured its steps as a CUDA graph (1) ...
+  std::size_t graph_launches = 0;    // ... and launched a captured graph (1)
   std::vector<std::string> trace;    // each executed step, as to_string (with options.trace)
   std::vector<double> trace_seconds; // wall time of each traced step (same order as trace)
 };

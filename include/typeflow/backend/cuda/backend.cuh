@@ -10,6 +10,7 @@
 // between host and device are copies on the device's stream through pinned staging buffers,
 // and fetched values come back to the host. Device buffers come from a caching allocator per GPU.
 #pragma once
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -65,11 +66,67 @@ struct device_backend<gpu<N>> {
     cuda_backend::use_device(g.device);
     download_into(g, rec.data.get(), rec.device_data.get(), rec.bytes);
   }
-  /// An assignment's new value becomes the variable's (both on this GPU).
+  /// An assignment's new value becomes the variable's (both on this GPU), with the run's other
+  /// assignments in one kernel at the end of the run, unless a device-side check failed.
   static void commit(state& s, void* dst, const void* src, std::size_t bytes) {
     if (bytes && dst != src)
-      TYPEFLOW_CUDA_CHECK(
-          cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, context(s).stream()));
+      context(s).gpu.commits.push_back({dst, src, bytes});
+  }
+
+  // ---- a run's work as one CUDA graph ----------------------------------------------------------
+
+  /// From here until end_capture the stream's work is recorded, not run; every buffer allocated
+  /// meanwhile belongs to the graph.
+  static void begin_capture(state& s) {
+    auto ctx = context(s);
+    ctx.gpu.checks.clear();
+    ctx.gpu.commits.clear();
+    ctx.gpu.mem.begin_capture();
+    TYPEFLOW_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeRelaxed));
+  }
+  /// The captured work, instantiated (ok: the capture ran to its end; else it is discarded: the
+  /// graph is not instantiated, and only holds the capture's buffers).
+  static std::shared_ptr<void> end_capture(state& s, bool ok) {
+    auto ctx = context(s);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(ctx.stream(), &graph);
+    auto g = std::make_shared<cuda_backend::captured_graph>(ctx.slot, ctx.gpu.mem.end_capture(),
+                                                            std::move(ctx.gpu.checks));
+    ctx.gpu.checks.clear();
+    ctx.gpu.commits.clear();
+    g->graph = graph;
+    if (!ok) {
+      (void)cudaGetLastError();
+      return g;
+    }
+    TYPEFLOW_CUDA_CHECK(e);
+    TYPEFLOW_CUDA_CHECK(cudaGraphInstantiate(&g->exec, graph, 0));
+    return g;
+  }
+  /// One launch of a captured run (after the uploads of its feeds, on the same stream).
+  static void launch(state& s, void* graph) {
+    auto ctx = context(s);
+    auto& g = *static_cast<cuda_backend::captured_graph*>(graph);
+    ctx.gpu.checks = g.checks;
+    TYPEFLOW_CUDA_CHECK(cudaGraphLaunch(g.exec, ctx.stream()));
+  }
+  /// A transfer's device buffer without its copy (a captured run's feeds are uploaded into it
+  /// before each launch).
+  static void reserve(state& s, const value& src, value& dst, std::size_t elem_bytes) {
+    dst.dims = src.dims;
+    auto ctx = context(s);
+    const std::size_t bytes =
+        std::max<std::size_t>(elem_bytes * static_cast<std::size_t>(src.dims.numel()), 1);
+    void* p =
+        ctx.gpu.mem.allocate_exclusive(bytes); // written before each launch: no step shares it
+    std::shared_ptr<void> keep = ctx.slot;
+    dst.owner = std::shared_ptr<void>(p, [keep, bytes](void* q) {
+      static_cast<cuda_backend::gpu_context*>(keep.get())->mem.deallocate(q, bytes);
+    });
+    dst.data = p;
+  }
+  static void upload(state& s, void* dst, const void* src, std::size_t bytes) {
+    upload(context(s).gpu, dst, src, bytes);
   }
 
   // ---- host <-> device copies through pinned staging buffers --------------------------------
@@ -97,6 +154,8 @@ struct device_backend<gpu<N>> {
   }
 
   static void to_device(state& s, const value& src, value& dst, std::size_t elem_bytes) {
+    if (s.capturing)
+      return reserve(s, src, dst, elem_bytes);
     const std::size_t bytes = elem_bytes * static_cast<std::size_t>(src.dims.numel());
     dst.dims = src.dims;
     auto ctx = context(s);

@@ -235,26 +235,20 @@ void kernel(context& ctx, ops::pool_grad<K, P, KH, KW, SH, SW>*, T*, value* vals
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
 }
 
-/// The fused cross-entropy (Grad: its gradient); a bad label sets a device flag read after it.
+/// The fused cross-entropy (Grad: its gradient); a bad label sets a device flag that the
+/// run reads after all its work (gpu_context::end_run): the step never waits for the host.
 template <bool Grad, class T, class L, class Y>
 void xent(context& ctx, value* vals, std::size_t i) {
   const auto& ld = vals[L::index].dims;
   const std::int64_t n = ld.d[0], k = ld.d[1];
   T* out = ctx.scratch<T>(vals[i], Grad ? n * k : n);
-  value flag_holder;
-  int* bad = ctx.scratch<int>(flag_holder, 1);
-  TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), ctx.stream()));
+  int* bad =
+      ctx.gpu.check_flag("sparse_softmax_cross_entropy_with_logits: a label is outside [0, " +
+                         std::to_string(k) + ")");
   sparse_xent_kernel<Grad><<<grid_for(n), 256, 0, ctx.stream()>>>(
       static_cast<const T*>(vals[L::index].data),
       static_cast<const typename Y::value_type*>(vals[Y::index].data), n, k, out, bad);
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
-  int flag = 0;
-  TYPEFLOW_CUDA_CHECK(
-      cudaMemcpyAsync(&flag, bad, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream()));
-  ctx.gpu.s.synchronize();
-  if (flag)
-    throw error("sparse_softmax_cross_entropy_with_logits: a label is outside [0, " +
-                std::to_string(k) + ")");
 }
 template <std::size_t I, class T, class L, class Y>
 void kernel(context& ctx, ops::sparse_softmax_xent*, T*, value* vals, void*, L*, Y*) {

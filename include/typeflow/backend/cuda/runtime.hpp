@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -128,13 +129,16 @@ public:
     bytes = size_class(bytes);
     {
       std::lock_guard lock(mu_);
-      auto it = free_.find(bytes);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
+      if (void* p = take(capturing_ ? capture_free_ : free_, bytes)) {
         ++reused_;
         return p;
       }
+      if (capturing_) // a buffer from the cache becomes the graph's
+        if (void* p = take(free_, bytes)) {
+          ++reused_;
+          captured_.emplace(p, bytes);
+          return p;
+        }
     }
     void* p = nullptr;
     if (kind_ == kind::device)
@@ -142,11 +146,73 @@ public:
     else
       TYPEFLOW_CUDA_CHECK(cudaMallocHost(&p, bytes));
     ++allocated_;
+    std::lock_guard lock(mu_);
+    if (capturing_)
+      captured_.emplace(p, bytes);
+    return p;
+  }
+  /// A buffer the capture must not share with any of its steps: it is written before each
+  /// launch (a feed's device copy), so no step of the graph may reuse it.
+  void* allocate_exclusive(std::size_t bytes) {
+    std::unique_lock lock(mu_);
+    const bool capturing = capturing_;
+    lock.unlock();
+    if (!capturing)
+      return allocate(bytes);
+    bytes = size_class(bytes);
+    lock.lock();
+    void* p = take(free_, bytes);
+    lock.unlock();
+    if (p)
+      ++reused_;
+    else if (kind_ == kind::device)
+      TYPEFLOW_CUDA_CHECK(cudaMalloc(&p, bytes));
+    else
+      TYPEFLOW_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    lock.lock();
+    captured_.emplace(p, bytes);
+    exclusive_.insert(p);
     return p;
   }
   void deallocate(void* p, std::size_t bytes) {
     std::lock_guard lock(mu_);
+    if (captured_.count(p)) { // a captured graph's buffer: kept for its replays
+      if (capturing_ && !exclusive_.count(p))
+        capture_free_[size_class(bytes)].push_back(p); // later steps of the capture reuse it
+      return;
+    }
     free_[size_class(bytes)].push_back(p);
+  }
+
+  /// Stream capture: every buffer allocated from now until end_capture belongs to the graph
+  /// being captured (its replays write them), reused only by later steps of the same capture.
+  void begin_capture() {
+    std::lock_guard lock(mu_);
+    capturing_ = true;
+    capture_free_.clear();
+  }
+  /// The buffers of the capture that ends: the caller gives them back with release_graph.
+  std::vector<std::pair<void*, std::size_t>> end_capture() {
+    std::lock_guard lock(mu_);
+    capturing_ = false;
+    capture_free_.clear();
+    std::vector<std::pair<void*, std::size_t>> out;
+    for (auto& [p, bytes] : captured_)
+      if (!owned_.count(p))
+        out.emplace_back(p, bytes);
+    for (auto& [p, bytes] : out)
+      owned_.insert(p);
+    return out;
+  }
+  /// A graph's buffers back to the cache (the graph is destroyed; nothing else holds them).
+  void release_graph(const std::vector<std::pair<void*, std::size_t>>& buffers) {
+    std::lock_guard lock(mu_);
+    for (auto& [p, bytes] : buffers) {
+      captured_.erase(p);
+      owned_.erase(p);
+      exclusive_.erase(p);
+      free_[bytes].push_back(p);
+    }
   }
   /// Returns every cached buffer to CUDA.
   void release_cached() {
@@ -170,9 +236,22 @@ public:
   }
 
 private:
+  static void* take(std::map<std::size_t, std::vector<void*>>& from, std::size_t bytes) {
+    auto it = from.find(bytes);
+    if (it == from.end() || it->second.empty())
+      return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    return p;
+  }
   kind kind_;
   std::mutex mu_;
   std::map<std::size_t, std::vector<void*>> free_;
+  bool capturing_ = false;
+  std::map<std::size_t, std::vector<void*>> capture_free_; ///< freed during the capture
+  std::map<void*, std::size_t> captured_;                  ///< graphs' buffers (size classes)
+  std::set<void*> owned_;                                  ///< ... handed to a graph
+  std::set<void*> exclusive_;                              ///< ... never shared in it
   std::size_t allocated_ = 0, reused_ = 0;
 };
 
