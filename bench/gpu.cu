@@ -121,15 +121,24 @@ ty::backend::rt_value view(const device_buffer& b, std::vector<std::int64_t> dim
   return v;
 }
 
+/// ||got - ref|| <= rel ||ref|| (and every element finite); says by how much when not.
 bool close(const std::vector<float>& got, const std::vector<double>& ref, double rel) {
-  double err = 0, norm = 0;
+  double err = 0, norm = 0, worst = -1;
+  std::size_t at = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i]))
-      return false;
-    err += (got[i] - ref[i]) * (got[i] - ref[i]);
+    const double e = std::isfinite(got[i]) ? std::abs(got[i] - ref[i]) : INFINITY;
+    if (!(e <= worst)) {
+      worst = e;
+      at = i;
+    }
+    err += e * e;
     norm += ref[i] * ref[i];
   }
-  return std::sqrt(err) <= rel * std::sqrt(norm);
+  const bool ok = std::sqrt(err) <= rel * std::sqrt(norm);
+  if (!ok)
+    std::printf("  relative error %.3g (limit %.3g); worst at %zu: got %.9g, reference %.9g\n",
+                std::sqrt(err / norm), rel, at, static_cast<double>(got[at]), ref[at]);
+  return ok;
 }
 
 constexpr std::int64_t N = 64ll << 20; // 64M floats, 256 MiB per tensor
@@ -153,7 +162,9 @@ constexpr auto pd = ty::placeholder<"d", float, ty::shape<ty::dyn>>;
 template <class A, class B, class C, class Dd>
 void fused(A, B, C, Dd, cudaStream_t s, double copy_gbs) {
   constexpr auto e = A{} * B{} + C{} * ty::sin(Dd{});
-  using P = ty::graph::plan<ty::type_list<decltype(e)>, ty::on<ty::gpu<0>>>;
+  // The region's types are the same whatever the placement; planned on the CPU, its inputs are
+  // the placeholders themselves (on gpu<0> they would be their transfers' slots).
+  using P = ty::graph::plan<ty::type_list<decltype(e)>>;
   using R = typename P::template region<P::size - 1>;
   using K = cb::fused_kernel<typename R::out_type, typename R::inputs, typename R::members>;
   static_assert(R::inputs::size == 4, "a*b + c*sin(d) is one region of four inputs");
@@ -192,6 +203,9 @@ void reduce(cudaStream_t s, double copy_gbs) {
   constexpr std::int64_t R = 8192, C = 8192;
   const auto h = random_floats(R * C, 20, 0, 1);
   device_buffer x(h), out(std::max(R, C));
+  using acc_t = cb::accum_t<float>;
+  acc_t* partials = nullptr;
+  CHECK(cudaMalloc(&partials, sizeof(acc_t) * (std::int64_t{1} << 22)));
   const double read_gbs = copy_gbs; // bytes read + written at copy speed: the read ceiling
   ty::backend::rt_dims d;
   d.rank = 2;
@@ -211,7 +225,7 @@ void reduce(cudaStream_t s, double copy_gbs) {
         ref[(ac.mask[0] ? 0 : i) * (ac.mask[1] ? 1 : C) + (ac.mask[1] ? 0 : j)] += h[i * C + j];
     out.poison();
     const auto run = [&] {
-      cb::reduce<ty::ops::reducers::sum, float, float, 2>(s, x.p, d, ac.mask, out.p);
+      cb::reduce<ty::ops::reducers::sum, float, float, 2>(s, x.p, d, ac.mask, out.p, partials);
     };
     run();
     CHECK(cudaStreamSynchronize(s));
@@ -224,6 +238,7 @@ void reduce(cudaStream_t s, double copy_gbs) {
     results.push_back(
         {std::string(ac.name) + " [8192, 8192]", "GB/s", ms, gbs, "copy", gbs / read_gbs});
   }
+  CHECK(cudaFree(partials));
 }
 
 template <class A, class B, class Cv>
@@ -233,7 +248,13 @@ void matmul_case(A va, B vb, Cv vc, bool tf32) {
   ty::session<ty::on<ty::gpu<0>>> sess(ty::session_options{.seed = 5, .allow_tf32 = tf32});
   sess.run(ty::fetch(step));
   const double flop = 2.0 * M * M * M;
-  const double ms = time_host([&] { sess.run(ty::fetch(step)); }, 20, 3);
+  // (A run that fetches no value returns once its work is queued: wait for it.)
+  const double ms = time_host(
+      [&] {
+        sess.run(ty::fetch(step));
+        CHECK(cudaDeviceSynchronize());
+      },
+      20, 3);
   // Direct cuBLAS on the same sizes, its own buffers and handle, timed the same way.
   cublasHandle_t h;
   CHECK(cublasCreate(&h));
@@ -312,6 +333,37 @@ void train_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train
   }
 }
 
+/// Where a step's time goes: one traced run of the seed's step (with CUDA_LAUNCH_BLOCKING=1
+/// each kernel has finished when its step returns, so the host time per step is its GPU time
+/// plus the launch), the steps printed slowest first with their share of the step.
+template <class Images, class Labels, class Loss, class Train>
+void profile_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train_op) {
+  ty::tensor<float> images({128, 28, 28, 1});
+  ty::tensor<std::int32_t> labels({128});
+  for (std::int64_t i = 0; i < images.size(); ++i)
+    images[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
+  for (std::int64_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<std::int32_t>(i % 10);
+  ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{.seed = 1, .trace = true});
+  for (int k = 0; k < 5; ++k)
+    (void)s.run(ty::fetch(total_loss, train_op), ty::feed(images_ph, images),
+                ty::feed(labels_ph, labels));
+  const auto& st = s.stats();
+  std::vector<std::size_t> order(st.trace_seconds.size());
+  double total = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+    total += st.trace_seconds[i];
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return st.trace_seconds[a] > st.trace_seconds[b];
+  });
+  std::printf("traced step: %zu steps, %.3f ms in all\n", order.size(), total * 1e3);
+  for (std::size_t k = 0; k < order.size() && k < 25; ++k)
+    std::printf("  %8.1f us %5.1f %%  %.110s\n", st.trace_seconds[order[k]] * 1e6,
+                100 * st.trace_seconds[order[k]] / total, st.trace[order[k]].c_str());
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -328,6 +380,10 @@ int main(int argc, char** argv) {
     CHECK(cudaRuntimeGetVersion(&runtime));
     std::printf("device: %s, %d SMs, %.0f MB L2, CUDA driver %d, runtime %d\n", prop.name,
                 prop.multiProcessorCount, prop.l2CacheSize / 1e6, driver, runtime);
+    if (argc > 1 && std::string(argv[1]) == "--profile") {
+      profile_step(mnist::images, mnist::labels, mnist::total_loss, mnist::train_op);
+      return 0;
+    }
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const double copy_gbs = copy_bandwidth(s);

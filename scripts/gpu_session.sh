@@ -65,6 +65,8 @@ fi
 if has bench; then
   run gpu_bench 400 "$BIN/gpu_bench" "$OUT/gpu_bench.json"
   cp "$OUT/gpu_bench.log" "$OUT/gpu_bench.txt"
+  CUDA_LAUNCH_BLOCKING=1 run gpu_profile 120 "$BIN/gpu_bench" --profile
+  cp "$OUT/gpu_profile.log" "$OUT/gpu_profile.txt"
 fi
 if has baselines; then
   XLA_PYTHON_CLIENT_PREALLOCATE=false run gpu_baselines 500 python3 bench/gpu_baselines.py \

@@ -46,12 +46,7 @@ struct gather_params {
 };
 
 TYPEFLOW_HD inline std::int64_t gather_offset(const gather_params& p, std::int64_t i) {
-  std::int64_t off = 0;
-  for (int a = p.rank - 1; a >= 0; --a) {
-    off += (i % p.dims[a]) * p.in_strides[a];
-    i /= p.dims[a];
-  }
-  return off;
+  return strided_offset(p.rank, p.dims, p.in_strides, i);
 }
 
 using backend::row_major_strides;
@@ -435,8 +430,7 @@ void kernel(context& ctx, ops::sum_to_like*, T*, value* vals, void*, C*, X*) {
   const value& in = vals[C::index];
   const auto mask = backend::sum_to_mask<C::rank>(in.dims, vals[I].dims);
   T* out = ctx.output<T>(vals[I]);
-  cuda_backend::reduce<ops::reducers::sum>(ctx.stream(), static_cast<const T*>(in.data), in.dims,
-                                           mask, out);
+  cuda_backend::reduce<ops::reducers::sum>(ctx, static_cast<const T*>(in.data), in.dims, mask, out);
 }
 
 template <std::size_t I, std::uint64_t Seed, class T, class X, class K>
