@@ -21,6 +21,8 @@ enum class step_kind {
   group,           // no value
   fused_member,    // computed inside its region's loop; only its run-time shape is checked
   kernel,          // a materialized node: one kernel
+  deferred,        // a producer whose kernel runs in its consumer's epilogue step: shape only
+  epilogue,        // the root of a bias(+relu) region: runs its producer's kernel with it
 };
 
 /// An operand of a step: node position, dtype, rank.
@@ -73,6 +75,15 @@ struct flat_region {
   using inputs = Ins;
   using members = Members;
   static constexpr auto input_indices = index_array<InputIndices>::value;
+};
+
+/// What an `epilogue` step runs: its producer (a flat_node), the bias operand and whether relu
+/// follows. Backends take it by reference (never as the `void*` region of other kernels).
+template <class Producer, class BiasRef, bool Relu>
+struct epilogue {
+  using producer = Producer;
+  using bias = BiasRef;
+  static constexpr bool relu = Relu;
 };
 
 } // namespace typeflow::graph

@@ -28,6 +28,24 @@ enum class node_kind {
   group,       // no value: runs its children
 };
 
+/// What an op can be in an epilogue, the pattern `relu(bias_add(producer(...), b))` (or without
+/// the relu) that the plan folds into the producer's kernel: a backend then adds the bias and
+/// applies the activation as the producer writes its output (oneDNN's post-ops on the CPU), with
+/// no pass of its own. An op says so with `static constexpr epilogue_role epilogue = ...;`.
+enum class epilogue_role {
+  none,
+  producer,   // conv2d, matmul: a kernel that can take the epilogue
+  bias,       // bias_add
+  activation, // relu
+};
+template <class Op>
+constexpr epilogue_role epilogue_role_of() {
+  if constexpr (requires { Op::epilogue; })
+    return Op::epilogue;
+  else
+    return epilogue_role::none;
+}
+
 template <class... T>
 struct type_list {
   static constexpr std::size_t size = sizeof...(T);

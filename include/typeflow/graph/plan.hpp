@@ -170,6 +170,7 @@ private:
     std::array<std::size_t, n_edges + 1> edges{};
     std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
         placeholder{}, variable{}, group{};
+    std::array<epilogue_role, size> epilogue{};
   };
 
   template <std::size_t... I>
@@ -196,6 +197,7 @@ private:
          is_variable_t<node<I>>::value, node<I>::op::kind == node_kind::group),
      ...);
     f.edge_begin[size] = e;
+    f.epilogue = {epilogue_role_of<typename node<I>::op>()...};
     ((f.fetched[index_c<Fetches>::value] = true), ...);
     return f;
   }
@@ -267,7 +269,11 @@ public:
     /// Buffers dropped after step s: releases[release_begin[s] .. release_begin[s+1]).
     std::array<std::size_t, size + 1> release_begin{};
     std::array<std::size_t, slots + 1> releases{};
-    std::size_t steps = 0, fused = 0;
+    /// For an `epilogue` step r: its producer (a `deferred` step), the edge of its bias operand
+    /// and whether relu follows; none elsewhere.
+    std::array<std::size_t, size> producer{}, bias_edge{};
+    std::array<bool, size> relu{};
+    std::size_t steps = 0, fused = 0, epilogues = 0;
   };
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
@@ -363,6 +369,7 @@ private:
                   : f.group[i]                         ? step_kind::group
                   : L.root[i] != i                     ? step_kind::fused_member
                                                        : step_kind::kernel;
+    fold_epilogues(L);
     // Fetched values and assignments (committed at the end) live to the end of the run.
     for (std::size_t i = 0; i < size; ++i)
       if (f.fetched[i] || f.force_root[i])
@@ -382,6 +389,52 @@ private:
       if (L.last_use[i] != none)
         L.releases[pos[L.last_use[i]]++] = i;
     return L;
+  }
+
+  /// Epilogues (graph::epilogue_role): a region `bias_add(k, b)` or `relu(bias_add(k, b))` on
+  /// the CPU whose producer k (conv2d, matmul) is a kernel that nothing else reads, on the same
+  /// device, with a materialized bias, becomes one step: k is `deferred` (its shape is checked
+  /// where it stands) and the region's root an `epilogue` step that runs k's kernel with the
+  /// bias and relu (oneDNN post-ops), writing the region's output. k's operands live until then
+  /// (between k and the root stand only the bias and bias_add). CPU only for now: the CUDA
+  /// backend would need cuBLASLt's or cuDNN's epilogues.
+  static consteval void fold_epilogues(layout_t& L) {
+    const node_facts& f = fact;
+    std::array<std::size_t, size> readers{};
+    for (std::size_t e = 0; e < f.edge_begin[size]; ++e)
+      ++readers[f.edges[e]];
+    L.producer.fill(none);
+    L.bias_edge.fill(none);
+    for (std::size_t r = 0; r < size; ++r) {
+      if (L.root[r] != r || L.step[r] != step_kind::kernel || !f.elementwise[r] ||
+          !placement.device[r].is_cpu)
+        continue;
+      const std::size_t n = L.member_begin[r + 1] - L.member_begin[r];
+      const bool relu = n == 2 && f.epilogue[r] == epilogue_role::activation &&
+                        f.edge_begin[r + 1] - f.edge_begin[r] == 1;
+      if (n != 1 && !relu)
+        continue;
+      const std::size_t j = relu ? f.edges[f.edge_begin[r]] : r;
+      if (f.epilogue[j] != epilogue_role::bias || L.root[j] != r)
+        continue;
+      const std::size_t e = f.edge_begin[j], k = f.edges[e];
+      if (f.epilogue[k] != epilogue_role::producer || L.step[k] != step_kind::kernel ||
+          f.fetched[k] || readers[k] != 1 || placement.edge_transfer[e] != none ||
+          L.edge_kind[e] != 2 || L.edge_kind[e + 1] != 2)
+        continue;
+      L.producer[r] = k;
+      L.bias_edge[r] = e + 1;
+      L.relu[r] = relu;
+      L.step[k] = step_kind::deferred;
+      L.step[r] = step_kind::epilogue;
+      --L.steps;
+      ++L.epilogues;
+      for (std::size_t q = f.edge_begin[k]; q < f.edge_begin[k + 1]; ++q) {
+        const std::size_t slot = edge_slot(q);
+        if (L.last_use[slot] != none && L.last_use[slot] < r)
+          L.last_use[slot] = r;
+      }
+    }
   }
 
 public:
@@ -436,6 +489,15 @@ public:
   template <std::size_t I>
   using flat = typename flat_of<I>::type;
 
+  /// The epilogue of step R (layout.step[R] == step_kind::epilogue): its producer's flat form,
+  /// the bias operand, whether relu follows.
+  template <std::size_t R>
+  using epilogue =
+      graph::epilogue<flat<layout.producer[R]>,
+                      ref<edge_slot(layout.bias_edge[R]),
+                          typename node<fact.edges[layout.bias_edge[R]]>::value_type, 1>,
+                      layout.relu[R]>;
+
   /// The fused region rooted at elementwise node R, in flat form.
   template <std::size_t R>
   using region = typename region_of<
@@ -457,7 +519,12 @@ public:
         continue;
       s += "%" + std::to_string(i) + " = " + std::string(kinds[i]) + " " + node_string(i);
       const std::size_t fused = layout.member_begin[i + 1] - layout.member_begin[i] - 1;
-      if (fused)
+      if (layout.step[i] == step_kind::deferred)
+        s += "  [runs in an epilogue step]";
+      else if (layout.step[i] == step_kind::epilogue)
+        s += std::string("  [epilogue of %") + std::to_string(layout.producer[i]) +
+             (layout.relu[i] ? ": bias_add, relu]" : ": bias_add]");
+      else if (fused)
         s += "  [fused " + std::to_string(fused + 1) + " ops]";
       s += "\n";
     }

@@ -70,7 +70,15 @@ TYPEFLOW_UNARY(neg, arith_base, -x)
 TYPEFLOW_UNARY(abs, arith_base, x < C(0) ? C(-x) : (x == C(0) ? C(0) : x)) // abs(-0.) = +0.
 TYPEFLOW_UNARY(square, arith_base, x* x)
 // relu'(0) = 0; NaN propagates.
-TYPEFLOW_UNARY(relu, arith_base, x < C(0) ? C(0) : x)
+struct relu : arith_base {
+  static constexpr std::string_view name = "relu";
+  static constexpr epilogue_role epilogue = epilogue_role::activation; // folds into conv, matmul
+  template <class C, class A>
+  TYPEFLOW_HD static constexpr C eval(A a_) {
+    const C x = static_cast<C>(a_);
+    return x < C(0) ? C(0) : x;
+  }
+};
 TYPEFLOW_UNARY(exp, float_base, std::exp(x))
 TYPEFLOW_UNARY(log, float_base, std::log(x))
 TYPEFLOW_UNARY(sqrt, float_base, std::sqrt(x))

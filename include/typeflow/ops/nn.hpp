@@ -85,6 +85,7 @@ struct conv2d : nn_base {
   static_assert(SH >= 1 && SW >= 1 && DH >= 1 && DW >= 1,
                 "conv2d: strides and dilations must be at least 1");
   static constexpr std::string_view name = "conv2d";
+  static constexpr epilogue_role epilogue = epilogue_role::producer;
   static constexpr padding pad = P;
   static constexpr std::int64_t sh = SH, sw = SW, dh = DH, dw = DW;
   template <class X, class W>
@@ -289,6 +290,7 @@ struct dropout_mask : nn_base {
 /// bias_add(x, b): b [C] added along x's last axis (C).
 struct bias_add : arith_base {
   static constexpr std::string_view name = "bias_add";
+  static constexpr epilogue_role epilogue = epilogue_role::bias;
   template <std::size_t RX, std::size_t RB>
   static constexpr rule_result<RX> rule(const dims_t<RX>& x, const dims_t<RB>& b) {
     rule_result<RX> r{{}, x};

@@ -472,6 +472,10 @@ private:
   struct region_of<P, I, true> {
     using type = typename P::template region<I>*;
   };
+  template <class P, std::size_t I>
+  requires(P::layout.step[I] == graph::step_kind::epilogue) struct region_of<P, I, false> {
+    using type = typename P::template epilogue<I>*;
+  };
 
   using step_fn = void (session::*)(value*, name_fn);
 
@@ -790,7 +794,12 @@ private:
       // nothing to compute: its operands are steps of the plan
     } else {
       v.dims = shape_of<Op, Refs...>(vals, I, name);
-      if constexpr (K == step_kind::kernel) {
+      if constexpr (K == step_kind::epilogue) {
+        static_assert(D::is_cpu, "epilogues are folded on the CPU only");
+        cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
+        cpu_backend::epilogue_kernel<I>(ctx, vals, region);
+        note_step(I, name);
+      } else if constexpr (K == step_kind::kernel) {
         if constexpr (D::is_cpu && !cpu_backend::has_kernel<I, Op, T, Region, Refs...>) {
           detail::fail<detail::no_cpu_kernel_message<Op>>();
         } else if constexpr (D::is_cpu) {

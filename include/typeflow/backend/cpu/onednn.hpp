@@ -140,13 +140,26 @@ struct pd_handle {
   }
 };
 
-/// Attributes asking for a user scratchpad: one primitive can then run on several threads at
-/// once, each with its own scratchpad.
+/// What a forward primitive applies to its output as it writes it (graph::epilogue): nothing,
+/// a bias, or a bias then relu (an eltwise post-op).
+enum class epilogue { none, bias, bias_relu };
+
+/// Attributes asking for a user scratchpad (one primitive can then run on several threads at
+/// once, each with its own scratchpad) and, for bias_relu, relu as a post-op.
 struct user_scratchpad {
   dnnl_primitive_attr_t a = nullptr;
-  user_scratchpad() {
+  explicit user_scratchpad(epilogue epi = epilogue::none) {
     check(dnnl_primitive_attr_create(&a), "primitive attributes");
     check(dnnl_primitive_attr_set_scratchpad_mode(a, dnnl_scratchpad_mode_user), "scratchpad");
+    if (epi == epilogue::bias_relu) {
+      dnnl_post_ops_t po = nullptr;
+      check(dnnl_post_ops_create(&po), "post-ops");
+      const dnnl_status_t st = dnnl_post_ops_append_eltwise(po, 1.f, dnnl_eltwise_relu, 0.f, 0.f);
+      if (st == dnnl_success)
+        check(dnnl_primitive_attr_set_post_ops(a, po), "post-ops");
+      dnnl_post_ops_destroy(po);
+      check(st, "a relu post-op");
+    }
   }
   user_scratchpad(const user_scratchpad&) = delete;
   user_scratchpad& operator=(const user_scratchpad&) = delete;
@@ -234,11 +247,12 @@ inline void execute(const primitive& p, std::initializer_list<arg> args) {
   check(dnnl_stream_wait(stream()), "waiting for a stream");
 }
 
-/// A convolution's primitives for one geometry (batch slab included).
+/// A convolution's primitives for one geometry (batch slab included); the forward ones by
+/// epilogue.
 struct conv_entry {
-  md src{}, dst{}, hwio{};
+  md src{}, dst{}, hwio{}, bias{};
   pd_handle fwd_pd;
-  std::unique_ptr<primitive> fwd, bwd_data, bwd_weights;
+  std::unique_ptr<primitive> fwd[3], bwd_data, bwd_weights;
 };
 
 inline dnnl_dims_t* padding_r(const window2d& g, dnnl_dims_t& pr) {
@@ -257,25 +271,42 @@ inline dnnl_dims_t* padding_r(const window2d& g, dnnl_dims_t& pr) {
 class onednn_cache {
 public:
   using conv_key = std::array<std::int64_t, 15>;
-  using matmul_key = std::array<std::int64_t, 8>;
+  using matmul_key = std::array<std::int64_t, 9>;
 
   const onednn::conv_entry& conv(const window2d& g) {
     std::lock_guard lock(mu_);
     return conv_locked(g);
   }
 
-  const onednn::primitive& conv_forward(const window2d& g) {
+  const onednn::primitive& conv_forward(const window2d& g,
+                                        onednn::epilogue epi = onednn::epilogue::none) {
     std::lock_guard lock(mu_);
     auto& e = conv_locked(g);
-    if (!e.fwd) {
-      auto p = onednn::make(e.fwd_pd, "a convolution");
-      p->w = *dnnl_primitive_desc_query_md(e.fwd_pd.pd, dnnl_query_weights_md, 0);
+    auto& slot = e.fwd[static_cast<int>(epi)];
+    if (!slot) {
+      onednn::pd_handle own;
+      const onednn::pd_handle* pd = &e.fwd_pd;
+      if (epi != onednn::epilogue::none) {
+        // The same convolution with a bias operand (and relu after it).
+        dnnl_convolution_desc_t d;
+        const onednn::md w = any_filter(g);
+        dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
+        onednn::padding_r(g, pr);
+        onednn::check(dnnl_dilated_convolution_forward_desc_init(
+                          &d, dnnl_forward_training, dnnl_convolution_direct, &e.src, &w, &e.bias,
+                          &e.dst, st, dil, pl, pr),
+                      "a convolution with a bias");
+        own.pd = create_pd(&d, nullptr, epi);
+        pd = &own;
+      }
+      auto p = onednn::make(*pd, "a convolution");
+      p->w = *dnnl_primitive_desc_query_md(pd->pd, dnnl_query_weights_md, 0);
       if (!onednn::equal(p->w, e.hwio))
         p->reorder = onednn::make_reorder(e.hwio, p->w);
-      e.fwd = std::move(p);
+      slot = std::move(p);
       ++primitives_;
     }
-    return *e.fwd;
+    return *slot;
   }
 
   const onednn::primitive& conv_backward_data(const window2d& g) {
@@ -324,20 +355,25 @@ public:
 
   /// C[m,n] = op(A) op(B) with row strides lda, ldb, ldc (A stored [k,m] when ta, B stored
   /// [n,k] when tb); `descs` receives A's, B's and C's layouts.
+  /// With an epilogue, descs[3] receives the bias's layout ([1, n]).
   const onednn::primitive& matmul(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::int64_t lda, std::int64_t ldb, std::int64_t ldc,
-                                  std::array<onednn::md, 3>& descs) {
+                                  std::array<onednn::md, 4>& descs,
+                                  onednn::epilogue epi = onednn::epilogue::none) {
     descs = {ta ? onednn::strided(m, k, 1, lda) : onednn::strided(m, k, lda, 1),
              tb ? onednn::strided(k, n, 1, ldb) : onednn::strided(k, n, ldb, 1),
-             onednn::strided(m, n, ldc, 1)};
+             onednn::strided(m, n, ldc, 1), onednn::strided(1, n, n, 1)};
     std::lock_guard lock(mu_);
-    const matmul_key key{ta, tb, m, n, k, lda, ldb, ldc};
+    const matmul_key key{ta, tb, m, n, k, lda, ldb, ldc, static_cast<std::int64_t>(epi)};
     auto it = matmuls_.find(key);
     if (it != matmuls_.end())
       return *it->second;
     dnnl_matmul_desc_t d;
-    onednn::check(dnnl_matmul_desc_init(&d, &descs[0], &descs[1], nullptr, &descs[2]), "a matmul");
-    onednn::pd_handle pd(create_pd(&d, nullptr));
+    onednn::check(dnnl_matmul_desc_init(&d, &descs[0], &descs[1],
+                                        epi == onednn::epilogue::none ? nullptr : &descs[3],
+                                        &descs[2]),
+                  "a matmul");
+    onednn::pd_handle pd(create_pd(&d, nullptr, epi));
     auto p = onednn::make(pd, "a matmul");
     ++primitives_;
     return *matmuls_.emplace(key, std::move(p)).first->second;
@@ -353,8 +389,9 @@ private:
   static onednn::md any_filter(const window2d& g) {
     return onednn::tagged({g.o, g.c, g.kh, g.kw}, dnnl_format_tag_any);
   }
-  static dnnl_primitive_desc_t create_pd(const void* op_desc, const_dnnl_primitive_desc_t hint) {
-    onednn::user_scratchpad attr;
+  static dnnl_primitive_desc_t create_pd(const void* op_desc, const_dnnl_primitive_desc_t hint,
+                                         onednn::epilogue epi = onednn::epilogue::none) {
+    onednn::user_scratchpad attr(epi);
     dnnl_primitive_desc_t pd = nullptr;
     onednn::check(dnnl_primitive_desc_create(&pd, op_desc, attr.a, onednn::engine(), hint),
                   "a primitive descriptor");
@@ -370,6 +407,7 @@ private:
     e->src = onednn::tagged({g.n, g.c, g.h, g.w}, dnnl_nhwc);
     e->dst = onednn::tagged({g.n, g.o, g.oh, g.ow}, dnnl_nhwc);
     e->hwio = onednn::tagged({g.o, g.c, g.kh, g.kw}, dnnl_hwio);
+    e->bias = onednn::tagged({g.o}, dnnl_x);
     const onednn::md w = any_filter(g);
     dnnl_convolution_desc_t d;
     dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
@@ -462,17 +500,28 @@ void for_each_slab(onednn_cache& cache, thread_pool& pool, const window2d& g, co
 
 } // namespace onednn
 
-/// y = conv(x, w): NHWC x and y, HWIO w.
+/// y = conv(x, w), or with an epilogue (bias [O] given) relu?(conv(x, w) + bias): NHWC x and y,
+/// HWIO w.
 inline void onednn_conv2d_forward(onednn_cache& cache, thread_pool& pool, const float* x,
-                                  const float* w, const window2d& g, float* y) {
+                                  const float* w, const window2d& g, float* y,
+                                  const float* bias = nullptr,
+                                  onednn::epilogue epi = onednn::epilogue::none) {
   using namespace onednn;
   for_each_slab(
       cache, pool, g, w,
-      [&](const window2d& s) -> const primitive& { return cache.conv_forward(s); },
+      [&](const window2d& s) -> const primitive& { return cache.conv_forward(s, epi); },
       [&](const primitive& p, const conv_entry& e, const float* wq, std::int64_t b0, std::int64_t) {
-        execute(p, {{DNNL_ARG_SRC, &e.src, x + b0 * g.h * g.w * g.c},
-                    {DNNL_ARG_WEIGHTS, &p.w, wq},
-                    {DNNL_ARG_DST, &e.dst, y + b0 * g.oh * g.ow * g.o}});
+        const float* src = x + b0 * g.h * g.w * g.c;
+        float* dst = y + b0 * g.oh * g.ow * g.o;
+        if (epi == epilogue::none)
+          execute(p, {{DNNL_ARG_SRC, &e.src, src},
+                      {DNNL_ARG_WEIGHTS, &p.w, wq},
+                      {DNNL_ARG_DST, &e.dst, dst}});
+        else
+          execute(p, {{DNNL_ARG_SRC, &e.src, src},
+                      {DNNL_ARG_WEIGHTS, &p.w, wq},
+                      {DNNL_ARG_BIAS, &e.bias, bias},
+                      {DNNL_ARG_DST, &e.dst, dst}});
       });
 }
 
@@ -523,14 +572,23 @@ inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool
   }
 }
 
-/// C[m,n] = op(A) op(B) (row strides lda, ldb, ldc) on the calling thread.
+/// C[m,n] = op(A) op(B) (row strides lda, ldb, ldc) on the calling thread; with an epilogue
+/// (bias [n] given), relu?(op(A) op(B) + bias).
 inline void onednn_gemm_serial(onednn_cache& cache, bool ta, bool tb, std::int64_t m,
                                std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
-                               const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
-  std::array<onednn::md, 3> d;
-  const auto& p = cache.matmul(ta, tb, m, n, k, lda, ldb, ldc, d);
-  onednn::execute(
-      p, {{DNNL_ARG_SRC, &d[0], a}, {DNNL_ARG_WEIGHTS, &d[1], b}, {DNNL_ARG_DST, &d[2], c}});
+                               const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                               const float* bias = nullptr,
+                               onednn::epilogue epi = onednn::epilogue::none) {
+  std::array<onednn::md, 4> d;
+  const auto& p = cache.matmul(ta, tb, m, n, k, lda, ldb, ldc, d, epi);
+  if (epi == onednn::epilogue::none)
+    onednn::execute(
+        p, {{DNNL_ARG_SRC, &d[0], a}, {DNNL_ARG_WEIGHTS, &d[1], b}, {DNNL_ARG_DST, &d[2], c}});
+  else
+    onednn::execute(p, {{DNNL_ARG_SRC, &d[0], a},
+                        {DNNL_ARG_WEIGHTS, &d[1], b},
+                        {DNNL_ARG_BIAS, &d[3], bias},
+                        {DNNL_ARG_DST, &d[2], c}});
 }
 
 #else

@@ -1,10 +1,29 @@
 // CPU kernels of the elementwise ops. Fused elementwise regions: one loop over the region's inputs
 // (backend/cpu/fused.hpp).
 #pragma once
+#include "../../../ops/state.hpp"
 #include "../context.hpp"
 #include "../fused.hpp"
 
 namespace typeflow::cpu_backend {
+
+namespace detail {
+/// Whether a region is a lone `assign(var, x)` of a materialized x (its input K), and K.
+template <class Members>
+struct lone_assign : std::false_type {};
+template <class C, class T, class V, std::size_t K>
+struct lone_assign<
+    type_list<graph::member<ops::assign_op<ops::assign_mode::set>, C, T, V, graph::ref_input<K>>>>
+    : std::true_type {
+  static constexpr std::size_t input = K;
+};
+template <std::size_t K, class L>
+struct nth;
+template <std::size_t K, class... Ts>
+struct nth<K, type_list<Ts...>> {
+  using type = std::tuple_element_t<K, std::tuple<Ts...>>;
+};
+} // namespace detail
 
 // Elementwise region rooted at node I: one fused loop.
 template <std::size_t I, class Op, class T, class Out, class Ins, class Members, class IdxSeq,
@@ -16,6 +35,17 @@ void kernel(context& ctx, Op*, T*, value* vals, graph::flat_region<Out, Ins, Mem
   std::array<const value*, Idx.size()> inputs{};
   for (std::size_t k = 0; k < Idx.size(); ++k)
     inputs[k] = &vals[Idx[k]];
+  if constexpr (detail::lone_assign<Members>::value) {
+    // assign(var, x) of a run's own buffer x of the variable's shape and dtype: the assignment's
+    // value is x itself (committed from there at the end of the run), not a copy of it.
+    using In = typename detail::nth<detail::lone_assign<Members>::input, Ins>::type;
+    const value& x = *inputs[detail::lone_assign<Members>::input];
+    if (std::is_same_v<In, T> && x.owner && x.dims.numel() == vals[I].dims.numel()) {
+      vals[I].owner = x.owner;
+      vals[I].data = x.data;
+      return;
+    }
+  }
   T* out = ctx.allocate<T>(vals[I]);
   fused::run(ctx.pool, out, vals[I].dims, inputs);
   ctx.stats.fused_nodes += Members::size - 1;

@@ -1,6 +1,7 @@
 // CPU kernels of the matmul ops. Matrix products: oneDNN's matmul primitive for float32
 // (backend/cpu/onednn.hpp), else the split BLAS/portable GEMM (backend/cpu/gemm.hpp).
 #pragma once
+#include "../../../graph/flat.hpp"
 #include "../../../ops/matmul.hpp"
 #include "../context.hpp"
 #include "../gemm.hpp"
@@ -34,5 +35,35 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
   for (std::int64_t i = 0; i < batch; ++i)
     gemm<T>(ctx.pool, TA, TB, m, n, k, pa + i * m * k, pb + i * k * n, out + i * m * n);
 }
+
+#if defined(TYPEFLOW_HAS_ONEDNN)
+/// matmul with its epilogue (bias over the last axis, relu) as oneDNN post-ops, float32: each
+/// slab of the product adds its columns' share of the bias.
+template <std::size_t I, bool TA, bool TB, class F, class B, bool Relu, class A, class Bm>
+bool kernel(context& ctx, ops::matmul<TA, TB>*, float*, value* vals,
+            const graph::epilogue<F, B, Relu>&, A*, Bm*) {
+  const value &a = vals[A::index], &b = vals[Bm::index];
+  value& o = vals[I];
+  const auto [m, n, k, batch] = backend::matmul_extents::of(a.dims, o.dims, TA);
+  if (k <= 0 || m == 0 || n == 0)
+    return false;
+  float* out = ctx.allocate<float>(o);
+  const float* pa = static_cast<const float*>(a.data);
+  const float* pb = static_cast<const float*>(b.data);
+  const float* bias = static_cast<const float*>(vals[B::index].data);
+  for (std::int64_t i = 0; i < batch; ++i) {
+    float* c = out + i * m * n;
+    const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
+                            const float* a_, std::int64_t lda, const float* b_, std::int64_t ldb,
+                            float* c_, std::int64_t ldc) {
+      onednn_gemm_serial(ctx.dnnl, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc,
+                         bias + (c_ - c) % n,
+                         Relu ? onednn::epilogue::bias_relu : onednn::epilogue::bias);
+    };
+    gemm_split(ctx.pool, TA, TB, m, n, k, pa + i * m * k, pb + i * k * n, c, serial);
+  }
+  return true;
+}
+#endif
 
 } // namespace typeflow::cpu_backend

@@ -1,6 +1,7 @@
 // CPU kernels of the nn ops. Neural-network kernels: convolutions (oneDNN for float32, else im2col
 // + GEMM), pooling, sparse softmax cross-entropy, dropout masks.
 #pragma once
+#include "../../../graph/flat.hpp"
 #include "../../../ops/nn.hpp"
 #include "../context.hpp"
 #include "../nn.hpp"
@@ -30,6 +31,25 @@ void kernel(context& ctx, ops::conv2d<P, SH, SW, DH, DW>*, T*, value* vals, void
   conv2d_forward(ctx.pool, static_cast<const T*>(vals[X::index].data),
                  static_cast<const T*>(vals[W::index].data), g, static_cast<T*>(col.get()), out);
 }
+
+#if defined(TYPEFLOW_HAS_ONEDNN)
+/// conv2d with its epilogue (bias, relu) as oneDNN post-ops, float32.
+template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
+          std::int64_t DW, class F, class B, bool Relu, class X, class W>
+bool kernel(context& ctx, ops::conv2d<P, SH, SW, DH, DW>*, float*, value* vals,
+            const graph::epilogue<F, B, Relu>&, X*, W*) {
+  const auto g =
+      conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims, vals[W::index].dims);
+  if (!onednn_runs(g))
+    return false;
+  onednn_conv2d_forward(ctx.dnnl, ctx.pool, static_cast<const float*>(vals[X::index].data),
+                        static_cast<const float*>(vals[W::index].data), g,
+                        ctx.allocate<float>(vals[I]),
+                        static_cast<const float*>(vals[B::index].data),
+                        Relu ? onednn::epilogue::bias_relu : onednn::epilogue::bias);
+  return true;
+}
+#endif
 
 template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
           std::int64_t DW, class T, class G, class W, class X>

@@ -1,0 +1,289 @@
+// Epilogues (graph::epilogue_role, graph/plan.hpp fold_epilogues): `relu(bias_add(conv2d(..), b))`
+// and `bias_add(matmul(..), b)` become one step on the CPU, the bias and relu applied as the
+// producer writes its output (oneDNN post-ops for float32; the producer's own kernel and one
+// pass elsewhere). Checked against naive double-precision loops, against the same model written
+// with `+` (which the plan does not fold), bit for bit where the arithmetic is the same, through
+// the gradient, and on 1 to 3 threads; and where the pattern must not fold.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <typeflow/typeflow.hpp>
+#include <vector>
+
+namespace ty = typeflow;
+
+namespace {
+
+using i64 = std::int64_t;
+using step_kind = ty::graph::step_kind;
+
+template <class T>
+std::vector<T> random_vector(std::uint64_t seed, i64 n) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  std::uint64_t s = seed;
+  for (auto& e : v) {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    e = static_cast<T>(-1 + 2 * static_cast<double>(z >> 11) * 0x1.0p-53);
+  }
+  return v;
+}
+
+template <class T>
+ty::tensor<T> as_tensor(std::vector<i64> dims, const std::vector<T>& v) {
+  return ty::tensor<T>(dims, std::span<const T>(v));
+}
+
+template <class T>
+bool same_bits(const ty::tensor<T>& a, const ty::tensor<T>& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), sizeof(T) * a.size()) == 0;
+}
+
+/// Elements where |got - ref| > tol * (1 + magnitude).
+template <class T>
+i64 violations(const ty::tensor<T>& got, const std::vector<double>& ref,
+               const std::vector<double>& mag, double tol) {
+  REQUIRE(static_cast<std::size_t>(got.size()) == ref.size());
+  i64 bad = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    bad += !(std::abs(static_cast<double>(got.data()[i]) - ref[i]) <= tol * (1 + mag[i]));
+  return bad;
+}
+
+/// relu?(conv(x, w) + b), stride 1, NHWC x [n, h, w, c], HWIO w [k, k, c, o], padding p before
+/// (SAME: (k - 1) / 2, VALID: 0), output extents oh x ow; and the magnitudes (sums of |terms|).
+template <class T>
+void conv_reference(const std::vector<T>& x, const std::vector<T>& w, const std::vector<T>& b,
+                    i64 n, i64 h, i64 wd, i64 c, i64 k, i64 o, i64 p, i64 oh, i64 ow, bool relu,
+                    std::vector<double>& ref, std::vector<double>& mag) {
+  ref.assign(static_cast<std::size_t>(n * oh * ow * o), 0);
+  mag = ref;
+  for (i64 q = 0; q < n; ++q)
+    for (i64 y = 0; y < oh; ++y)
+      for (i64 xo = 0; xo < ow; ++xo)
+        for (i64 co = 0; co < o; ++co) {
+          double s = b[static_cast<std::size_t>(co)], m = std::abs(s);
+          for (i64 ky = 0; ky < k; ++ky)
+            for (i64 kx = 0; kx < k; ++kx) {
+              const i64 iy = y - p + ky, ix = xo - p + kx;
+              if (iy < 0 || iy >= h || ix < 0 || ix >= wd)
+                continue;
+              for (i64 ci = 0; ci < c; ++ci) {
+                const double t =
+                    static_cast<double>(
+                        x[static_cast<std::size_t>(((q * h + iy) * wd + ix) * c + ci)]) *
+                    w[static_cast<std::size_t>(((ky * k + kx) * c + ci) * o + co)];
+                s += t;
+                m += std::abs(t);
+              }
+            }
+          const auto i = static_cast<std::size_t>(((q * oh + y) * ow + xo) * o + co);
+          ref[i] = relu && s < 0 ? 0 : s;
+          mag[i] = m;
+        }
+}
+
+/// The step kinds of the producer and the root, and the epilogue count, of plan P whose fetch F
+/// is root(bias_add(producer, b)) or bias_add(producer, b).
+template <class P, class Producer, class Root>
+void check_folded(bool folded) {
+  constexpr std::size_t k = P::template index_c<Producer>::value;
+  constexpr std::size_t r = P::template index_c<Root>::value;
+  if (folded) {
+    CHECK(P::layout.step[k] == step_kind::deferred);
+    CHECK(P::layout.step[r] == step_kind::epilogue);
+    CHECK(P::layout.producer[r] == k);
+    CHECK(P::layout.epilogues == 1);
+    CHECK(P::describe().find("[epilogue of %" + std::to_string(k)) != std::string::npos);
+  } else {
+    CHECK(P::layout.step[k] == step_kind::kernel);
+    CHECK(P::layout.epilogues == 0);
+  }
+}
+
+} // namespace
+
+TEST_SUITE("epilogue") {
+  TEST_CASE("conv2d + bias + relu, SAME and VALID, float and double, against naive loops") {
+    constexpr i64 N = 13, H = 9, W = 9, C = 3, K = 3, O = 8;
+    constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, H, W, C>>;
+    constexpr auto w = ty::placeholder<"w", float, ty::shape<K, K, C, O>>;
+    constexpr auto b = ty::placeholder<"b", float, ty::shape<O>>;
+    constexpr auto conv_s = ty::conv2d<ty::padding::same>(x, w);
+    constexpr auto conv_v = ty::conv2d<ty::padding::valid>(x, w);
+    constexpr auto y_relu = ty::relu(ty::bias_add(conv_s, b));
+    constexpr auto y_bias = ty::bias_add(conv_v, b);
+    check_folded<ty::graph::plan<ty::type_list<decltype(y_relu)>>, decltype(conv_s),
+                 decltype(y_relu)>(true);
+    check_folded<ty::graph::plan<ty::type_list<decltype(y_bias)>>, decltype(conv_v),
+                 decltype(y_bias)>(true);
+    // Written with `+`, or with the producer fetched too, nothing folds.
+    constexpr auto y_add = ty::relu(conv_s + b);
+    check_folded<ty::graph::plan<ty::type_list<decltype(y_add)>>, decltype(conv_s),
+                 decltype(y_add)>(false);
+    check_folded<ty::graph::plan<ty::type_list<decltype(y_relu), decltype(conv_s)>>,
+                 decltype(conv_s), decltype(y_relu)>(false);
+
+    const auto vx = random_vector<float>(1, N * H * W * C),
+               vw = random_vector<float>(2, K * K * C * O), vb = random_vector<float>(3, O);
+    std::vector<double> ref_s, mag_s, ref_v, mag_v;
+    conv_reference(vx, vw, vb, N, H, W, C, K, O, 1, H, W, true, ref_s, mag_s);
+    conv_reference(vx, vw, vb, N, H, W, C, K, O, 0, H - 2, W - 2, false, ref_v, mag_v);
+    ty::tensor<float> first_s, first_v;
+    for (int threads : {1, 2, 3}) {
+      INFO("threads = " << threads);
+      ty::session s(ty::session_options{.threads = threads});
+      const auto feeds = [&](auto... f) {
+        return s.run(ty::fetch(f...), ty::feed(x, as_tensor({N, H, W, C}, vx)),
+                     ty::feed(w, as_tensor({K, K, C, O}, vw)), ty::feed(b, as_tensor({O}, vb)));
+      };
+      auto [ys, yv] = feeds(y_relu, y_bias);
+      CHECK(s.stats().steps == 2); // two epilogue steps, no separate bias or relu pass
+      CHECK(violations(ys, ref_s, mag_s, 1e-5) == 0);
+      CHECK(violations(yv, ref_v, mag_v, 1e-5) == 0);
+      auto [ya] = feeds(y_add);
+      CHECK(s.stats().steps == 2); // conv, then the fused add + relu
+      CHECK(violations(ya, ref_s, mag_s, 1e-5) == 0);
+      if (threads == 1) {
+        first_s = ys, first_v = yv;
+      } else {
+        CHECK(same_bits(first_s, ys));
+        CHECK(same_bits(first_v, yv));
+      }
+    }
+
+    // float64: the producer's own kernel and one pass, the same arithmetic as bias_add + relu's
+    // loop, so the same bits as the unfolded `+` form.
+    constexpr auto xd = ty::placeholder<"xd", double, ty::shape<ty::dyn, H, W, C>>;
+    constexpr auto wdv = ty::placeholder<"wd", double, ty::shape<K, K, C, O>>;
+    constexpr auto bd = ty::placeholder<"bd", double, ty::shape<O>>;
+    constexpr auto yd = ty::relu(ty::bias_add(ty::conv2d<ty::padding::same>(xd, wdv), bd));
+    constexpr auto yd_add = ty::relu(ty::conv2d<ty::padding::same>(xd, wdv) + bd);
+    std::vector<double> vxd(vx.begin(), vx.end()), vwd(vw.begin(), vw.end()),
+        vbd(vb.begin(), vb.end());
+    ty::session s(ty::session_options{.threads = 2});
+    auto [d1, d2] =
+        s.run(ty::fetch(yd, yd_add), ty::feed(xd, as_tensor({N, H, W, C}, vxd)),
+              ty::feed(wdv, as_tensor({K, K, C, O}, vwd)), ty::feed(bd, as_tensor({O}, vbd)));
+    CHECK(violations(d1, ref_s, mag_s, 1e-12) == 0);
+    CHECK(same_bits(d1, d2));
+  }
+
+  TEST_CASE("matmul + bias (+ relu): row and column slabs, batched, the bias's offset per slab") {
+    // [40, 300] x [300, 600] on 2 threads is cut by columns (the second slab starts at column
+    // 304, so its bias starts there too); [300, 70] x [70, 200] by rows.
+    constexpr i64 M = 40, K = 300, N = 600, B = 3;
+    constexpr auto a = ty::placeholder<"a", float, ty::shape<ty::dyn, K>>;
+    constexpr auto wm = ty::placeholder<"wm", float, ty::shape<K, N>>;
+    constexpr auto bm = ty::placeholder<"bm", float, ty::shape<N>>;
+    constexpr auto a3 = ty::placeholder<"a3", float, ty::shape<B, M, K>>;
+    constexpr auto w3 = ty::placeholder<"w3", float, ty::shape<B, K, N>>;
+    constexpr auto y_cols = ty::relu(ty::bias_add(ty::matmul(a, wm), bm));
+    constexpr auto y_batched = ty::bias_add(ty::matmul(a3, w3), bm);
+    check_folded<ty::graph::plan<ty::type_list<decltype(y_cols)>>, decltype(ty::matmul(a, wm)),
+                 decltype(y_cols)>(true);
+    const auto va = random_vector<float>(4, 300 * K), vw = random_vector<float>(5, K * N),
+               vb = random_vector<float>(6, N), va3 = random_vector<float>(7, B * M * K),
+               vw3 = random_vector<float>(8, B * K * N);
+    const auto reference = [&](i64 rows, const float* pa, const float* pw, bool relu,
+                               std::vector<double>& ref, std::vector<double>& mag) {
+      ref.assign(static_cast<std::size_t>(rows * N), 0);
+      mag = ref;
+      for (i64 i = 0; i < rows; ++i)
+        for (i64 j = 0; j < N; ++j) {
+          double s = vb[static_cast<std::size_t>(j)], m = std::abs(s);
+          for (i64 p = 0; p < K; ++p) {
+            const double t = static_cast<double>(pa[i * K + p]) * pw[p * N + j];
+            s += t;
+            m += std::abs(t);
+          }
+          ref[static_cast<std::size_t>(i * N + j)] = relu && s < 0 ? 0 : s;
+          mag[static_cast<std::size_t>(i * N + j)] = m;
+        }
+    };
+    for (i64 rows : {M, i64{300}}) {
+      INFO("rows = " << rows);
+      std::vector<double> ref, mag;
+      reference(rows, va.data(), vw.data(), true, ref, mag);
+      ty::tensor<float> first;
+      for (int threads : {1, 2, 3}) {
+        INFO("threads = " << threads);
+        ty::session s(ty::session_options{.threads = threads});
+        auto [y] =
+            s.run(ty::fetch(y_cols),
+                  ty::feed(a, as_tensor({rows, K},
+                                        std::vector<float>(va.begin(), va.begin() + rows * K))),
+                  ty::feed(wm, as_tensor({K, N}, vw)), ty::feed(bm, as_tensor({N}, vb)));
+        CHECK(s.stats().steps == 1);
+        CHECK(violations(y, ref, mag, 1e-5) == 0);
+        if (threads == 1)
+          first = y;
+        else
+          CHECK(same_bits(first, y));
+      }
+    }
+    std::vector<double> ref3, mag3;
+    ty::session s(ty::session_options{.threads = 2});
+    auto [y3] = s.run(ty::fetch(y_batched), ty::feed(a3, as_tensor({B, M, K}, va3)),
+                      ty::feed(w3, as_tensor({B, K, N}, vw3)), ty::feed(bm, as_tensor({N}, vb)));
+    for (i64 q = 0; q < B; ++q) {
+      INFO("batch " << q);
+      std::vector<double> ref, mag;
+      reference(M, va3.data() + q * M * K, vw3.data() + q * K * N, false, ref, mag);
+      ty::tensor<float> part(
+          {M, N}, std::span<const float>(y3.data() + q * M * N, static_cast<std::size_t>(M * N)));
+      CHECK(violations(part, ref, mag, 1e-5) == 0);
+    }
+  }
+
+  TEST_CASE("gradients through a folded layer equal the unfolded model's") {
+    // The seed's first layer and a dense layer on top; the loss weighs each output differently.
+    constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 8, 8, 2>>;
+    constexpr auto w = ty::variable<"w", float, ty::shape<3, 3, 2, 4>, ty::truncated_normal<0.3>>;
+    constexpr auto b = ty::variable<"b", float, ty::shape<4>, ty::truncated_normal<0.3>>;
+    constexpr auto v = ty::variable<"v", float, ty::shape<256, 5>, ty::truncated_normal<0.1>>;
+    constexpr auto c = ty::variable<"c", float, ty::shape<5>, ty::truncated_normal<0.3>>;
+    constexpr auto h = ty::relu(ty::bias_add(ty::conv2d<ty::padding::same>(x, w), b));
+    constexpr auto o = ty::relu(ty::bias_add(ty::matmul(ty::reshape<-1, 256>(h), v), c));
+    constexpr auto loss = ty::sum(o * o);
+    constexpr auto h2 = ty::relu(ty::conv2d<ty::padding::same>(x, w) + b);
+    constexpr auto o2 = ty::relu(ty::matmul(ty::reshape<-1, 256>(h2), v) + c);
+    constexpr auto loss2 = ty::sum(o2 * o2);
+    constexpr auto g = ty::grad(loss, w, b, v, c);
+    constexpr auto g2 = ty::grad(loss2, w, b, v, c);
+    using P = ty::graph::plan<
+        ty::type_list<decltype(loss), decltype(ty::get<0>(g)), decltype(ty::get<1>(g)),
+                      decltype(ty::get<2>(g)), decltype(ty::get<3>(g))>>;
+    static_assert(P::layout.epilogues == 2);
+    const auto vx = random_vector<float>(9, 6 * 8 * 8 * 2);
+    ty::session s(ty::session_options{.threads = 2, .seed = 11});
+    s.initialize(loss);
+    auto r1 = s.run(ty::fetch(loss, ty::get<0>(g), ty::get<1>(g), ty::get<2>(g), ty::get<3>(g)),
+                    ty::feed(x, as_tensor({6, 8, 8, 2}, vx)));
+    auto r2 =
+        s.run(ty::fetch(loss2, ty::get<0>(g2), ty::get<1>(g2), ty::get<2>(g2), ty::get<3>(g2)),
+              ty::feed(x, as_tensor({6, 8, 8, 2}, vx)));
+    const auto close = [](const ty::tensor<float>& p, const ty::tensor<float>& q) {
+      REQUIRE(p.shape() == q.shape());
+      double scale = 0;
+      for (std::int64_t i = 0; i < q.size(); ++i)
+        scale = std::max(scale, std::abs(static_cast<double>(q.data()[i])));
+      i64 bad = 0;
+      for (std::int64_t i = 0; i < q.size(); ++i)
+        bad += !(std::abs(static_cast<double>(p.data()[i]) - q.data()[i]) <= 1e-5 * (1 + scale));
+      return bad;
+    };
+    CHECK(std::get<0>(r1).item() > 0);
+    CHECK(close(std::get<0>(r1), std::get<0>(r2)) == 0);
+    CHECK(close(std::get<1>(r1), std::get<1>(r2)) == 0);
+    CHECK(close(std::get<2>(r1), std::get<2>(r2)) == 0);
+    CHECK(close(std::get<3>(r1), std::get<3>(r2)) == 0);
+    CHECK(close(std::get<4>(r1), std::get<4>(r2)) == 0);
+  }
+}
