@@ -43,6 +43,24 @@ TEST_SUITE("session") {
     CHECK(s.read(step).item() == 2);
   }
 
+  TEST_CASE("an assignment of a value the run computed takes that buffer, not a copy") {
+    ty::session s;
+    constexpr auto prod = v * u; // read by two regions: materialized
+    const auto train = ty::group(ty::assign(v, prod), ty::assign(u, prod + ty::constant<1>));
+    s.run(ty::fetch(train));
+    // prod's buffer and the second assignment's; the first assignment's value is prod's buffer.
+    CHECK(s.stats().buffers_allocated + s.stats().buffers_reused == 2);
+    CHECK(s.read(v)[0] == -3.0f); // 1.5 * -2
+    CHECK(s.read(u)[2] == -2.0f); // 1.5 * -2 + 1
+    // Fetched, the assignment's value and prod are equal and neither is the variable's storage.
+    auto [a, p] = s.run(ty::fetch(ty::assign(v, prod), prod));
+    CHECK(a[1] == 6.0f); // -3 * -2
+    CHECK(p[1] == 6.0f);
+    a[1] = 100.f;
+    p[1] = 100.f;
+    CHECK(s.read(v)[1] == 6.0f);
+  }
+
   TEST_CASE("initializers are reproducible per seed and name") {
     ty::session a(ty::session_options{.threads = 1, .seed = 7, .trace = false});
     ty::session b(ty::session_options{.threads = 2, .seed = 7, .trace = false});
