@@ -47,18 +47,38 @@ TEST_SUITE("session") {
     ty::session s;
     constexpr auto prod = v * u; // read by two regions: materialized
     const auto train = ty::group(ty::assign(v, prod), ty::assign(u, prod + ty::constant<1>));
+    const auto storage = [&](std::string_view name) {
+      void* p = nullptr;
+      s.for_each_variable([&](const auto& e) {
+        if (e.name == name)
+          p = e.data;
+      });
+      return p;
+    };
+    s.initialize(train);
+    void* const v0 = storage("v");
     s.run(ty::fetch(train));
     // prod's buffer and the second assignment's; the first assignment's value is prod's buffer.
     CHECK(s.stats().buffers_allocated + s.stats().buffers_reused == 2);
     CHECK(s.read(v)[0] == -3.0f); // 1.5 * -2
     CHECK(s.read(u)[2] == -2.0f); // 1.5 * -2 + 1
+    // ... and those buffers became v's and u's storage at the commit (no copy); their old
+    // storage went to the pool, where the next run finds its buffers.
+    CHECK(storage("v") != v0);
+    s.run(ty::fetch(train));
+    CHECK(s.stats().buffers_allocated == 0);
+    CHECK(s.stats().buffers_reused == 2);
+    CHECK(s.read(v)[0] == 6.0f); // -3 * -2
+    CHECK(s.read(u)[0] == 7.0f);
+    s.run(ty::fetch(train));
+    CHECK(s.read(v)[1] == 42.0f); // 6 * 7
     // Fetched, the assignment's value and prod are equal and neither is the variable's storage.
     auto [a, p] = s.run(ty::fetch(ty::assign(v, prod), prod));
-    CHECK(a[1] == 6.0f); // -3 * -2
-    CHECK(p[1] == 6.0f);
+    CHECK(a[1] == 42.0f * 43.0f);
+    CHECK(p[1] == 42.0f * 43.0f);
     a[1] = 100.f;
     p[1] = 100.f;
-    CHECK(s.read(v)[1] == 6.0f);
+    CHECK(s.read(v)[1] == 42.0f * 43.0f);
   }
 
   TEST_CASE("initializers are reproducible per seed and name") {

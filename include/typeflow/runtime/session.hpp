@@ -863,28 +863,37 @@ private:
   using commit_fn = void (*)(session&, value*);
   template <class P, std::size_t... I>
   void commit_steps(value* vals, std::index_sequence<I...>) {
-    static constexpr commit_fn table[] = {session::commit<I, typename P::template device<I>>(
-        static_cast<typename P::template flat<I>*>(nullptr))...};
+    static constexpr commit_fn table[] = {
+        session::commit<I, typename P::template device<I>, P::fact.fetched[I]>(
+            static_cast<typename P::template flat<I>*>(nullptr))...};
     for (auto fn : table)
       if (fn)
         fn(*this, vals);
   }
   /// The commit function of node I when it is an assignment, else nullptr.
-  template <std::size_t I, class D, graph::step_kind K, class Op, class T, std::size_t R,
-            class... Refs>
+  template <std::size_t I, class D, bool Fetched, graph::step_kind K, class Op, class T,
+            std::size_t R, class... Refs>
   static constexpr commit_fn commit(graph::flat_node<K, Op, T, R, Refs...>*) {
     if constexpr (requires { Op::is_state; })
-      return &commit_assignment<I, D, T, std::tuple_element_t<0, std::tuple<Refs...>>::index>;
+      return &commit_assignment<I, D, Fetched, T,
+                                std::tuple_element_t<0, std::tuple<Refs...>>::index>;
     else
       return nullptr;
   }
-  /// An assignment runs on its variable's device, so both buffers are there.
-  template <std::size_t I, class D, class T, std::size_t Var>
+  /// An assignment runs on its variable's device, so both buffers are there. On the host, a
+  /// value buffer that nothing else holds (not fetched, read by no other step kept to the end)
+  /// becomes the variable's storage, and the old storage goes to the pool: no copy.
+  template <std::size_t I, class D, bool Fetched, class T, std::size_t Var>
   static void commit_assignment(session& s, value* vals) {
     const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(vals[I].dims.numel());
     auto* rec = static_cast<var_record*>(vals[Var].variable);
     if constexpr (D::is_cpu) {
-      std::memmove(vals[Var].data, vals[I].data, bytes);
+      if (Fetched || bytes != rec->bytes ||
+          !backend::buffer_pool::adopt(vals[I].owner, rec->data, rec->bytes))
+        std::memmove(vals[Var].data, vals[I].data, bytes);
+      else
+        vals[I].data = nullptr;
+      vals[Var].data = rec->data.get();
       rec->device_valid = false;
     } else {
       if (!s.st_.replaying) // a replayed graph makes its own commits

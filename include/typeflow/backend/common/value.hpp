@@ -1,6 +1,7 @@
 // Run-time values of plan nodes, variable storage, run statistics and the buffer pool behind
 // the memory plan: what executors and the kernels of every backend share (below all of them).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -153,13 +154,34 @@ public:
       p = detail::aligned_bytes(bytes);
       ++stats.buffers_allocated;
     }
-    std::weak_ptr<buffer_pool> self = weak_from_this();
-    return {p, [self, bytes](void* q) {
-              if (auto pool = self.lock())
-                pool->give_back(q, bytes);
-              else
-                std::free(q);
-            }};
+    return {p, returner{weak_from_this(), bytes}};
+  }
+
+  /// Makes the buffer `owner` holds a variable's `storage` (of `storage_bytes`) and gives the
+  /// storage's old memory to the pool instead: an assignment's value becomes the variable's
+  /// value without a copy. Only for a buffer of a pool whose sole holder is `owner`, of the
+  /// storage's size (both come from detail::aligned_bytes, rounded alike); else returns false
+  /// and changes nothing. `owner` is empty afterwards.
+  static bool adopt(std::shared_ptr<void>& owner,
+                    std::unique_ptr<void, detail::aligned_free>& storage,
+                    std::size_t storage_bytes) {
+    auto* d = std::get_deleter<returner>(owner);
+    if (!d || owner.use_count() != 1 || !storage || d->bytes != round(storage_bytes))
+      return false;
+    auto pool = d->pool.lock();
+    if (!pool)
+      return false;
+    std::lock_guard lock(pool->mu_);
+    auto& list = pool->free_[d->bytes];
+    list.reserve(list.size() + 1); // the only step that can throw: before anything changes
+    d->kept = true;
+    void* buffer = owner.get();
+    owner.reset();
+    list.push_back(storage.release());
+    storage.reset(buffer);
+    // The buffer left the pool's live set; the old storage is free.
+    pool->live_ -= std::min(pool->live_, d->bytes);
+    return true;
   }
   void reset_live() {
     std::lock_guard lock(mu_);
@@ -167,6 +189,21 @@ public:
   }
 
 private:
+  /// A buffer's deleter: gives it back to its pool (frees it when the pool is gone), unless
+  /// adopt() kept it as a variable's storage.
+  struct returner {
+    std::weak_ptr<buffer_pool> pool;
+    std::size_t bytes;
+    bool kept = false;
+    void operator()(void* q) const {
+      if (kept)
+        return;
+      if (auto p = pool.lock())
+        p->give_back(q, bytes);
+      else
+        std::free(q);
+    }
+  };
   static std::size_t round(std::size_t b) {
     const std::size_t a = detail::buffer_alignment;
     return (std::max<std::size_t>(b, 1) + a - 1) / a * a;
