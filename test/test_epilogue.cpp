@@ -3,7 +3,9 @@
 // producer writes its output (oneDNN post-ops for float32; the producer's own kernel and one
 // pass elsewhere). Checked against naive double-precision loops, against the same model written
 // with `+` (which the plan does not fold), bit for bit where the arithmetic is the same, through
-// the gradient, and on 1 to 3 threads; and where the pattern must not fold.
+// the gradient, and on 1 to 3 threads; and where the pattern must not fold. Prologues
+// (fold_prologues): a reduction of a fused region that only it reads evaluates the region as it
+// reduces, with the same bits as from a materialized buffer.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -285,5 +287,57 @@ TEST_SUITE("epilogue") {
     CHECK(close(std::get<2>(r1), std::get<2>(r2)) == 0);
     CHECK(close(std::get<3>(r1), std::get<3>(r2)) == 0);
     CHECK(close(std::get<4>(r1), std::get<4>(r2)) == 0);
+  }
+
+  TEST_CASE("a reduction reads the fused region it alone reads: every pattern, the same bits") {
+    constexpr i64 R = 300, C = 700; // 210,000 elements: a full sum takes several 65,536 pieces
+    constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, C>>;
+    constexpr auto m = ty::placeholder<"m", float, ty::shape<ty::dyn, 1>>;
+    constexpr auto sq = ty::square(x - m); // m broadcast along rows: a splatted input
+    constexpr auto full = ty::sum(sq);
+    constexpr auto rows = ty::mean<1>(sq);
+    constexpr auto cols = ty::sum<0>(sq);               // across rows: evaluated first
+    constexpr auto arg = ty::argmax<1>(ty::sin(x) * m); // argmax: evaluated first
+    using P = ty::graph::plan<ty::type_list<decltype(full)>>;
+    static_assert(P::layout.prologues == 1);
+    CHECK(P::layout.step[P::index_c<decltype(sq)>::value] == step_kind::deferred);
+    CHECK(P::layout.step[P::index_c<decltype(full)>::value] == step_kind::prologue);
+    CHECK(P::describe().find("[reads %") != std::string::npos);
+    // Two readers, or the region fetched: materialized as before.
+    static_assert(
+        ty::graph::plan<ty::type_list<decltype(full), decltype(rows)>>::layout.prologues == 0);
+    static_assert(ty::graph::plan<ty::type_list<decltype(full), decltype(sq)>>::layout.prologues ==
+                  0);
+    const auto vx = random_vector<float>(21, R * C), vm = random_vector<float>(22, R);
+    for (int threads : {1, 2, 3}) {
+      INFO("threads = " << threads);
+      ty::session s(ty::session_options{.threads = threads});
+      const auto feeds = [&](auto... f) {
+        return s.run(ty::fetch(f...), ty::feed(x, as_tensor({R, C}, vx)),
+                     ty::feed(m, as_tensor({R, 1}, vm)));
+      };
+      // Each alone (folded) and then with the region fetched too (materialized).
+      auto [f1] = feeds(full);
+      CHECK(s.stats().steps == 1);
+      auto [r1] = feeds(rows);
+      auto [c1] = feeds(cols);
+      auto [a1] = feeds(arg);
+      auto [f2, r2, c2, sqv] = feeds(full, rows, cols, sq);
+      auto [a2, pv] = feeds(arg, ty::sin(x) * m);
+      CHECK(same_bits(f1, f2));
+      CHECK(same_bits(r1, r2));
+      CHECK(same_bits(c1, c2));
+      CHECK(same_bits(a1, a2));
+      // And against a double loop.
+      double total = 0, mag = 0;
+      for (i64 i = 0; i < R; ++i)
+        for (i64 j = 0; j < C; ++j) {
+          const double d = static_cast<double>(vx[static_cast<std::size_t>(i * C + j)]) -
+                           vm[static_cast<std::size_t>(i)];
+          total += d * d;
+          mag += d * d;
+        }
+      CHECK(std::abs(f1.item() - total) <= 1e-5 * mag);
+    }
   }
 }

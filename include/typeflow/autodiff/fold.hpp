@@ -195,6 +195,22 @@ consteval auto unbroadcast(C c, Like like) {
   }
 }
 
+/// g broadcast to x's shape: broadcast_to a static shape (g alone: x is not read, so it need not
+/// be kept for the gradient and can stay inside its reader's loop), else broadcast_like(g, x).
+template <class G, class X>
+consteval auto broadcast_as(G g, X x) {
+  constexpr bool is_static = [] {
+    for (auto d : X::shape_type::dims)
+      if (d == dyn)
+        return false;
+    return true;
+  }();
+  if constexpr (is_static)
+    return typeflow::broadcast_to<typename X::shape_type>(g);
+  else
+    return typeflow::broadcast_like(g, x);
+}
+
 /// Bring the upstream gradient of a reduction over `Axes` (with or without keepdims) back to
 /// the shape of its operand x.
 template <bool Keep, std::int64_t... Axes, class G, class X>
@@ -202,7 +218,7 @@ consteval auto expand_reduced(G g, X x) {
   if constexpr (std::is_same_v<G, zero_t>) {
     return zero_t{};
   } else if constexpr (Keep || sizeof...(Axes) == 0) {
-    return typeflow::broadcast_like(g, x);
+    return broadcast_as(g, x);
   } else {
     constexpr std::size_t R = X::shape_type::rank;
     constexpr auto mask = ops::reduced_mask<R, Axes...>();
@@ -216,7 +232,7 @@ consteval auto expand_reduced(G g, X x) {
       return l;
     }();
     return [&]<std::size_t... K>(std::index_sequence<K...>) {
-      return typeflow::broadcast_like(typeflow::expand_dims<list[K]...>(g), x);
+      return broadcast_as(typeflow::expand_dims<list[K]...>(g), x);
     }
     (std::make_index_sequence<n>{});
   }

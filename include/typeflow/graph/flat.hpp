@@ -23,6 +23,7 @@ enum class step_kind {
   kernel,          // a materialized node: one kernel
   deferred,        // a producer whose kernel runs in its consumer's epilogue step: shape only
   epilogue,        // the root of a bias(+relu) region: runs its producer's kernel with it
+  prologue,        // a reduction that evaluates its input region (a deferred step) as it reads it
 };
 
 /// An operand of a step: node position, dtype, rank.
@@ -84,6 +85,13 @@ struct epilogue {
   using producer = Producer;
   using bias = BiasRef;
   static constexpr bool relu = Relu;
+};
+
+/// What a `prologue` step reads: the fused region (flat_region) of its input, evaluated in
+/// pieces as the reduction reads them instead of into a buffer of its own.
+template <class Region>
+struct prologue {
+  using region = Region;
 };
 
 } // namespace typeflow::graph

@@ -38,6 +38,16 @@ enum class epilogue_role {
   bias,       // bias_add
   activation, // relu
 };
+/// Whether op Op (a reduction) reads a fused elementwise input as it goes: the plan then does
+/// not materialize an input region that only it reads (`sum(square(w))` is one pass over w).
+/// An op says so with `static constexpr bool reads_fused_input = true;`.
+template <class Op>
+constexpr bool reads_fused_input() {
+  if constexpr (requires { Op::reads_fused_input; })
+    return Op::reads_fused_input;
+  else
+    return false;
+}
 template <class Op>
 constexpr epilogue_role epilogue_role_of() {
   if constexpr (requires { Op::epilogue; })

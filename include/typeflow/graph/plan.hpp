@@ -171,6 +171,7 @@ private:
     std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
         placeholder{}, variable{}, group{};
     std::array<epilogue_role, size> epilogue{};
+    std::array<bool, size> fused_input{};
   };
 
   template <std::size_t... I>
@@ -198,6 +199,7 @@ private:
      ...);
     f.edge_begin[size] = e;
     f.epilogue = {epilogue_role_of<typename node<I>::op>()...};
+    f.fused_input = {reads_fused_input<typename node<I>::op>()...};
     ((f.fetched[index_c<Fetches>::value] = true), ...);
     return f;
   }
@@ -273,7 +275,9 @@ public:
     /// and whether relu follows; none elsewhere.
     std::array<std::size_t, size> producer{}, bias_edge{};
     std::array<bool, size> relu{};
-    std::size_t steps = 0, fused = 0, epilogues = 0;
+    /// For a `prologue` step: the region root it evaluates (a `deferred` step); none elsewhere.
+    std::array<std::size_t, size> source{};
+    std::size_t steps = 0, fused = 0, epilogues = 0, prologues = 0;
   };
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
@@ -370,6 +374,7 @@ private:
                   : L.root[i] != i                     ? step_kind::fused_member
                                                        : step_kind::kernel;
     fold_epilogues(L);
+    fold_prologues(L);
     // Fetched values and assignments (committed at the end) live to the end of the run.
     for (std::size_t i = 0; i < size; ++i)
       if (f.fetched[i] || f.force_root[i])
@@ -391,18 +396,24 @@ private:
     return L;
   }
 
+  /// How many edges read each node.
+  static consteval std::array<std::size_t, size> reader_counts() {
+    std::array<std::size_t, size> readers{};
+    for (std::size_t e = 0; e < fact.edge_begin[size]; ++e)
+      ++readers[fact.edges[e]];
+    return readers;
+  }
+
   /// Epilogues (graph::epilogue_role): a region `bias_add(k, b)` or `relu(bias_add(k, b))` on
   /// the CPU whose producer k (conv2d, matmul) is a kernel that nothing else reads, on the same
-  /// device, with a materialized bias, becomes one step: k is `deferred` (its shape is checked
-  /// where it stands) and the region's root an `epilogue` step that runs k's kernel with the
-  /// bias and relu (oneDNN post-ops), writing the region's output. k's operands live until then
-  /// (between k and the root stand only the bias and bias_add). CPU only for now: the CUDA
-  /// backend would need cuBLASLt's or cuDNN's epilogues.
+  /// device, with a variable or placeholder for the bias, becomes one step: k is `deferred` (its
+  /// shape is checked where it stands) and the region's root an `epilogue` step that runs k's
+  /// kernel with the bias and relu (oneDNN post-ops), writing the region's output. k's operands
+  /// live until then (between k and the root stand only the bias and bias_add). CPU only for
+  /// now: the CUDA backend would need cuBLASLt's or cuDNN's epilogues.
   static consteval void fold_epilogues(layout_t& L) {
     const node_facts& f = fact;
-    std::array<std::size_t, size> readers{};
-    for (std::size_t e = 0; e < f.edge_begin[size]; ++e)
-      ++readers[f.edges[e]];
+    const auto readers = reader_counts();
     L.producer.fill(none);
     L.bias_edge.fill(none);
     for (std::size_t r = 0; r < size; ++r) {
@@ -417,7 +428,11 @@ private:
       const std::size_t j = relu ? f.edges[f.edge_begin[r]] : r;
       if (f.epilogue[j] != epilogue_role::bias || L.root[j] != r)
         continue;
-      const std::size_t e = f.edge_begin[j], k = f.edges[e];
+      const std::size_t e = f.edge_begin[j], k = f.edges[e], b = f.edges[e + 1];
+      // The bias a variable or a placeholder: a computed one could belong to a later phase of
+      // a replicated run (after the gradients' average) than the producer's operands.
+      if (!f.variable[b] && !f.placeholder[b])
+        continue;
       if (f.epilogue[k] != epilogue_role::producer || L.step[k] != step_kind::kernel ||
           f.fetched[k] || readers[k] != 1 || placement.edge_transfer[e] != none ||
           L.edge_kind[e] != 2 || L.edge_kind[e + 1] != 2)
@@ -433,6 +448,35 @@ private:
         const std::size_t slot = edge_slot(q);
         if (L.last_use[slot] != none && L.last_use[slot] < r)
           L.last_use[slot] = r;
+      }
+    }
+  }
+
+  /// Prologues: a reduction (an op that `reads_fused_input`) on the CPU whose one operand is a
+  /// fused elementwise region that nothing else reads, on its device, evaluates that region in
+  /// pieces as it reduces them: the region's root becomes `deferred` (its shape is checked where
+  /// it stands) and the reduction a `prologue` step; the region's inputs live until then.
+  static consteval void fold_prologues(layout_t& L) {
+    const node_facts& f = fact;
+    const auto readers = reader_counts();
+    L.source.fill(none);
+    for (std::size_t q = 0; q < size; ++q) {
+      if (!f.fused_input[q] || L.step[q] != step_kind::kernel || !placement.device[q].is_cpu ||
+          f.edge_begin[q + 1] - f.edge_begin[q] != 1)
+        continue;
+      const std::size_t e = f.edge_begin[q], c = f.edges[e];
+      if (!f.elementwise[c] || L.step[c] != step_kind::kernel || L.root[c] != c || f.fetched[c] ||
+          f.force_root[c] || readers[c] != 1 || placement.edge_transfer[e] != none)
+        continue;
+      L.source[q] = c;
+      L.step[c] = step_kind::deferred;
+      L.step[q] = step_kind::prologue;
+      --L.steps;
+      ++L.prologues;
+      for (std::size_t i = L.input_begin[c]; i < L.input_begin[c + 1]; ++i) {
+        const std::size_t slot = L.inputs[i];
+        if (L.last_use[slot] != none && L.last_use[slot] < q)
+          L.last_use[slot] = q;
       }
     }
   }
@@ -504,6 +548,10 @@ public:
       R, std::make_index_sequence<layout.member_begin[R + 1] - layout.member_begin[R]>,
       std::make_index_sequence<layout.input_begin[R + 1] - layout.input_begin[R]>>::type;
 
+  /// The prologue of step Q (layout.step[Q] == step_kind::prologue): its input's region.
+  template <std::size_t Q>
+  using prologue = graph::prologue<region<layout.source[Q]>>;
+
   /// The readable form of node i (as to_string), built once from a table of op names and
   /// attributes: no per-node printing code is instantiated.
   static const std::string& node_string(std::size_t i) {
@@ -519,8 +567,12 @@ public:
         continue;
       s += "%" + std::to_string(i) + " = " + std::string(kinds[i]) + " " + node_string(i);
       const std::size_t fused = layout.member_begin[i + 1] - layout.member_begin[i] - 1;
-      if (layout.step[i] == step_kind::deferred)
-        s += "  [runs in an epilogue step]";
+      if (layout.step[i] == step_kind::deferred && fused)
+        s += "  [fused " + std::to_string(fused + 1) + " ops, evaluated in its reader's step]";
+      else if (layout.step[i] == step_kind::deferred)
+        s += "  [runs in its reader's step]";
+      else if (layout.step[i] == step_kind::prologue)
+        s += "  [reads %" + std::to_string(layout.source[i]) + "'s fused loop]";
       else if (layout.step[i] == step_kind::epilogue)
         s += std::string("  [epilogue of %") + std::to_string(layout.producer[i]) +
              (layout.relu[i] ? ": bias_add, relu]" : ": bias_add]");

@@ -80,6 +80,7 @@ template <class Reducer, bool Keep, std::int64_t... Axes>
 struct reduce {
   static constexpr node_kind kind = node_kind::reduction;
   static constexpr std::string_view name = Reducer::name;
+  static constexpr bool reads_fused_input = true; // see graph/node.hpp
   using reducer = Reducer;
   static constexpr bool keep = Keep;
 

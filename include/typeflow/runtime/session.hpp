@@ -476,6 +476,10 @@ private:
   requires(P::layout.step[I] == graph::step_kind::epilogue) struct region_of<P, I, false> {
     using type = typename P::template epilogue<I>*;
   };
+  template <class P, std::size_t I>
+  requires(P::layout.step[I] == graph::step_kind::prologue) struct region_of<P, I, false> {
+    using type = typename P::template prologue<I>*;
+  };
 
   using step_fn = void (session::*)(value*, name_fn);
 
@@ -798,6 +802,14 @@ private:
         static_assert(D::is_cpu, "epilogues are folded on the CPU only");
         cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
         cpu_backend::epilogue_kernel<I>(ctx, vals, region);
+        note_step(I, name);
+      } else if constexpr (K == step_kind::prologue) {
+        static_assert(D::is_cpu, "prologues are folded on the CPU only");
+        static_assert(cpu_backend::has_prologue_kernel<I, Op, T, Region, Refs...>,
+                      "a reduction that reads_fused_input needs a CPU kernel taking a prologue");
+        cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
+        cpu_backend::kernel<I>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals,
+                               Region{}, static_cast<Refs*>(nullptr)...);
         note_step(I, name);
       } else if constexpr (K == step_kind::kernel) {
         if constexpr (D::is_cpu && !cpu_backend::has_kernel<I, Op, T, Region, Refs...>) {

@@ -213,15 +213,8 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
       for (std::int64_t b = b0; b < b1; ++b) {
         const std::int64_t row = b / blocks_per_row, j0 = (b % blocks_per_row) * block;
         const std::int64_t len = std::min(block, inner_n - j0);
-        std::array<std::int64_t, n_in> off{};
-        std::int64_t r = row;
-        for (std::size_t gi = geo.groups > 0 ? geo.groups - 1 : 0; gi-- > 0;) {
-          const std::int64_t idx = r % geo.dims[gi];
-          r /= geo.dims[gi];
-          for (std::size_t k = 0; k < n_in; ++k)
-            off[k] += idx * geo.strides[k][gi];
-        }
-        auto ptrs = make_ptrs(in, off, geo, j0, len, splat, std::index_sequence_for<Ins...>{});
+        auto ptrs = make_ptrs(in, row_offsets(geo, row), geo, j0, len, splat,
+                              std::index_sequence_for<Ins...>{});
         inner(out + row * inner_n + j0, len, ptrs, stream, std::index_sequence_for<Ins...>{});
       }
 #if defined(TYPEFLOW_HAS_XSIMD)
@@ -233,7 +226,39 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
     pool.parallel_for(n_blocks, grain, body);
   }
 
+  /// Elements [begin, end) of the root, in the row-major order of `od`, into out[0, end - begin)
+  /// on the calling thread (a reduction reading the region in pieces: graph::prologue). Each
+  /// element gets the same arithmetic as in run().
+  static void run_range(out_t* out, const backend::rt_dims& od,
+                        const std::array<const backend::rt_value*, n_in>& in,
+                        const backend::loop_geometry<n_in>& geo, std::int64_t begin,
+                        std::int64_t end) {
+    (void)od;
+    const std::int64_t inner_n = geo.groups ? geo.dims[geo.groups - 1] : 1;
+    std::tuple<std::array<Ins, block>...> splat;
+    for (std::int64_t i = begin; i < end;) {
+      const std::int64_t row = i / inner_n, j0 = i % inner_n;
+      const std::int64_t len = std::min({block, inner_n - j0, end - i});
+      auto ptrs = make_ptrs(in, row_offsets(geo, row), geo, j0, len, splat,
+                            std::index_sequence_for<Ins...>{});
+      inner(out + (i - begin), len, ptrs, false, std::index_sequence_for<Ins...>{});
+      i += len;
+    }
+  }
+
 private:
+  /// Each input's offset at the start of row `row` (every axis but the innermost).
+  static std::array<std::int64_t, n_in> row_offsets(const backend::loop_geometry<n_in>& geo,
+                                                    std::int64_t row) {
+    std::array<std::int64_t, n_in> off{};
+    for (std::size_t gi = geo.groups > 0 ? geo.groups - 1 : 0; gi-- > 0;) {
+      const std::int64_t idx = row % geo.dims[gi];
+      row /= geo.dims[gi];
+      for (std::size_t k = 0; k < n_in; ++k)
+        off[k] += idx * geo.strides[k][gi];
+    }
+    return off;
+  }
   template <class Splat, std::size_t... K>
   static std::tuple<const Ins*...>
   make_ptrs(const std::array<const backend::rt_value*, n_in>& in,

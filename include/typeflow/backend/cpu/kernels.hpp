@@ -22,6 +22,14 @@ concept has_kernel = requires(context& c, value* v) {
             static_cast<Region*>(nullptr), static_cast<Refs*>(nullptr)...);
 };
 
+/// Whether the CPU backend has a kernel for op Op reading its input region through prologue
+/// Pro (graph::prologue).
+template <std::size_t I, class Op, class T, class Pro, class... Refs>
+concept has_prologue_kernel = requires(context& c, value* v, const Pro& p) {
+  kernel<I>(c, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), v, p,
+            static_cast<Refs*>(nullptr)...);
+};
+
 /// Whether the CPU backend folds epilogue E (graph::epilogue) into the kernel of op Op itself.
 /// Such a kernel returns whether it did (false: it left everything to the fallback below).
 template <std::size_t I, class Op, class T, class E, class... Refs>

@@ -128,10 +128,27 @@ struct reduce_geometry {
 };
 } // namespace detail
 
-/// out = reduce(in) over the axes in `mask` (already validated by the op's rule).
-template <class R, class T, class Out, std::size_t Rank>
-void reduce(thread_pool& pool, const T* in, const backend::rt_dims& in_dims,
-            const std::array<bool, Rank>& mask, Out* out) {
+namespace detail {
+/// A reduction's input in memory, read in place.
+template <class T>
+struct buffer_input {
+  using value_type = T;
+  static constexpr bool in_memory = true;
+  const T* p;
+  const T* piece(std::int64_t off, std::int64_t, T*) const { return p + off; }
+};
+} // namespace detail
+
+/// out = reduce(input) over the axes in `mask` (already validated by the op's rule). `input` is
+/// a detail::buffer_input, or a source of pieces that is not in memory (`in_memory` false):
+/// `piece(offset, n, scratch)` writes elements [offset, offset + n) of the row-major input into
+/// scratch and returns it, and `materialize()` returns a pointer to all of it (for the
+/// patterns that read across rows). A contiguous reduction (over trailing axes) reads such a
+/// source in the pieces it reduces, with the same arithmetic as from memory.
+template <class R, class Input, class Out, std::size_t Rank>
+void reduce_from(thread_pool& pool, const Input& input, const backend::rt_dims& in_dims,
+                 const std::array<bool, Rank>& mask, Out* out) {
+  using T = typename Input::value_type;
   using acc_t = detail::accum_t<T>;
   const detail::reduce_geometry g(in_dims, mask);
   constexpr bool is_mean = std::is_same_v<R, ops::reducers::mean>;
@@ -180,6 +197,18 @@ void reduce(thread_pool& pool, const T* in, const backend::rt_dims& in_dims,
     }
   }
 
+  if constexpr (!Input::in_memory) {
+    if (is_argmax || !simple || k2 != 1) {
+      const auto all = input.materialize();
+      reduce_from<R>(pool, detail::buffer_input<T>{static_cast<const T*>(all.get())}, in_dims, mask,
+                     out);
+      return;
+    }
+  }
+  [[maybe_unused]] const T* in = nullptr;
+  if constexpr (Input::in_memory)
+    in = input.p;
+
   if constexpr (is_argmax) {
     // argmax has one axis, so the pattern is always simple.
     const std::int64_t tiles = k1 * ((k2 + 255) / 256);
@@ -208,18 +237,26 @@ void reduce(thread_pool& pool, const T* in, const backend::rt_dims& in_dims,
       // Contiguous inner reduction, chunked so long rows split across threads.
       constexpr std::int64_t chunk = 1 << 16;
       const std::int64_t per_row = (rn + chunk - 1) / chunk;
+      // Scratch for a source that is not in memory: one piece per task.
+      const auto scratch = [&](std::int64_t n) {
+        return std::vector<T>(Input::in_memory ? 0 : static_cast<std::size_t>(n));
+      };
       if (per_row == 1) {
-        pool.parallel_for(k1, std::max<std::int64_t>(1, chunk / rn),
-                          [&](std::int64_t a, std::int64_t b) {
-                            for (std::int64_t o = a; o < b; ++o)
-                              out[o] = finish(detail::reduce_contiguous<base_r>(in + o * rn, rn));
-                          });
+        pool.parallel_for(
+            k1, std::max<std::int64_t>(1, chunk / rn), [&](std::int64_t a, std::int64_t b) {
+              auto buf = scratch(rn);
+              for (std::int64_t o = a; o < b; ++o)
+                out[o] = finish(
+                    detail::reduce_contiguous<base_r>(input.piece(o * rn, rn, buf.data()), rn));
+            });
       } else {
         std::vector<acc_t> part(static_cast<std::size_t>(k1 * per_row));
         pool.parallel_for(k1 * per_row, 1, [&](std::int64_t a, std::int64_t b) {
+          auto buf = scratch(chunk);
           for (std::int64_t t = a; t < b; ++t) {
             const std::int64_t o = t / per_row, c = (t % per_row) * chunk;
-            part[t] = detail::reduce_contiguous<base_r>(in + o * rn + c, std::min(chunk, rn - c));
+            const std::int64_t n = std::min(chunk, rn - c);
+            part[t] = detail::reduce_contiguous<base_r>(input.piece(o * rn + c, n, buf.data()), n);
           }
         });
         for (std::int64_t o = 0; o < k1; ++o) {
@@ -319,6 +356,13 @@ void reduce(thread_pool& pool, const T* in, const backend::rt_dims& in_dims,
       }
     });
   }
+}
+
+/// out = reduce(in) over the axes in `mask`, `in` in memory.
+template <class R, class T, class Out, std::size_t Rank>
+void reduce(thread_pool& pool, const T* in, const backend::rt_dims& in_dims,
+            const std::array<bool, Rank>& mask, Out* out) {
+  reduce_from<R>(pool, detail::buffer_input<T>{in}, in_dims, mask, out);
 }
 
 } // namespace typeflow::cpu_backend
