@@ -2,6 +2,9 @@
 // lives in the type system. Include this one header.
 #pragma once
 
+// First, so that a compile-time model error (core/fixed_string.hpp) names one include line.
+#include "core/fixed_string.hpp"
+
 #include "autodiff/fold.hpp"
 #include "autodiff/grad.hpp"
 #include "autodiff/gradcheck.hpp"

@@ -1,7 +1,8 @@
 # compile_fail.cmake - driver for typeflow's negative ("must not compile") tests.
 #
 #   cmake -DCXX=<c++ compiler> -DFLAGS_FILE=<file with one compiler argument per line>
-#         -DSOURCE=<test/compile_fail/x.cpp> -DMODE=<fail|control> -P compile_fail.cmake
+#         -DSOURCE=<test/compile_fail/x.cpp> -DMODE=<fail|control>
+#         [-DEXTRA_FLAGS="<more flags>"] [-DMAX_LINES=<n, default 10>] -P compile_fail.cmake
 #
 # The first line of SOURCE must be
 #     // expect: <CMake regex>
@@ -75,6 +76,13 @@ endif()
 set(ENV{LC_ALL} C)
 set(ENV{LANG} C)
 set(ENV{GCC_COLORS} "")
+if(DEFINED EXTRA_FLAGS AND NOT EXTRA_FLAGS STREQUAL "")
+  separate_arguments(_more UNIX_COMMAND "${EXTRA_FLAGS}")
+  list(APPEND _extra ${_more})
+endif()
+if(NOT DEFINED MAX_LINES)
+  set(MAX_LINES 10)
+endif()
 execute_process(
   COMMAND "${CXX}" ${_flags} ${_extra} -fdiagnostics-color=never "${SOURCE}"
   RESULT_VARIABLE _rc
@@ -95,14 +103,22 @@ if(MODE STREQUAL "control")
 endif()
 
 # MODE=fail -- remember: FATAL_ERROR here means "test PASSED" (see header).
-if(NOT _rc EQUAL 0 AND _out MATCHES "${_expect}")
-  message(FATAL_ERROR "failed as expected: ${SOURCE}\n  matched regex: ${_expect}")
+# The regex must match the FIRST line that says "error:", and the whole output must have at most
+# MAX_LINES lines: a diagnostic that fits on a screen and starts with what is wrong.
+string(REGEX MATCH "[^\n]*error: [^\n]*" _first_error "${_out}")
+string(REGEX MATCHALL "\n" _newlines "${_out}")
+list(LENGTH _newlines _lines)
+if(NOT _rc EQUAL 0 AND _first_error MATCHES "${_expect}" AND _lines LESS_EQUAL MAX_LINES)
+  message(FATAL_ERROR "failed as expected: ${SOURCE}\n  first error matched: ${_expect}\n"
+                      "  ${_lines} lines (at most ${MAX_LINES})")
 endif()
 
 if(_rc EQUAL 0)
   message("UNEXPECTED: ${SOURCE} compiled successfully, but it must fail with an error matching:\n  ${_expect}")
+elseif(NOT _first_error MATCHES "${_expect}")
+  message("UNEXPECTED: ${SOURCE} failed to compile (exit ${_rc}), but its first error does not match the regex:\n  ${_expect}\nfirst error: ${_first_error}")
 else()
-  message("UNEXPECTED: ${SOURCE} failed to compile (exit ${_rc}), but the output does not match the regex:\n  ${_expect}")
+  message("UNEXPECTED: ${SOURCE}: the diagnostic has ${_lines} lines, more than ${MAX_LINES}")
 endif()
 message("command: ${_cmdline}\n--- compiler output ---\n${_out}--- end of compiler output ---")
 # exit 0 -> WILL_FAIL -> FAILED

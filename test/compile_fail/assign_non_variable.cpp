@@ -1,4 +1,4 @@
-// expect: "assign: the target must be a variable: float32, float32"
+// expect: assign: the target must be a variable: float32, float32
 // assign's target is a placeholder, not a variable.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "assign_add: value shape does not match the variable: \[3,2\] x \[2,3\]"
+// expect: assign_add: value shape does not match the variable: \[3,2\] x \[2,3\]
 // assign_add of a [2,3] delta to a [3,2] variable.
 #include <typeflow/typeflow.hpp>
 

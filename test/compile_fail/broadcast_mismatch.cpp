@@ -1,4 +1,4 @@
-// expect: "add: shapes are not broadcastable: \[3,4\] x \[5\]"
+// expect: add: shapes are not broadcastable: \[3,4\] x \[5\]
 // add of [3,4] and [5]: the trailing extents 4 and 5 cannot be broadcast.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "broadcast_to: shape cannot be broadcast: \[3\] to \[4,2\]"
+// expect: broadcast_to: shape cannot be broadcast: \[3\] to \[4,2\]
 // broadcast_to<[4,2]> of a [3] tensor.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "concat: extents differ off the concatenation axis: \[\?,3\] x \[2,4\] \(axis 0\)"
+// expect: concat: extents differ off the concatenation axis: \[\?,3\] x \[2,4\] \(axis 0\)
 // concat along axis 0 needs equal extents on axis 1: 3 and 4 differ.
 #include <typeflow/typeflow.hpp>
 

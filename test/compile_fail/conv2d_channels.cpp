@@ -1,4 +1,4 @@
-// expect: "conv2d: input channels differ from the filter.*\[\?,28,28,3\] x \[5,5,1,32\] \(SAME
+// expect: conv2d: input channels differ from the filter.*\[\?,28,28,3\] x \[5,5,1,32\] \(SAME
 // The filter expects 1 input channel, the images have 3.
 #include <typeflow/typeflow.hpp>
 

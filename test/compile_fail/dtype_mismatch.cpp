@@ -1,4 +1,4 @@
-// expect: "add: operand dtypes differ: float32, float64"
+// expect: add: operand dtypes differ: float32, float64
 // float + double: no implicit promotion between strongly typed tensors.
 #include <typeflow/typeflow.hpp>
 

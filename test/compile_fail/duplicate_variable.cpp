@@ -1,4 +1,4 @@
-// expect: "variable \\?"W\\?" is declared twice with different dtype, shape or initializer"
+// expect: variable \\?"W\\?" is declared twice with different dtype, shape or initializer
 // Two variables named "W" with shapes [3,2] and [2,3] in one run.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "exp: requires a floating-point dtype: int32"
+// expect: exp: requires a floating-point dtype: int32
 // exp is defined on floating-point tensors only.
 #include <cstdint>
 #include <typeflow/typeflow.hpp>

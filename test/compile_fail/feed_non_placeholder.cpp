@@ -1,4 +1,4 @@
-// expect: static assertion failed: feed: only placeholders can be fed
+// expect: feed: only placeholders can be fed, not W \[1,3\]
 // A variable is not fed; write it with session::write.
 #include <typeflow/typeflow.hpp>
 

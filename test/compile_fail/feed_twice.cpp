@@ -1,4 +1,4 @@
-// expect: "feed: placeholder \\?"x\\?" is fed twice"
+// expect: feed: placeholder \\?"x\\?" is fed twice
 // x is fed twice in one run.
 #include <typeflow/typeflow.hpp>
 

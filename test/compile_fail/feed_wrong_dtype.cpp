@@ -1,4 +1,4 @@
-// expect: "feed: placeholder \\?"x\\?" has dtype float32, fed float64"
+// expect: feed: placeholder \\?"x\\?" has dtype float32, fed float64
 // A tensor<double> fed to a float placeholder.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "find_variable: no variable .*fc/weight.* in this graph"
+// expect: find_variable: no variable .*fc/weight.* in this graph
 // The layer's variable is "fc/weights" (plural).
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: session: no backend for this device: the CUDA backend comes with typeflow/typeflow.hpp in
+// expect: session: op w is placed on GPU:0, which has no backend here
 // a translation unit compiled by nvcc A session placing ops on a GPU in a translation unit that g++
 // compiles: placement is the same as under nvcc (matmul has a GPU kernel), and running it needs the
 // CUDA backend, which only nvcc compiles. (Before, such a plan silently ran everything on the CPU

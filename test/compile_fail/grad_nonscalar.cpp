@@ -1,4 +1,4 @@
-// expect: grad: y is not a scalar; pass its upstream gradient: grad\(y, x\.\.\., seed\)
+// expect: grad: y is not a scalar: \[3\]; pass its upstream gradient: grad\(y, x\.\.\., seed\)
 // A vector-Jacobian product needs the upstream gradient of a non-scalar y.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "grad: cannot differentiate with respect to \\?"labels\\?" of dtype int32"
+// expect: grad: cannot differentiate with respect to \\?"labels\\?" of dtype int32
 // Gradients exist only with respect to floating-point tensors.
 #include <cstdint>
 #include <typeflow/typeflow.hpp>

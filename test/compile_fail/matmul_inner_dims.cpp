@@ -1,4 +1,4 @@
-// expect: "matmul: inner dimensions differ: \[\?,784\] x \[100,10\]"
+// expect: matmul: inner dimensions differ: \[\?,784\] x \[100,10\]
 // matmul of [?,784] by [100,10]: the inner extents 784 and 100 differ.
 #include <typeflow/typeflow.hpp>
 

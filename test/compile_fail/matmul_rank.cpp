@@ -1,4 +1,4 @@
-// expect: "matmul: operands must have rank 2 or more: \[3\] x \[3,2\]"
+// expect: matmul: operands must have rank 2 or more: \[3\] x \[3,2\]
 // matmul of a vector: both operands need rank 2 or more.
 #include <typeflow/typeflow.hpp>
 

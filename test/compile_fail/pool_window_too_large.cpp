@@ -1,4 +1,4 @@
-// expect: "max_pool: window larger than the input with VALID padding: \[\?,2,2,8\] \(VALID
+// expect: max_pool: window larger than the input with VALID padding: \[\?,2,2,8\] \(VALID
 // A 3x3 VALID window does not fit a 2x2 input.
 #include <typeflow/typeflow.hpp>
 

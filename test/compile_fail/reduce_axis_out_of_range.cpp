@@ -1,4 +1,4 @@
-// expect: "sum: axis out of range: \[\?,4\] \(axes 2\)"
+// expect: sum: axis out of range: \[\?,4\] \(axes 2\)
 // sum over axis 2 of a rank-2 tensor.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "replicate: placeholder \\?"x\\?" has a dyn extent that is not its first
+// expect: replicate: placeholder \\?"x\\?" has a dyn extent that is not its first
 // Towers split every fed batch along its first axis: a placeholder whose dyn extent is a later
 // axis cannot be split.
 #include <typeflow/typeflow.hpp>

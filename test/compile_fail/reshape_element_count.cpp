@@ -1,4 +1,4 @@
-// expect: "reshape: element counts differ: \[3,4\] into \[5,2\]"
+// expect: reshape: element counts differ: \[3,4\] into \[5,2\]
 // reshape of 12 elements into 10.
 #include <typeflow/typeflow.hpp>
 

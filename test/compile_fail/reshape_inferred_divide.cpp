@@ -1,4 +1,4 @@
-// expect: "reshape: element count does not divide: \[3,4\] into \[-1,5\]"
+// expect: reshape: element count does not divide: \[3,4\] into \[-1,5\]
 // reshape<-1, 5> of 12 elements: 12 is not a multiple of 5.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "slice: slice out of bounds: \[3,4\] \(begin 1 0, size 3 -1\)"
+// expect: slice: slice out of bounds: \[3,4\] \(begin 1 0, size 3 -1\)
 // rows 1..3 of a 3-row tensor: one past the end.
 #include <typeflow/typeflow.hpp>
 

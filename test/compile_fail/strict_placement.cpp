@@ -1,4 +1,4 @@
-// expect: "placement: op probe has no kernel on device GPU:0 and soft placement is off
+// expect: placement: op probe has no kernel on device GPU:0 and soft placement is off
 // A strict policy turns soft placement off: a probe (host only) has no GPU kernel.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "transpose: not a permutation: \[2,3,4\] \(perm 0 2 2\)"
+// expect: transpose: not a permutation: \[2,3,4\] \(perm 0 2 2\)
 // transpose<0, 2, 2>: axis 2 twice, axis 1 missing.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "run: placeholder \\?"x\\?" is needed by the fetches but not fed"
+// expect: run: placeholder \\?"x\\?" is needed by the fetches but not fed
 // The fetch needs x but only y is fed.
 #include <typeflow/typeflow.hpp>
 

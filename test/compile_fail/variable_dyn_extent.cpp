@@ -1,4 +1,4 @@
-// expect: static assertion failed: variable: every extent of a variable must be static
+// expect: variable \\?"v\\?": every extent of a variable must be static: \[\?,3\]
 // A variable's storage is allocated once: no dyn extents.
 #include <typeflow/typeflow.hpp>
 

@@ -1,4 +1,4 @@
-// expect: "where: condition must be bool: float32, float32, float32"
+// expect: where: condition must be bool: float32, float32, float32
 // where's condition must be a bool tensor.
 #include <typeflow/typeflow.hpp>
 

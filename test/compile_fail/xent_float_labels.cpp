@@ -1,4 +1,4 @@
-// expect: "sparse_softmax_cross_entropy_with_logits: labels need dtype int32 or int64: float32
+// expect: sparse_softmax_cross_entropy_with_logits: labels need dtype int32 or int64: float32
 // Sparse labels are class indices, not floats.
 #include <typeflow/typeflow.hpp>
 

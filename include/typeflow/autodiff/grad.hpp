@@ -168,7 +168,7 @@ struct backprop {
   requires(!std::is_same_v<G, zero_t>) struct contribution<expr<Op, Cs...>, S, G> {
     static consteval auto apply() {
       if constexpr (!has_rule<Op>) {
-        fail<no_rule_message<Op>>();
+        using invalid [[maybe_unused]] = reject<no_rule_message<Op>>;
         return zero_t{};
       } else {
         return grad_rule<Op>::template vjp<S>(expr<Op, Cs...>{}, G{}, Cs{}...);
@@ -229,7 +229,7 @@ consteval auto grad_impl(Y, Seed, Xs... xs) {
     (
         [] {
           if constexpr (!is_floating<typename Xs::value_type>)
-            fail<grad_wrt_message<Xs>>();
+            using invalid [[maybe_unused]] = reject<grad_wrt_message<Xs>>;
         }(),
         ...);
     return invalid_expr{};
@@ -262,6 +262,27 @@ struct last_of {
 };
 } // namespace detail
 
+namespace detail {
+/// grad of a non-scalar y without an upstream gradient (G void), or with one of another shape.
+template <class Y, class G>
+struct grad_seed_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    if constexpr (std::is_void_v<G>) {
+      b << std::string_view("grad: y is not a scalar: ");
+      append_dims(b, Y::shape_type::dims);
+      b << std::string_view("; pass its upstream gradient: grad(y, x..., seed)");
+    } else {
+      b << std::string_view("grad: the seed's shape differs from y's: ");
+      append_dims(b, G::shape_type::dims);
+      b << std::string_view(" for ");
+      append_dims(b, Y::shape_type::dims);
+    }
+    return b;
+  }
+};
+} // namespace detail
+
 /// grad(y, x1, x2, ...) for a scalar y; grad(y, x1, ..., g) for a non-scalar y with upstream g
 /// (a vector-Jacobian product; `seed(g)` marks it explicitly, also for a scalar y). One x gives
 /// an expression, several give ty::gradients (structured bindings, ty::get, ty::apply).
@@ -270,17 +291,21 @@ consteval auto grad(Y y, Args... args) {
   static_assert(sizeof...(Args) >= 1, "grad: name at least one expression to differentiate by");
   using Last = typename detail::last_of<Args...>::type;
   constexpr bool wrapped = detail::is_seed<Last>::value;
-  if constexpr (wrapped || Y::shape_type::rank > 0) {
-    static_assert(sizeof...(Args) >= 2,
-                  "grad: y is not a scalar; pass its upstream gradient: grad(y, x..., seed)");
+  if constexpr ((wrapped || Y::shape_type::rank > 0) && sizeof...(Args) < 2) {
+    using invalid [[maybe_unused]] = detail::reject<detail::grad_seed_message<Y, void>>;
+    return invalid_expr{};
+  } else if constexpr (wrapped || Y::shape_type::rank > 0) {
     using G = typename detail::seed_type<Last>::type;
-    static_assert(std::is_same_v<typename G::shape_type, typename Y::shape_type>,
-                  "grad: the seed must have the shape of y");
-    auto all = std::tuple{args...};
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return detail::grad_impl(y, G{}, std::get<I>(all)...);
+    if constexpr (!std::is_same_v<typename G::shape_type, typename Y::shape_type>) {
+      using invalid [[maybe_unused]] = detail::reject<detail::grad_seed_message<Y, G>>;
+      return invalid_expr{};
+    } else {
+      auto all = std::tuple{args...};
+      return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return detail::grad_impl(y, G{}, std::get<I>(all)...);
+      }
+      (std::make_index_sequence<sizeof...(Args) - 1>{});
     }
-    (std::make_index_sequence<sizeof...(Args) - 1>{});
   } else {
     static_assert(is_floating<typename Y::value_type>, "grad: y must be floating-point");
     return detail::grad_impl(y, full<1, typename Y::value_type, shape<>>, args...);

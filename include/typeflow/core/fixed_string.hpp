@@ -43,7 +43,7 @@ constexpr fixed_string<N + M> operator+(const fixed_string<N>& a, const fixed_st
 /// cannot spell a class-type template argument outside a template).
 template <char... C>
 struct static_name {
-  static constexpr char chars[] = {C..., '\0'};
+  static constexpr char chars[sizeof...(C) + 1] = {C..., '\0'};
   static constexpr fixed_string<sizeof...(C)> value{chars};
   static constexpr std::string_view view() { return {chars, sizeof...(C)}; }
 };
@@ -102,20 +102,49 @@ constexpr fixed_string<N> shrink(const msg_buf& b) {
 
 } // namespace detail
 
-/// Instantiated only to fail: the compiler prints Msg (op name and shapes) in the
-/// "In instantiation of 'struct typeflow::compile_error<...>'" line right above the assertion.
+/// A model the library rejects at compile time. Its message (the op, the problem and the
+/// shapes) is the template argument, so that the compiler's first error line spells it:
+///   error: no type named 'see_message' in 'struct typeflow::invalid_model<
+///          typeflow::fixed_string<51>{"matmul: inner dimensions differ: [?,784] x [100,10]"}>'
+/// Compilers with computed static_assert messages (C++26, P2741R3: clang 17+ or g++ 14+ with
+/// -std=c++2c) print the message as the assertion's instead.
 template <fixed_string Msg>
-struct compile_error {
-  static_assert(Msg.size() == 0,
-                "typeflow: invalid model; the message is the argument of compile_error above");
-};
+struct invalid_model {};
 
 namespace detail {
+/// The message a builder (a type with `static constexpr msg_buf message()`) makes.
 template <class Builder>
-constexpr void fail() {
+inline constexpr auto message_of = [] {
   constexpr msg_buf b = Builder::message();
-  [[maybe_unused]] compile_error<shrink<b.n>(b)> e;
-}
+  return shrink<b.n>(b);
+}();
+template <class...>
+inline constexpr bool always_false = false;
+
+/// Rejects the model with Builder's message where the misuse is found:
+///   using invalid = detail::reject<detail::shape_message<Op, Cs...>>;
+/// (an alias, so that the diagnostic has no extra instantiation frame).
+#if defined(__cpp_static_assert) && __cpp_static_assert >= 202306L
+template <class Builder>
+struct rejected {
+  static_assert(false, message_of<Builder>.view());
+  using type = void;
+};
+template <class Builder>
+using reject = typename rejected<Builder>::type;
+#else
+template <class Builder>
+using reject = typename invalid_model<message_of<Builder>>::see_message;
+#endif
+/// reject_unless<Ok, Builder>::type: void when Ok, else the rejection (for class scopes).
+template <bool Ok, class Builder>
+struct reject_unless {
+  using type = void;
+};
+template <class Builder>
+struct reject_unless<false, Builder> {
+  using type = reject<Builder>;
+};
 } // namespace detail
 
 } // namespace typeflow

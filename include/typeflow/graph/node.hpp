@@ -238,10 +238,10 @@ consteval auto make_node() {
                                               "ops/contract.hpp)");
     return invalid_expr{};
   } else if constexpr (!Op::template dtype_error<detail::info_of<Cs>...>().empty()) {
-    detail::fail<detail::dtype_message<Op, Cs...>>();
+    using invalid [[maybe_unused]] = detail::reject<detail::dtype_message<Op, Cs...>>;
     return invalid_expr{};
   } else if constexpr (!Op::rule(Cs::shape_type::dims...).ok()) {
-    detail::fail<detail::shape_message<Op, Cs...>>();
+    using invalid [[maybe_unused]] = detail::reject<detail::shape_message<Op, Cs...>>;
     return invalid_expr{};
   } else if constexpr (detail::foldable<Op, Cs...>) {
     // Literals only (`constant<1> - constant<0.9>`): the literal of the value, computed here.

@@ -154,8 +154,16 @@ private:
   template <class L>
   struct edge_count;
   template <class... Ns>
-  struct edge_count<type_list<Ns...>>
-      : std::integral_constant<std::size_t, (std::size_t{0} + ... + detail::arity<Ns>::value)> {};
+  struct edge_count<type_list<Ns...>> {
+    // A loop, not a fold: clang limits a fold expression to 256 operands (-fbracket-depth).
+    static constexpr std::size_t value = [] {
+      const std::size_t arity[] = {detail::arity<Ns>::value..., 0};
+      std::size_t n = 0;
+      for (std::size_t a : arity)
+        n += a;
+      return n;
+    }();
+  };
   static constexpr std::size_t n_edges = edge_count<nodes>::value;
 
   template <class N>

@@ -539,6 +539,7 @@ inline std::vector<st_tensor> read_file(const fs::path& file,
   struct entry {
     st_tensor t;
     std::uint64_t begin, end;
+    std::size_t order; ///< place in the header
   };
   std::vector<entry> entries;
   std::map<std::string, std::string> meta;
@@ -602,12 +603,17 @@ inline std::vector<st_tensor> read_file(const fs::path& file,
                            shape_string(t.shape));
     t.name = key;
     t.dtype = std::string(d->typeflow_name);
-    entries.push_back(entry{std::move(t), begin, end});
+    entries.push_back(entry{std::move(t), begin, end, entries.size()});
   }
 
   // The tensors must tile the data exactly: no gaps, no overlaps, nothing after the last one.
-  std::stable_sort(entries.begin(), entries.end(), [](const entry& a, const entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  // Tensors at one place (zero-size ones) stay in header order. (std::sort with the header
+  // order as the last key: libstdc++'s stable_sort uses get_temporary_buffer, which clang
+  // warns about as deprecated in C++26 mode.)
+  std::sort(entries.begin(), entries.end(), [](const entry& a, const entry& b) {
+    if (a.begin != b.begin)
+      return a.begin < b.begin;
+    return a.end != b.end ? a.end < b.end : a.order < b.order;
   });
   std::uint64_t expected = 0;
   for (std::size_t i = 0; i < entries.size(); ++i) {

@@ -85,7 +85,7 @@ consteval auto find_variable(E) {
   }
   (std::make_index_sequence<P::size>{});
   if constexpr (at == P::size) {
-    detail::fail<detail::no_variable_message<Name>>();
+    using invalid [[maybe_unused]] = detail::reject<detail::no_variable_message<Name>>;
     return invalid_expr{};
   } else {
     return typename P::template node<at>{};

@@ -138,6 +138,19 @@ struct truncated_normal_bits {
 template <auto Stddev, auto Mean = 0.0>
 using truncated_normal = truncated_normal_bits<detail::bits<Stddev>, detail::bits<Mean>>;
 
+namespace detail {
+template <class Name, class Shape>
+struct dyn_variable_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("variable \"") << Name::view()
+      << std::string_view("\": every extent of a variable must be static: ");
+    append_dims(b, Shape::dims);
+    return b;
+  }
+};
+} // namespace detail
+
 namespace ops {
 
 /// Name is a static_name (see name_t).
@@ -150,7 +163,8 @@ struct placeholder : detail::leaf_base<T, Shape> {
 
 template <class Name, dtype T, class Shape, class Init>
 struct variable : detail::leaf_base<T, Shape> {
-  static_assert(is_static(Shape::dims), "variable: every extent of a variable must be static");
+  using extents_checked [[maybe_unused]] = typename typeflow::detail::reject_unless<
+      is_static(Shape::dims), typeflow::detail::dyn_variable_message<Name, Shape>>::type;
   static constexpr leaf_kind leaf = leaf_kind::variable;
   static constexpr std::string_view name = Name::view();
   using initializer = Init;

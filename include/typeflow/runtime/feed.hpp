@@ -39,11 +39,25 @@ struct feed_dtype_message {
   }
 };
 
+template <class P>
+struct not_placeholder_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("feed: only placeholders can be fed, not ") << P::op::name
+      << std::string_view(" ");
+    append_dims(b, P::shape_type::dims);
+    b << std::string_view(" (a variable is set with session::write)");
+    return b;
+  }
+};
+
 template <class P, class U>
 feed_t<P> make_feed(const U* data, const std::vector<std::int64_t>& dims) {
-  static_assert(is_placeholder<P>, "feed: only placeholders can be fed");
-  if constexpr (!std::is_same_v<U, typename P::value_type>) {
-    fail<feed_dtype_message<P, U>>();
+  if constexpr (!is_placeholder<P>) {
+    using invalid [[maybe_unused]] = reject<not_placeholder_message<P>>;
+    return {};
+  } else if constexpr (!std::is_same_v<U, typename P::value_type>) {
+    using invalid [[maybe_unused]] = reject<feed_dtype_message<P, U>>;
     return {};
   } else {
     if (dims.size() > max_rank)

@@ -171,7 +171,7 @@ private:
       return false;
     }();
     if constexpr (later_dyn)
-      detail::fail<detail::batch_axis_message<Ph>>();
+      using invalid [[maybe_unused]] = detail::reject<detail::batch_axis_message<Ph>>;
   }
   template <class Feed>
   static std::int64_t batch_of(const Feed& f) {

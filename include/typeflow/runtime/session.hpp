@@ -107,6 +107,52 @@ struct no_cpu_kernel_message {
   }
 };
 
+template <class Op, class D>
+struct no_backend_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("session: op ") << Op::name << std::string_view(" is placed on GPU:")
+      << static_cast<std::int64_t>(D::index)
+      << std::string_view(", which has no backend here: the CUDA backend comes with "
+                          "typeflow/typeflow.hpp in a translation unit compiled by nvcc");
+    return b;
+  }
+};
+
+/// What the session checks of each step before instantiating it: a GPU step needs a device
+/// backend, a CPU kernel step a CPU kernel, a fused CPU region a vector form for every op.
+template <std::size_t I, class D, class Flat, class Region>
+struct step_check {
+  static constexpr bool no_backend = false, no_cpu_kernel = false, no_vector_form = false;
+  using op = void;
+};
+template <class Region>
+struct region_vector_form {
+  static constexpr bool missing = false;
+  using op = void;
+};
+template <class Out, class Ins, class Members, class IdxSeq>
+struct region_vector_form<graph::flat_region<Out, Ins, Members, IdxSeq>> {
+  using fused = cpu_backend::fused_kernel<Out, Ins, Members>;
+  static constexpr bool missing = fused::lacks_a_vector_form;
+  using op = typename fused::op_without_vector_form;
+};
+template <class Region>
+struct region_vector_form<graph::prologue<Region>> : region_vector_form<Region> {};
+template <std::size_t I, class D, graph::step_kind K, class Op, class T, std::size_t R,
+          class... Refs, class Region>
+struct step_check<I, D, graph::flat_node<K, Op, T, R, Refs...>, Region*> {
+  static constexpr bool no_backend = !D::is_cpu && !has_device_backend<D>;
+  static constexpr bool no_cpu_kernel = [] {
+    if constexpr (D::is_cpu && K == graph::step_kind::kernel)
+      return !cpu_backend::has_kernel<I, Op, T, Region, Refs...>;
+    else
+      return false;
+  }();
+  static constexpr bool no_vector_form = D::is_cpu && region_vector_form<Region>::missing;
+  using op = std::conditional_t<no_vector_form, typename region_vector_form<Region>::op, Op>;
+};
+
 template <class V>
 struct duplicate_variable_message {
   static constexpr msg_buf message() {
@@ -147,19 +193,23 @@ public:
   template <class... F, class... Feeds>
   auto run(fetch_t<F...>, const Feeds&... feeds) {
     using P = graph::plan<type_list<F...>, Placement>;
-    check_plan<P, Feeds...>();
-    check_feeds(feeds...);
-    std::array<backend::rt_value, P::slots> vals;
-    begin_run<P>(vals.data(), feeds...);
-    if constexpr (graph_capturable<P>())
-      if (opts_.cuda_graphs && !opts_.trace)
-        return run_graph<P, F...>(vals.data());
-    run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
-    backend::end_steps(st_); // device-side checks (a bad label): throws before any commit
-    auto out = fetch_all<P, F...>(vals.data());
-    commit_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
-    backend::end_commits(st_);
-    return out;
+    if constexpr (plan_check<P, Feeds...>::problem != plan_problem::none) {
+      check_plan<P, Feeds...>();
+      return run_result<F...>{};
+    } else {
+      check_feeds(feeds...);
+      std::array<backend::rt_value, P::slots> vals;
+      begin_run<P>(vals.data(), feeds...);
+      if constexpr (graph_capturable<P>())
+        if (opts_.cuda_graphs && !opts_.trace)
+          return run_graph<P, F...>(vals.data());
+      run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
+      backend::end_steps(st_); // device-side checks (a bad label): throws before any commit
+      auto out = fetch_all<P, F...>(vals.data());
+      commit_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
+      backend::end_commits(st_);
+      return out;
+    }
   }
 
   /// (Re)initializes the variables reachable from `roots` from their initializers.
@@ -243,60 +293,6 @@ private:
     return true;
   }
 
-  // ---- compile-time checks of a run ---------------------------------------------------------
-
-  template <class P, class... Feeds>
-  static constexpr void check_plan() {
-    constexpr std::size_t unfed = [] {
-      std::array<bool, P::size> fed{};
-      auto mark = [&]<class Ph>(Ph*) {
-        if constexpr (P::template contains_c<Ph>::value)
-          fed[P::template index_c<Ph>::value] = true;
-      };
-      (mark(static_cast<typename Feeds::placeholder*>(nullptr)), ...);
-      (void)mark;
-      for (std::size_t i = 0; i < P::size; ++i)
-        if (P::fact.placeholder[i] && !fed[i])
-          return i;
-      return P::size;
-    }();
-    if constexpr (unfed < P::size)
-      detail::fail<detail::unfed_message<typename P::template node<unfed>>>();
-    (
-        [] {
-          if constexpr (feed_count<typename Feeds::placeholder, Feeds...>() > 1)
-            detail::fail<detail::fed_twice_message<typename Feeds::placeholder>>();
-        }(),
-        ...);
-    check_variables<P>(std::make_index_sequence<P::size>{});
-    if constexpr (P::placement.strict_violation != P::size &&
-                  P::placement.strict_violation != static_cast<std::size_t>(-1))
-      detail::fail<
-          detail::no_kernel_message<typename P::template node<P::placement.strict_violation>::op,
-                                    typename Placement::template device<typename P::template node<
-                                        P::placement.strict_violation>>>>();
-  }
-  template <class Ph, class... Feeds>
-  static constexpr std::size_t feed_count() {
-    return (std::size_t{0} + ... + std::is_same_v<typename Feeds::placeholder, Ph>);
-  }
-
-  template <class P, std::size_t... I>
-  static constexpr void check_variables(std::index_sequence<I...>) {
-    constexpr auto first_clash = [] {
-      std::array<std::string_view, P::size> names{};
-      std::array<bool, P::size> var{};
-      ((var[I] = is_variable_t<typename P::template node<I>>::value), ...);
-      ((names[I] = detail::variable_name<typename P::template node<I>::op>::value), ...);
-      for (std::size_t a = 0; a < P::size; ++a)
-        for (std::size_t b = a + 1; b < P::size && var[a]; ++b)
-          if (var[b] && names[a] == names[b])
-            return a;
-      return P::size;
-    }();
-    if constexpr (first_clash < P::size)
-      detail::fail<detail::duplicate_variable_message<typename P::template node<first_clash>>>();
-  }
   // ---- variables -------------------------------------------------------------------------
 
   template <class V>
@@ -481,6 +477,125 @@ private:
     using type = typename P::template prologue<I>*;
   };
 
+  // ---- compile-time checks of a run ---------------------------------------------------------
+
+  template <class Ph, class... Feeds>
+  static constexpr std::size_t feed_count() {
+    return (std::size_t{0} + ... + std::is_same_v<typename Feeds::placeholder, Ph>);
+  }
+  template <class P, std::size_t... I>
+  static constexpr std::size_t first_clash(std::index_sequence<I...>) {
+    // Arrays, not folds: clang limits a fold expression to 256 operands (-fbracket-depth).
+    const std::array<std::string_view, P::size> names{
+        detail::variable_name<typename P::template node<I>::op>::value...};
+    const std::array<bool, P::size> var{is_variable_t<typename P::template node<I>>::value...};
+    for (std::size_t a = 0; a < P::size; ++a)
+      for (std::size_t b = a + 1; b < P::size && var[a]; ++b)
+        if (var[b] && names[a] == names[b])
+          return a;
+    return P::size;
+  }
+  /// The first problem of running plan P with these feeds that the compiler can see.
+  enum class plan_problem {
+    none,
+    unfed,
+    fed_twice,
+    duplicate_variable,
+    strict_placement,
+    no_backend,
+    no_cpu_kernel,
+    no_vector_form
+  };
+  template <class P, class... Feeds>
+  struct plan_check {
+    static constexpr std::size_t unfed = [] {
+      std::array<bool, P::size> fed{};
+      auto mark = [&]<class Ph>(Ph*) {
+        if constexpr (P::template contains_c<Ph>::value)
+          fed[P::template index_c<Ph>::value] = true;
+      };
+      (mark(static_cast<typename Feeds::placeholder*>(nullptr)), ...);
+      (void)mark;
+      for (std::size_t i = 0; i < P::size; ++i)
+        if (P::fact.placeholder[i] && !fed[i])
+          return i;
+      return P::size;
+    }();
+    static constexpr bool fed_twice =
+        ((feed_count<typename Feeds::placeholder, Feeds...>() > 1) || ...);
+    static constexpr std::size_t clash = first_clash<P>(std::make_index_sequence<P::size>{});
+    static constexpr std::size_t strict = P::placement.strict_violation;
+    static constexpr bool strict_bad = strict != P::size && strict != static_cast<std::size_t>(-1);
+    template <std::size_t I>
+    using step = detail::step_check<I, typename P::template device<I>, typename P::template flat<I>,
+                                    typename region_of<P, I>::type>;
+    template <std::size_t... I>
+    static constexpr std::array<std::size_t, 3> first_steps(std::index_sequence<I...>) {
+      const bool backend[] = {step<I>::no_backend..., false};
+      const bool kernel[] = {step<I>::no_cpu_kernel..., false};
+      const bool vector[] = {step<I>::no_vector_form..., false};
+      std::array<std::size_t, 3> r{P::size, P::size, P::size};
+      for (std::size_t i = P::size; i-- > 0;) {
+        r[0] = backend[i] ? i : r[0];
+        r[1] = kernel[i] ? i : r[1];
+        r[2] = vector[i] ? i : r[2];
+      }
+      return r;
+    }
+    static constexpr std::array<std::size_t, 3> steps =
+        first_steps(std::make_index_sequence<P::size>{});
+    static constexpr plan_problem problem = unfed < P::size      ? plan_problem::unfed
+                                            : fed_twice          ? plan_problem::fed_twice
+                                            : clash < P::size    ? plan_problem::duplicate_variable
+                                            : strict_bad         ? plan_problem::strict_placement
+                                            : steps[0] < P::size ? plan_problem::no_backend
+                                            : steps[1] < P::size ? plan_problem::no_cpu_kernel
+                                            : steps[2] < P::size ? plan_problem::no_vector_form
+                                                                 : plan_problem::none;
+  };
+
+  /// Rejects a plan with a problem: one error, whose first line says what is wrong. The run
+  /// instantiates nothing else of such a plan (no cascade of errors below it).
+  template <class P, class... Feeds>
+  static constexpr void check_plan() {
+    using C = plan_check<P, Feeds...>;
+    if constexpr (C::problem == plan_problem::unfed) {
+      using invalid [[maybe_unused]] =
+          detail::reject<detail::unfed_message<typename P::template node<C::unfed>>>;
+    } else if constexpr (C::problem == plan_problem::fed_twice) {
+      using invalid [[maybe_unused]] =
+          detail::reject<detail::fed_twice_message<typename first_fed_twice<Feeds...>::type>>;
+    } else if constexpr (C::problem == plan_problem::duplicate_variable) {
+      using invalid [[maybe_unused]] =
+          detail::reject<detail::duplicate_variable_message<typename P::template node<C::clash>>>;
+    } else if constexpr (C::problem == plan_problem::strict_placement) {
+      using N = typename P::template node<C::strict>;
+      using invalid [[maybe_unused]] = detail::reject<
+          detail::no_kernel_message<typename N::op, typename Placement::template device<N>>>;
+    } else if constexpr (C::problem == plan_problem::no_backend) {
+      using invalid [[maybe_unused]] =
+          detail::reject<detail::no_backend_message<typename P::template node<C::steps[0]>::op,
+                                                    typename P::template device<C::steps[0]>>>;
+    } else if constexpr (C::problem == plan_problem::no_cpu_kernel) {
+      using invalid [[maybe_unused]] =
+          detail::reject<detail::no_cpu_kernel_message<typename P::template node<C::steps[1]>::op>>;
+    } else if constexpr (C::problem == plan_problem::no_vector_form) {
+      using invalid [[maybe_unused]] = detail::reject<
+          cpu_backend::detail::no_vector_form_message<typename C::template step<C::steps[2]>::op>>;
+    }
+  }
+  template <class... Feeds>
+  struct first_fed_twice {
+    using type = void;
+  };
+  template <class F, class... Feeds>
+  struct first_fed_twice<F, Feeds...> {
+    using type =
+        std::conditional_t<(std::is_same_v<typename F::placeholder, typename Feeds::placeholder> ||
+                            ...),
+                           typename F::placeholder, typename first_fed_twice<Feeds...>::type>;
+  };
+
   using step_fn = void (session::*)(value*, name_fn);
 
   // ---- a run as one CUDA graph -----------------------------------------------------------------
@@ -497,7 +612,12 @@ private:
       return false;
     } else {
       const bool per_run = [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return (detail::draws_per_run<typename P::template node<I>::op>::value || ...);
+        const bool draws[] = {detail::draws_per_run<typename P::template node<I>::op>::value...,
+                              false};
+        for (bool d : draws)
+          if (d)
+            return true;
+        return false;
       }
       (std::make_index_sequence<P::size>{});
       if (per_run)
@@ -813,7 +933,7 @@ private:
         note_step(I, name);
       } else if constexpr (K == step_kind::kernel) {
         if constexpr (D::is_cpu && !cpu_backend::has_kernel<I, Op, T, Region, Refs...>) {
-          detail::fail<detail::no_cpu_kernel_message<Op>>();
+          using invalid [[maybe_unused]] = detail::reject<detail::no_cpu_kernel_message<Op>>;
         } else if constexpr (D::is_cpu) {
           cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
           cpu_backend::kernel<I>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals,
@@ -844,6 +964,11 @@ private:
   template <class F>
   using group_or_value = std::conditional_t<std::remove_cvref_t<F>::op::kind == node_kind::group,
                                             void, typename std::remove_cvref_t<F>::value_type>;
+  /// What run(fetch(F...)) returns: one tensor per fetch with a value.
+  template <class... F>
+  using run_result = decltype(std::tuple_cat(
+      std::declval<std::conditional_t<std::is_void_v<group_or_value<F>>, std::tuple<>,
+                                      std::tuple<tensor<group_or_value<F>>>>>()...));
 
   /// A fetched value as a tensor, copied.
   template <class T, class D>

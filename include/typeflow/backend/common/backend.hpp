@@ -68,6 +68,11 @@ inline void sync_host(variable_record& rec) {
 
 namespace typeflow {
 
+/// Whether device D (other than the CPU) has a backend in this translation unit: the CUDA backend
+/// sets it for gpu<N>. A plan that places a step on a device without one is rejected.
+template <class D>
+inline constexpr bool has_device_backend = false;
+
 /// The backend of a device other than the CPU: specialized by that device's backend (the CUDA
 /// backend specializes it for gpu<N>). Without one, nothing can run there: the primary template
 /// says which header to include.

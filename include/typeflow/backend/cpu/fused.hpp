@@ -131,20 +131,24 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
     }
     &&!detail::scalar_only<Op>;
   }
-  template <class... M>
-  static constexpr void check_vector_forms() {
-    if constexpr (std::is_floating_point_v<out_t> && (std::is_same_v<Ins, out_t> && ...))
-      (
-          [] {
-            if constexpr (lacks_vector_form<M>())
-              typeflow::detail::fail<
-                  detail::no_vector_form_message<typename detail::member_op<M>::type>>();
-          }(),
-          ...);
-  }
-  static_assert((check_vector_forms<Ms...>(), true));
+  static constexpr std::size_t first_without_vector_form = [] {
+    if constexpr (std::is_floating_point_v<out_t> && (std::is_same_v<Ins, out_t> && ...)) {
+      const bool lacks[] = {lacks_vector_form<Ms>()...};
+      for (std::size_t k = 0; k < sizeof...(Ms); ++k)
+        if (lacks[k])
+          return k;
+    }
+    return sizeof...(Ms);
+  }();
+  /// Whether an op of the region has no vector form (the session rejects such a plan, naming
+  /// op_without_vector_form, before it instantiates the kernel).
+  static constexpr bool lacks_a_vector_form = first_without_vector_form < sizeof...(Ms);
+  using op_without_vector_form = typename detail::member_op<std::tuple_element_t<
+      lacks_a_vector_form ? first_without_vector_form : 0, std::tuple<Ms...>>>::type;
 #else
   static constexpr bool vectorized = false;
+  static constexpr bool lacks_a_vector_form = false;
+  using op_without_vector_form = void;
 #endif
 
   template <std::size_t... K>

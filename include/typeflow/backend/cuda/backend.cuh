@@ -27,6 +27,9 @@
 namespace typeflow {
 
 template <int N>
+inline constexpr bool has_device_backend<gpu<N>> = true;
+
+template <int N>
 struct device_backend<gpu<N>> {
   static_assert(N >= 0 && N < 16, "gpu<N>: at most 16 GPUs per session");
   using state = backend::session_state;

@@ -32,6 +32,8 @@ void kernel(context& ctx, Op*, T*, value* vals, graph::flat_region<Out, Ins, Mem
             Refs*...) {
   constexpr auto Idx = graph::index_array<IdxSeq>::value;
   using fused = fused_kernel<Out, Ins, Members>;
+  static_assert(!fused::lacks_a_vector_form, // the session names the op before it gets here
+                "fused CPU loop: an elementwise op has no vector form");
   std::array<const value*, Idx.size()> inputs{};
   for (std::size_t k = 0; k < Idx.size(); ++k)
     inputs[k] = &vals[Idx[k]];
