@@ -1,5 +1,5 @@
-// Errors: run-time misuse throws typeflow::error; compile-time misuse is a static_assert whose
-// full message (op and shapes) is the template argument of typeflow::compile_error.
+// Errors: run-time misuse throws typeflow::error; compile-time misuse is rejected by
+// detail::reject (core/fixed_string.hpp), whose first error line carries the message.
 #pragma once
 #include <stdexcept>
 #include <string>

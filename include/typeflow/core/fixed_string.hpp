@@ -118,9 +118,6 @@ inline constexpr auto message_of = [] {
   constexpr msg_buf b = Builder::message();
   return shrink<b.n>(b);
 }();
-template <class...>
-inline constexpr bool always_false = false;
-
 /// Rejects the model with Builder's message where the misuse is found:
 ///   using invalid = detail::reject<detail::shape_message<Op, Cs...>>;
 /// (an alias, so that the diagnostic has no extra instantiation frame).
