@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/hana/count_if.hpp>
 #include <boost/hana/for_each.hpp>
+#include <cmath>
 #include <string>
 #include <typeflow/typeflow.hpp>
 
@@ -231,5 +232,52 @@ TEST_SUITE("graph") {
         ty::graph::plan<ty::type_list<decltype(y), decltype(ty::relu(ty::matmul(x, W) + b))>>;
     CHECK(P2::describe().find("fused relu(add(matmul(x, W), b))  [fused 2 ops]\n") !=
           std::string::npos);
+  }
+
+  TEST_CASE("steps at different places share one local form; frames hold their slots") {
+    constexpr auto W2 = ty::variable<"W2", float, ty::shape<4, 4>, ty::uniform<-1.0, 1.0>>;
+    constexpr auto h1 = ty::tanh(ty::matmul(x, W));
+    constexpr auto h2 = ty::tanh(ty::matmul(h1, W2));
+    constexpr auto y = ty::sum(h2);
+    // h2 fetched too: a step of its own, like h1 (else sum would evaluate it as it reads it)
+    using P = ty::graph::plan<ty::type_list<decltype(y), decltype(h2)>>;
+    constexpr std::size_t m1 = P::index_c<decltype(ty::matmul(x, W))>::value;
+    constexpr std::size_t m2 = P::index_c<decltype(ty::matmul(h1, W2))>::value;
+    constexpr std::size_t t1 = P::index_c<decltype(h1)>::value;
+    constexpr std::size_t t2 = P::index_c<decltype(h2)>::value;
+    // In plan positions the two matmuls differ; in frame positions they are the same step.
+    static_assert(!std::is_same_v<P::flat<m1>, P::flat<m2>>);
+    static_assert(std::is_same_v<P::local_flat<m1>, P::local_flat<m2>>);
+    static_assert(std::is_same_v<P::local_flat<t1>, P::local_flat<t2>>);
+    // A frame: the step's own slot, then its operands' slots.
+    constexpr auto& F = P::frames;
+    static_assert(F.slot[F.begin[m2]] == m2);
+    static_assert(F.slot[F.begin[m2] + 1] == t1);
+    static_assert(F.slot[F.begin[m2] + 2] == P::index_c<decltype(W2)>::value);
+    static_assert(F.begin[m2 + 1] - F.begin[m2] == 3);
+    // The run computes what a double-precision loop does.
+    ty::session s;
+    s.initialize(y);
+    auto in = input(3);
+    auto [r, out] = s.run(ty::fetch(y, h2), ty::feed(x, in));
+    const auto w1 = s.read(W), w2 = s.read(W2);
+    double want = 0;
+    for (std::int64_t i = 0; i < 3; ++i) {
+      double a[4], c[4];
+      for (std::int64_t j = 0; j < 4; ++j) {
+        a[j] = 0;
+        for (std::int64_t k = 0; k < 4; ++k)
+          a[j] += double(in(i, k)) * double(w1(k, j));
+        a[j] = std::tanh(a[j]);
+      }
+      for (std::int64_t j = 0; j < 4; ++j) {
+        c[j] = 0;
+        for (std::int64_t k = 0; k < 4; ++k)
+          c[j] += a[k] * double(w2(k, j));
+        want += std::tanh(c[j]);
+        CHECK(out(i, j) == doctest::Approx(std::tanh(c[j])).epsilon(1e-5));
+      }
+    }
+    CHECK(r.item() == doctest::Approx(want).epsilon(1e-5));
   }
 }

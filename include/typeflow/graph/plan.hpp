@@ -185,26 +185,24 @@ private:
   template <std::size_t... I>
   static consteval node_facts facts(std::index_sequence<I...>) {
     node_facts f;
+    // Arrays and loops, not a fold over the nodes: clang limits a fold expression to 256
+    // operands (-fbracket-depth), and a plan can have thousands of nodes.
+    const std::size_t* const kids[] = {
+        detail::seq_values<typename child_seq<node<I>>::type>::value.data()..., nullptr};
+    const std::size_t n_kids[] = {detail::arity<node<I>>::value..., 0};
+    f.elementwise = {(node<I>::op::kind == node_kind::elementwise)...};
+    f.constant = {is_constant_t<node<I>>::value...};
+    f.force_root = {is_state_op_t<node<I>>::value...};
+    f.placeholder = {is_placeholder_t<node<I>>::value...};
+    f.variable = {is_variable_t<node<I>>::value...};
+    f.group = {(node<I>::op::kind == node_kind::group)...};
     std::size_t e = 0;
-    auto add = [&](std::size_t i, const auto& kids, bool ew, bool c, bool force, bool ph, bool var,
-                   bool grp) {
-      const bool nobuf = ph || var || grp;
-      f.placeholder[i] = ph;
-      f.variable[i] = var;
-      f.group[i] = grp;
+    for (std::size_t i = 0; i < size; ++i) {
+      f.no_buffer[i] = f.placeholder[i] || f.variable[i] || f.group[i];
       f.edge_begin[i] = e;
-      for (auto k : kids)
-        f.edges[e++] = k;
-      f.elementwise[i] = ew;
-      f.constant[i] = c;
-      f.force_root[i] = force;
-      f.no_buffer[i] = nobuf;
-    };
-    (add(I, detail::seq_values<typename child_seq<node<I>>::type>::value,
-         node<I>::op::kind == node_kind::elementwise, is_constant_t<node<I>>::value,
-         is_state_op_t<node<I>>::value, is_placeholder_t<node<I>>::value,
-         is_variable_t<node<I>>::value, node<I>::op::kind == node_kind::group),
-     ...);
+      for (std::size_t c = 0; c < n_kids[i]; ++c)
+        f.edges[e++] = kids[i][c];
+    }
     f.edge_begin[size] = e;
     f.epilogue = {epilogue_role_of<typename node<I>::op>()...};
     f.fused_input = {reads_fused_input<typename node<I>::op>()...};
@@ -499,14 +497,23 @@ public:
   static constexpr std::size_t fused_nodes = layout.fused;
 
 private:
-  template <std::size_t I, class N = node<I>,
+  static constexpr std::size_t arity_of(std::size_t i) {
+    return fact.edge_begin[i + 1] - fact.edge_begin[i];
+  }
+  /// Operand C of node I in a flat form: its value slot in the plan (Base == none), or Base + C
+  /// (a local form: the operand's place in the step's frame).
+  static constexpr std::size_t operand_index(std::size_t i, std::size_t c, std::size_t base) {
+    return base == none ? edge_slot(fact.edge_begin[i] + c) : base + c;
+  }
+  template <std::size_t I, std::size_t Base, class N = node<I>,
             class Seq = std::make_index_sequence<detail::arity<N>::value>>
   struct flat_of;
-  template <std::size_t I, class Op, class... Cs, std::size_t... C>
-  struct flat_of<I, expr<Op, Cs...>, std::index_sequence<C...>> {
-    using type = flat_node<
-        layout.step[I], Op, typename expr<Op, Cs...>::value_type, expr<Op, Cs...>::shape_type::rank,
-        ref<edge_slot(fact.edge_begin[I] + C), typename Cs::value_type, Cs::shape_type::rank>...>;
+  template <std::size_t I, std::size_t Base, class Op, class... Cs, std::size_t... C>
+  struct flat_of<I, Base, expr<Op, Cs...>, std::index_sequence<C...>> {
+    using type =
+        flat_node<layout.step[I], Op, typename expr<Op, Cs...>::value_type,
+                  expr<Op, Cs...>::shape_type::rank,
+                  ref<operand_index(I, C, Base), typename Cs::value_type, Cs::shape_type::rank>...>;
   };
 
   template <std::size_t R, std::size_t M, class Seq>
@@ -525,40 +532,107 @@ private:
   using member_t = typename member_of<
       R, M, std::make_index_sequence<fact.edge_begin[M + 1] - fact.edge_begin[M]>>::type;
 
-  template <std::size_t R, class MSeq, class KSeq>
+  /// Input K of region R: its value slot (Base == none), or Base + K in a local form.
+  static constexpr std::size_t input_index(std::size_t r, std::size_t k, std::size_t base) {
+    return base == none ? layout.inputs[layout.input_begin[r] + k] : base + k;
+  }
+  template <
+      std::size_t R, std::size_t Base,
+      class MSeq = std::make_index_sequence<layout.member_begin[R + 1] - layout.member_begin[R]>,
+      class KSeq = std::make_index_sequence<layout.input_begin[R + 1] - layout.input_begin[R]>>
   struct region_of;
-  template <std::size_t R, std::size_t... M, std::size_t... K>
-  struct region_of<R, std::index_sequence<M...>, std::index_sequence<K...>> {
+  template <std::size_t R, std::size_t Base, std::size_t... M, std::size_t... K>
+  struct region_of<R, Base, std::index_sequence<M...>, std::index_sequence<K...>> {
     using type = flat_region<
         typename node<R>::value_type,
         type_list<typename node<layout.input_nodes[layout.input_begin[R] + K]>::value_type...>,
         type_list<member_t<R, layout.members[layout.member_begin[R] + M]>...>,
-        std::index_sequence<layout.inputs[layout.input_begin[R] + K]...>>;
+        std::index_sequence<input_index(R, K, Base)...>>;
   };
+  template <std::size_t R, std::size_t Base>
+  using epilogue_of = graph::epilogue<
+      typename flat_of<layout.producer[R], Base>::type,
+      ref<Base == none ? edge_slot(layout.bias_edge[R]) : Base + arity_of(layout.producer[R]),
+          typename node<fact.edges[layout.bias_edge[R]]>::value_type, 1>,
+      layout.relu[R]>;
 
 public:
-  /// The flat form of node I (see flat.hpp).
+  /// The flat form of node I (see flat.hpp), its operands by value slot.
   template <std::size_t I>
-  using flat = typename flat_of<I>::type;
+  using flat = typename flat_of<I, none>::type;
 
   /// The epilogue of step R (layout.step[R] == step_kind::epilogue): its producer's flat form,
   /// the bias operand, whether relu follows.
   template <std::size_t R>
-  using epilogue =
-      graph::epilogue<flat<layout.producer[R]>,
-                      ref<edge_slot(layout.bias_edge[R]),
-                          typename node<fact.edges[layout.bias_edge[R]]>::value_type, 1>,
-                      layout.relu[R]>;
+  using epilogue = epilogue_of<R, none>;
 
   /// The fused region rooted at elementwise node R, in flat form.
   template <std::size_t R>
-  using region = typename region_of<
-      R, std::make_index_sequence<layout.member_begin[R + 1] - layout.member_begin[R]>,
-      std::make_index_sequence<layout.input_begin[R + 1] - layout.input_begin[R]>>::type;
+  using region = typename region_of<R, none>::type;
 
   /// The prologue of step Q (layout.step[Q] == step_kind::prologue): its input's region.
   template <std::size_t Q>
   using prologue = graph::prologue<region<layout.source[Q]>>;
+
+  // Local forms. The executor instantiates each step from the local form of its node, in which
+  // operands are numbered by their place in the step's *frame* instead of by value slot: 0 is the
+  // step's own value, 1.. its operands, then what its region, epilogue or prologue reads. Steps
+  // that differ only in where they sit in the graph (every block of a deep model) then share
+  // one instantiation, so the executor's code grows with the kinds of steps, not their number.
+  // frames.slot[frames.begin[i] ..] are the value slots of node i's frame, in that order.
+
+  /// The local flat form of node I.
+  template <std::size_t I>
+  using local_flat = typename flat_of<I, 1>::type;
+  /// The local form of the region of kernel step R.
+  template <std::size_t R>
+  using local_region = typename region_of<R, 1 + arity_of(R)>::type;
+  /// The local form of the epilogue of step R.
+  template <std::size_t R>
+  using local_epilogue = epilogue_of<R, 1 + arity_of(R)>;
+  /// The local form of the prologue of step Q.
+  template <std::size_t Q>
+  using local_prologue =
+      graph::prologue<typename region_of<layout.source[Q], 1 + arity_of(Q)>::type>;
+
+  struct frames_t {
+    std::array<std::size_t, size + 1> begin{};
+    std::array<std::size_t, 2 * size + 3 * n_edges + 1> slot{};
+  };
+
+private:
+  static consteval frames_t compute_frames() {
+    frames_t F;
+    const node_facts& f = fact;
+    const layout_t& L = layout;
+    std::size_t n = 0;
+    auto operands = [&](std::size_t i) {
+      for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e)
+        F.slot[n++] = edge_slot(e);
+    };
+    auto inputs = [&](std::size_t r) {
+      for (std::size_t k = L.input_begin[r]; k < L.input_begin[r + 1]; ++k)
+        F.slot[n++] = L.inputs[k];
+    };
+    for (std::size_t i = 0; i < size; ++i) {
+      F.begin[i] = n;
+      F.slot[n++] = i;
+      operands(i);
+      if (L.step[i] == step_kind::kernel && f.elementwise[i]) {
+        inputs(i);
+      } else if (L.step[i] == step_kind::epilogue) {
+        operands(L.producer[i]);
+        F.slot[n++] = edge_slot(L.bias_edge[i]);
+      } else if (L.step[i] == step_kind::prologue) {
+        inputs(L.source[i]);
+      }
+    }
+    F.begin[size] = n;
+    return F;
+  }
+
+public:
+  static constexpr frames_t frames = compute_frames();
 
   /// The readable form of node i (as to_string), built once from a table of op names and
   /// attributes: no per-node printing code is instantiated.

@@ -121,7 +121,7 @@ struct no_backend_message {
 
 /// What the session checks of each step before instantiating it: a GPU step needs a device
 /// backend, a CPU kernel step a CPU kernel, a fused CPU region a vector form for every op.
-template <std::size_t I, class D, class Flat, class Region>
+template <class D, class Flat, class Region>
 struct step_check {
   static constexpr bool no_backend = false, no_cpu_kernel = false, no_vector_form = false;
   using op = void;
@@ -139,13 +139,13 @@ struct region_vector_form<graph::flat_region<Out, Ins, Members, IdxSeq>> {
 };
 template <class Region>
 struct region_vector_form<graph::prologue<Region>> : region_vector_form<Region> {};
-template <std::size_t I, class D, graph::step_kind K, class Op, class T, std::size_t R,
-          class... Refs, class Region>
-struct step_check<I, D, graph::flat_node<K, Op, T, R, Refs...>, Region*> {
+template <class D, graph::step_kind K, class Op, class T, std::size_t R, class... Refs,
+          class Region>
+struct step_check<D, graph::flat_node<K, Op, T, R, Refs...>, Region*> {
   static constexpr bool no_backend = !D::is_cpu && !has_device_backend<D>;
   static constexpr bool no_cpu_kernel = [] {
     if constexpr (D::is_cpu && K == graph::step_kind::kernel)
-      return !cpu_backend::has_kernel<I, Op, T, Region, Refs...>;
+      return !cpu_backend::has_kernel<0, Op, T, Region, Refs...>;
     else
       return false;
   }();
@@ -457,24 +457,24 @@ private:
   // Every function below that runs per node is instantiated from the node's flat form
   // (graph/flat.hpp), never from the node type or the plan type.
 
-  template <class P, std::size_t I,
-            bool Fused = P::layout.step[I] ==
-                         graph::step_kind::kernel&& P::template node<I>::op::kind ==
-                         node_kind::elementwise>
+  /// What step I's local form reads besides its operands (see graph::plan's local forms): the
+  /// region of a fused kernel, an epilogue or a prologue, as a pointer type; void* for none.
+  template <class P, std::size_t I, graph::step_kind K = P::layout.step[I],
+            bool Elementwise = P::fact.elementwise[I]>
   struct region_of {
     using type = void*;
   };
   template <class P, std::size_t I>
-  struct region_of<P, I, true> {
-    using type = typename P::template region<I>*;
+  struct region_of<P, I, graph::step_kind::kernel, true> {
+    using type = typename P::template local_region<I>*;
   };
-  template <class P, std::size_t I>
-  requires(P::layout.step[I] == graph::step_kind::epilogue) struct region_of<P, I, false> {
-    using type = typename P::template epilogue<I>*;
+  template <class P, std::size_t I, bool E>
+  struct region_of<P, I, graph::step_kind::epilogue, E> {
+    using type = typename P::template local_epilogue<I>*;
   };
-  template <class P, std::size_t I>
-  requires(P::layout.step[I] == graph::step_kind::prologue) struct region_of<P, I, false> {
-    using type = typename P::template prologue<I>*;
+  template <class P, std::size_t I, bool E>
+  struct region_of<P, I, graph::step_kind::prologue, E> {
+    using type = typename P::template local_prologue<I>*;
   };
 
   // ---- compile-time checks of a run ---------------------------------------------------------
@@ -527,8 +527,9 @@ private:
     static constexpr std::size_t strict = P::placement.strict_violation;
     static constexpr bool strict_bad = strict != P::size && strict != static_cast<std::size_t>(-1);
     template <std::size_t I>
-    using step = detail::step_check<I, typename P::template device<I>, typename P::template flat<I>,
-                                    typename region_of<P, I>::type>;
+    using step =
+        detail::step_check<typename P::template device<I>, typename P::template local_flat<I>,
+                           typename region_of<P, I>::type>;
     template <std::size_t... I>
     static constexpr std::array<std::size_t, 3> first_steps(std::index_sequence<I...>) {
       const bool backend[] = {step<I>::no_backend..., false};
@@ -596,7 +597,22 @@ private:
                            typename F::placeholder, typename first_fed_twice<Feeds...>::type>;
   };
 
-  using step_fn = void (session::*)(value*, name_fn);
+  /// A step: the session, the values, the step's frame (its value slots, see graph::plan's
+  /// local forms), the plan's node names. A plain function pointer: g++'s -fsanitize=bounds
+  /// miscompiles calls through arrays of pointers to member functions.
+  using step_fn = void (*)(session&, value*, const std::size_t*, name_fn);
+  template <class P, std::size_t... I>
+  static const step_fn* step_table(std::index_sequence<I...>) {
+    static constexpr step_fn table[] = {
+        &session::step_entry<typename P::template device<I>, typename P::template local_flat<I>,
+                             typename region_of<P, I>::type>...,
+        nullptr};
+    return table;
+  }
+  template <class P>
+  void run_step(const step_fn* table, value* vals, std::size_t i) {
+    table[i](*this, vals, &P::frames.slot[P::frames.begin[i]], &P::node_string);
+  }
 
   // ---- a run as one CUDA graph -----------------------------------------------------------------
   //
@@ -666,15 +682,12 @@ private:
     constexpr auto& f = P::fact;
     constexpr auto& pl = P::placement;
     // The variables on the GPU (uploaded when the host copy is newer), outside any capture.
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      static constexpr step_fn table[] = {
-          &session::step_entry<I, typename P::template device<I>, typename P::template flat<I>,
-                               typename region_of<P, I>::type>...}; // run_steps' table
+    {
+      const step_fn* table = step_table<P>(std::make_index_sequence<P::size>{});
       for (std::size_t i = 0; i < P::size; ++i)
         if (P::layout.step[i] == graph::step_kind::variable)
-          (this->*table[i])(vals, &P::node_string);
+          run_step<P>(table, vals, i);
     }
-    (std::make_index_sequence<P::size>{});
     std::vector<std::int64_t> key;
     for (std::size_t i = 0; i < P::size; ++i)
       if (f.placeholder[i]) {
@@ -748,14 +761,11 @@ private:
   // does not read a replica_mean, keeping the buffers phase 2 reads), averages the replica_mean
   // values, then phase 2 in tower 0 (the rest, after the transfers of the averaged values).
   template <class P, int Phase, std::size_t... I>
-  void run_steps(value* vals, std::index_sequence<I...>) {
-    static constexpr step_fn table[] = {
-        &session::template step_entry<I, typename P::template device<I>,
-                                      typename P::template flat<I>,
-                                      typename region_of<P, I>::type>...};
+  void run_steps(value* vals, std::index_sequence<I...> seq) {
+    const step_fn* table = step_table<P>(seq);
     constexpr auto& L = P::layout;
     static constexpr std::size_t elem_bytes[] = {
-        value_bytes<typename P::template node<I>::value_type>()...};
+        value_bytes<typename P::template node<I>::value_type>()..., 0};
     for (std::size_t i = 0; i < P::size; ++i) {
       if constexpr (Phase != 0) {
         constexpr auto& R = replica_phases<P>::value;
@@ -768,12 +778,12 @@ private:
       if (opts_.trace) {
         const std::size_t before = st_.stats.trace.size();
         const auto t0 = std::chrono::steady_clock::now();
-        (this->*table[i])(vals, &P::node_string);
+        run_step<P>(table, vals, i);
         if (st_.stats.trace.size() > before)
           st_.stats.trace_seconds.push_back(
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       } else {
-        (this->*table[i])(vals, &P::node_string);
+        run_step<P>(table, vals, i);
       }
       if constexpr (Phase == 1) {
         if (!replica_phases<P>::value.mean[i])
@@ -792,8 +802,8 @@ private:
     constexpr auto& T = P::placement;
     for (std::size_t q = T.source_begin[i]; q < T.source_begin[i + 1]; ++q) {
       const std::size_t t = T.by_source[q];
-      (this->*transfers<P>(std::make_index_sequence<P::transfers>{})[t])(
-          vals, i, P::size + t, elem_bytes, &P::node_string);
+      transfers<P>(std::make_index_sequence<P::transfers>{})[t](*this, vals, i, P::size + t,
+                                                                elem_bytes, &P::node_string);
     }
   }
 
@@ -828,9 +838,9 @@ private:
     static constexpr result value = make(std::make_index_sequence<P::size>{});
   };
 
-  template <std::size_t I, class D, class Flat, class Region>
-  void step_entry(value* vals, name_fn name) {
-    step<I, D>(static_cast<Flat*>(nullptr), vals, name, static_cast<Region>(nullptr));
+  template <class D, class Flat, class Region>
+  static void step_entry(session& s, value* vals, const std::size_t* frame, name_fn name) {
+    s.step<D>(static_cast<Flat*>(nullptr), vals, frame, name, static_cast<Region>(nullptr));
   }
 
   /// Sends node `from`'s value to device `to` into slot `slot`. Between CPU devices (one host
@@ -842,16 +852,21 @@ private:
     else
       return sizeof(T);
   }
-  using transfer_fn = void (session::*)(value*, std::size_t, std::size_t, std::size_t, name_fn);
+  using transfer_fn = void (*)(session&, value*, std::size_t, std::size_t, std::size_t, name_fn);
   /// One function per transfer of plan P, instantiated from its (source, destination) devices.
   template <class P, std::size_t... T>
   static const transfer_fn* transfers(std::index_sequence<T...>) {
     static constexpr transfer_fn table[] = {
-        &session::transfer<typename P::template device<P::placement.transfer_source[T]>,
-                           device_of<P::placement.transfer_device[T].is_cpu,
-                                     P::placement.transfer_device[T].index>>...,
+        &session::transfer_entry<typename P::template device<P::placement.transfer_source[T]>,
+                                 device_of<P::placement.transfer_device[T].is_cpu,
+                                           P::placement.transfer_device[T].index>>...,
         nullptr};
     return table;
+  }
+  template <class Src, class Dst>
+  static void transfer_entry(session& s, value* vals, std::size_t from, std::size_t slot,
+                             std::size_t elem_bytes, name_fn name) {
+    s.transfer<Src, Dst>(vals, from, slot, elem_bytes, name);
   }
   template <class Src, class Dst>
   void transfer(value* vals, std::size_t from, std::size_t slot, std::size_t elem_bytes,
@@ -878,24 +893,28 @@ private:
       vals[which[k]].owner.reset();
   }
 
-  template <class Op, class... Refs>
-  static backend::rt_dims shape_of(const value* vals, std::size_t self, name_fn name) {
-    const auto r = Op::rule(vals[Refs::index].dims.template fixed<Refs::rank>()...);
-    if (!r.ok()) {
-      std::string shapes;
-      bool first = true;
-      ((shapes += (first ? "" : " x ") + vals[Refs::index].dims.str(), first = false), ...);
-      throw error(std::string(Op::name) + ": " + std::string(r.error) + ": " + shapes + " (in " +
-                  name(self) + ")");
-    }
-    return backend::rt_dims::from(r.dims);
-  }
+  /// How many values the frame of a step with this local form holds.
+  template <class Region>
+  struct frame_extra : std::integral_constant<std::size_t, 0> {};
+  template <class Out, class Ins, class Members, class IdxSeq>
+  struct frame_extra<graph::flat_region<Out, Ins, Members, IdxSeq>*>
+      : std::integral_constant<std::size_t, Ins::size> {};
+  template <graph::step_kind K, class Op, class T, std::size_t R, class... Refs, class B, bool Relu>
+  struct frame_extra<graph::epilogue<graph::flat_node<K, Op, T, R, Refs...>, B, Relu>*>
+      : std::integral_constant<std::size_t, sizeof...(Refs) + 1> {};
+  template <class Region>
+  struct frame_extra<graph::prologue<Region>*> : frame_extra<Region*> {};
 
-  template <std::size_t I, class D, graph::step_kind K, class Op, class T, std::size_t R,
-            class... Refs, class Region>
-  void step(graph::flat_node<K, Op, T, R, Refs...>*, value* vals, name_fn name, Region* region) {
+  /// Runs one step from its local form. The step's frame (its own value, its operands, what
+  /// its region reads) is gathered from the values, the kernel runs on the frame, and the step's
+  /// value goes back: the kernels see positions in the frame, never in the plan.
+  template <class D, graph::step_kind K, class Op, class T, std::size_t R, class... Refs,
+            class Region>
+  void step(graph::flat_node<K, Op, T, R, Refs...>*, value* vals, const std::size_t* frame,
+            name_fn name, Region* region) {
     using graph::step_kind;
-    value& v = vals[I];
+    const std::size_t self = frame[0];
+    value& v = vals[self];
     if constexpr (K == step_kind::placeholder) {
       // bound before the steps run
     } else if constexpr (K == step_kind::variable) {
@@ -913,38 +932,68 @@ private:
     } else if constexpr (K == step_kind::constant) {
       v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
       std::fill_n(allocate<T>(v), v.dims.numel(), static_cast<T>(Op::value));
-      note_step(I, name);
+      note_step(self, name);
     } else if constexpr (K == step_kind::group) {
       // nothing to compute: its operands are steps of the plan
     } else {
-      v.dims = shape_of<Op, Refs...>(vals, I, name);
-      if constexpr (K == step_kind::epilogue) {
-        static_assert(D::is_cpu, "epilogues are folded on the CPU only");
-        cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
-        cpu_backend::epilogue_kernel<I>(ctx, vals, region);
-        note_step(I, name);
-      } else if constexpr (K == step_kind::prologue) {
-        static_assert(D::is_cpu, "prologues are folded on the CPU only");
-        static_assert(cpu_backend::has_prologue_kernel<I, Op, T, Region, Refs...>,
-                      "a reduction that reads_fused_input needs a CPU kernel taking a prologue");
-        cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
-        cpu_backend::kernel<I>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals,
-                               Region{}, static_cast<Refs*>(nullptr)...);
-        note_step(I, name);
-      } else if constexpr (K == step_kind::kernel) {
-        if constexpr (D::is_cpu && !cpu_backend::has_kernel<I, Op, T, Region, Refs...>) {
-          using invalid [[maybe_unused]] = detail::reject<detail::no_cpu_kernel_message<Op>>;
-        } else if constexpr (D::is_cpu) {
-          cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
-          cpu_backend::kernel<I>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals,
-                                 region, static_cast<Refs*>(nullptr)...);
-        } else
-          device_backend<D>::template kernel<I>(st_, static_cast<Op*>(nullptr),
-                                                static_cast<T*>(nullptr), vals, region,
-                                                static_cast<Refs*>(nullptr)...);
-        note_step(I, name);
-      }
+      std::array<const backend::rt_dims*, 1 + sizeof...(Refs)> dims{&v.dims};
+      for (std::size_t k = 1; k < dims.size(); ++k)
+        dims[k] = &vals[frame[k]].dims;
+      v.dims = shape_of<Op, Refs...>(dims.data(), self, name);
+      if constexpr (K != step_kind::fused_member && K != step_kind::deferred)
+        run_kernel<D, K, Op, T, Refs...>(vals, frame, self, name, region);
     }
+  }
+  /// A step that runs a kernel: on a frame gathered from the values (see step).
+  template <class D, graph::step_kind K, class Op, class T, class... Refs, class Region>
+  void run_kernel(value* vals, const std::size_t* frame, std::size_t self, name_fn name,
+                  Region* region) {
+    using graph::step_kind;
+    std::array<value, 1 + sizeof...(Refs) + frame_extra<Region*>::value> local;
+    for (std::size_t k = 1; k < local.size(); ++k)
+      local[k] = vals[frame[k]];
+    local[0] = std::move(vals[self]);
+    value* fr = local.data();
+    if constexpr (K == step_kind::epilogue) {
+      static_assert(D::is_cpu, "epilogues are folded on the CPU only");
+      cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
+      cpu_backend::epilogue_kernel<0>(ctx, fr, region);
+    } else if constexpr (K == step_kind::prologue) {
+      static_assert(D::is_cpu, "prologues are folded on the CPU only");
+      static_assert(cpu_backend::has_prologue_kernel<0, Op, T, Region, Refs...>,
+                    "a reduction that reads_fused_input needs a CPU kernel taking a prologue");
+      cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
+      cpu_backend::kernel<0>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), fr, Region{},
+                             static_cast<Refs*>(nullptr)...);
+    } else {
+      static_assert(K == step_kind::kernel);
+      if constexpr (D::is_cpu && !cpu_backend::has_kernel<0, Op, T, Region, Refs...>) {
+        using invalid [[maybe_unused]] = detail::reject<detail::no_cpu_kernel_message<Op>>;
+      } else if constexpr (D::is_cpu) {
+        cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
+        cpu_backend::kernel<0>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), fr, region,
+                               static_cast<Refs*>(nullptr)...);
+      } else
+        device_backend<D>::template kernel<0>(st_, static_cast<Op*>(nullptr),
+                                              static_cast<T*>(nullptr), fr, region,
+                                              static_cast<Refs*>(nullptr)...);
+    }
+    vals[self] = std::move(local[0]);
+    note_step(self, name);
+  }
+  /// The run-time shape of a step from its operands' extents (dims[k]: frame position k).
+  template <class Op, class... Refs>
+  static backend::rt_dims shape_of(const backend::rt_dims* const* dims, std::size_t self,
+                                   name_fn name) {
+    const auto r = Op::rule(dims[Refs::index]->template fixed<Refs::rank>()...);
+    if (!r.ok()) {
+      std::string shapes;
+      bool first = true;
+      ((shapes += (first ? "" : " x ") + dims[Refs::index]->str(), first = false), ...);
+      throw error(std::string(Op::name) + ": " + std::string(r.error) + ": " + shapes + " (in " +
+                  name(self) + ")");
+    }
+    return backend::rt_dims::from(r.dims);
   }
 
   void note_step(std::size_t i, name_fn name) {
