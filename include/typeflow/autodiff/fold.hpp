@@ -86,7 +86,7 @@ consteval auto neg(A a) {
   if constexpr (is_zero<A>())
     return zero_t{};
   else if constexpr (std::is_same_v<typename A::op, ops::neg>)
-    return first_child(a);
+    return ad::first_child(a);
   else
     return typeflow::negate(a);
 }
@@ -119,7 +119,7 @@ consteval auto mul(A a, B b) {
 }
 template <class A, class B>
 consteval auto sub(A a, B b) {
-  return add(a, neg(b));
+  return ad::add(a, ad::neg(b));
 }
 template <class A, class B>
 consteval auto div(A a, B b) {
@@ -137,7 +137,7 @@ consteval zero_t sum_all() {
 }
 template <class A, class... Rest>
 consteval auto sum_all(A a, Rest... rest) {
-  return add(a, sum_all(rest...));
+  return ad::add(a, ad::sum_all(rest...));
 }
 
 /// Undo broadcasting: reduce a contribution c to the shape of operand `like`.
@@ -218,7 +218,7 @@ consteval auto expand_reduced(G g, X x) {
   if constexpr (std::is_same_v<G, zero_t>) {
     return zero_t{};
   } else if constexpr (Keep || sizeof...(Axes) == 0) {
-    return broadcast_as(g, x);
+    return ad::broadcast_as(g, x);
   } else {
     constexpr std::size_t R = X::shape_type::rank;
     constexpr auto mask = ops::reduced_mask<R, Axes...>();
@@ -232,7 +232,7 @@ consteval auto expand_reduced(G g, X x) {
       return l;
     }();
     return [&]<std::size_t... K>(std::index_sequence<K...>) {
-      return broadcast_as(typeflow::expand_dims<list[K]...>(g), x);
+      return ad::broadcast_as(typeflow::expand_dims<list[K]...>(g), x);
     }
     (std::make_index_sequence<n>{});
   }

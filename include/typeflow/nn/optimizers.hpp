@@ -35,11 +35,11 @@ consteval auto apply_updates(Loss loss, type_list<V...>, std::index_sequence<I..
   // there; any other session reads the gradient itself.
   if constexpr (sizeof...(V) == 1)
     return typeflow::group(Opt::update(V{}..., typeflow::replica_mean(G{})),
-                           assign_add(global_step, constant<1>));
+                           typeflow::assign_add(global_step, constant<1>));
   else
     return typeflow::group(
         Opt::update(V{}, typeflow::replica_mean(typename G::template type_at<I>{}))...,
-        assign_add(global_step, constant<1>));
+        typeflow::assign_add(global_step, constant<1>));
 }
 
 template <class Opt, class Loss>
@@ -47,18 +47,23 @@ consteval auto minimize(Loss) {
   static_assert(Loss::shape_type::rank == 0, "minimize: the loss must be a scalar");
   using Vs = trainable_variables_t<Loss>;
   return []<class... V>(type_list<V...>) {
-    return apply_updates<Opt>(Loss{}, type_list<V...>{}, std::index_sequence_for<V...>{});
+    return detail::apply_updates<Opt>(Loss{}, type_list<V...>{}, std::index_sequence_for<V...>{});
   }(Vs{});
 }
 
 } // namespace detail
+
+// The updates call typeflow::add, mul, ... by qualified name rather than through operators:
+// an operator or an unqualified call looks its operands' types up by ADL, and clang walks every
+// template argument of a node type for it without remembering what it has seen, which is
+// exponential in the depth of a gradient (whose subgraphs are shared). g++ is not affected.
 
 /// Plain gradient descent: v -= lr * g.
 template <class LR>
 struct gradient_descent_optimizer {
   template <class V, class G>
   static consteval auto update(V v, G g) {
-    return assign_sub(v, g * LR{});
+    return typeflow::assign_sub(v, typeflow::mul(g, LR{}));
   }
   template <expression Loss>
   consteval auto minimize(Loss loss) const {
@@ -81,11 +86,14 @@ struct momentum_optimizer {
   template <class V, class G>
   static consteval auto update(V v, G g) {
     constexpr auto accum = slot_variable<V, "/momentum">;
-    constexpr auto next = accum * M{} + g;
+    constexpr auto next = typeflow::add(typeflow::mul(accum, M{}), g);
     if constexpr (Nesterov)
-      return typeflow::group(assign(accum, next), assign_sub(v, (g + next * M{}) * LR{}));
+      return typeflow::group(
+          typeflow::assign(accum, next),
+          typeflow::assign_sub(v, typeflow::mul(typeflow::add(g, typeflow::mul(next, M{})), LR{})));
     else
-      return typeflow::group(assign(accum, next), assign_sub(v, next * LR{}));
+      return typeflow::group(typeflow::assign(accum, next),
+                             typeflow::assign_sub(v, typeflow::mul(next, LR{})));
   }
   template <expression Loss>
   consteval auto minimize(Loss loss) const {
@@ -111,13 +119,17 @@ struct adam_optimizer {
     using T = typename V::value_type;
     constexpr auto m = slot_variable<V, "/adam_m">;
     constexpr auto s = slot_variable<V, "/adam_v">;
-    constexpr auto m_next = m * B1{} + g * (constant<1> - B1{});
-    constexpr auto s_next = s * B2{} + typeflow::square(g) * (constant<1> - B2{});
+    constexpr auto m_next =
+        typeflow::add(typeflow::mul(m, B1{}), typeflow::mul(g, constant<1> - B1{}));
+    constexpr auto s_next = typeflow::add(typeflow::mul(s, B2{}),
+                                          typeflow::mul(typeflow::square(g), constant<1> - B2{}));
     constexpr auto t = typeflow::cast<T>(global_step + constant<1>);
     constexpr auto rate = LR{} * typeflow::sqrt(constant<1> - typeflow::pow(B2{}, t)) /
                           (constant<1> - typeflow::pow(B1{}, t));
-    return typeflow::group(assign(m, m_next), assign(s, s_next),
-                           assign_sub(v, rate * m_next / (typeflow::sqrt(s_next) + Eps{})));
+    return typeflow::group(
+        typeflow::assign(m, m_next), typeflow::assign(s, s_next),
+        typeflow::assign_sub(v, typeflow::div(typeflow::mul(rate, m_next),
+                                              typeflow::add(typeflow::sqrt(s_next), Eps{}))));
   }
   template <expression Loss>
   consteval auto minimize(Loss loss) const {
