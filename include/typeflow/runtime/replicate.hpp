@@ -101,20 +101,15 @@ public:
   template <class... F, class... Feeds>
   auto run(fetch_t<F...> fetches, const Feeds&... feeds) {
     using P = graph::plan<type_list<F...>, Tower<first_device>>;
-    auto& t0 = std::get<0>(towers_);
-    t0.template check_plan<P, Feeds...>();
-    (check_batch_axis<typename Feeds::placeholder>(), ...);
-    t0.check_feeds(feeds...);
-    std::int64_t batch = -1;
-    ((batch = batch >= 0 ? batch : batch_of(feeds)), ...);
-    if (batch < 0) // nothing to split: every tower would compute the same
-      return t0.run(fetches, feeds...);
-    t0.template create_variables<P>();
-    if (!broadcast_done_) {
-      broadcast_variables();
-      broadcast_done_ = true;
+    using T0 = session<Tower<first_device>>;
+    if constexpr (T0::template plan_check<P, Feeds...>::problem != T0::plan_problem::none) {
+      // one error naming the problem, and nothing else of a bad plan instantiated
+      T0::template check_plan<P, Feeds...>();
+      return typename T0::template run_result<F...>{};
+    } else {
+      (check_batch_axis<typename Feeds::placeholder>(), ...);
+      return run_checked<P, F...>(fetches, feeds...);
     }
-    return run_towers<P, F...>(batch, std::index_sequence_for<D...>{}, feeds...);
   }
 
   // ---- variables: one store, shared by the towers ----------------------------------------
@@ -151,6 +146,22 @@ public:
   }
 
 private:
+  template <class P, class... F, class... Feeds>
+  auto run_checked(fetch_t<F...> fetches, const Feeds&... feeds) {
+    auto& t0 = std::get<0>(towers_);
+    t0.check_feeds(feeds...);
+    std::int64_t batch = -1;
+    ((batch = batch >= 0 ? batch : batch_of(feeds)), ...);
+    if (batch < 0) // nothing to split: every tower would compute the same
+      return t0.run(fetches, feeds...);
+    t0.template create_variables<P>();
+    if (!broadcast_done_) {
+      broadcast_variables();
+      broadcast_done_ = true;
+    }
+    return run_towers<P, F...>(batch, std::index_sequence_for<D...>{}, feeds...);
+  }
+
   using first_device = std::tuple_element_t<0, std::tuple<D...>>;
   using value = backend::rt_value;
 
