@@ -105,6 +105,64 @@ constexpr print_entry entry_for() {
 }
 } // namespace detail
 
+namespace detail {
+// The plan's tables, outside plan_impl and templated on sizes only: a type nested in plan_impl
+// is named after the whole plan, and clang names the LLVM type of every struct it emits by its
+// full C++ name, printed without sharing (22 MB per name for the residual MLP at depth 4, and
+// out of memory at depth 8).
+template <std::size_t size, std::size_t n_edges>
+struct node_facts_t {
+  std::array<std::size_t, size + 1> edge_begin{};
+  std::array<std::size_t, n_edges + 1> edges{};
+  std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
+      placeholder{}, variable{}, group{};
+  std::array<epilogue_role, size> epilogue{};
+  std::array<bool, size> fused_input{};
+};
+
+template <std::size_t size, std::size_t slots, std::size_t n_edges>
+struct layout_table {
+  /// root[i] == i: node i is materialized (a step); root[i] == r: node i is computed inside
+  /// the fused loop of region r; root[i] == none: an inlined constant.
+  std::array<std::size_t, size> root{};
+  /// Last step that reads slot i's buffer (none for never, or for fetched nodes).
+  std::array<std::size_t, slots> last_use{};
+  /// Region r's members are region_members[member_begin[r] .. member_begin[r+1]) (topological).
+  std::array<std::size_t, size + 1> member_begin{};
+  std::array<std::size_t, size + 1> members{};
+  /// Position of node i within its region's members.
+  std::array<std::size_t, size> local_pos{};
+  /// Region r's inputs (value slots of materialized nodes or transfers), deduplicated, and
+  /// the node each one holds.
+  std::array<std::size_t, size + 1> input_begin{};
+  std::array<std::size_t, n_edges + 1> inputs{};
+  std::array<std::size_t, n_edges + 1> input_nodes{};
+  /// What the executor does with node i.
+  std::array<step_kind, size> step{};
+  /// For an edge e inside a fused region: its operand kind (0 inlined constant, 1 member,
+  /// 2 input) and position.
+  std::array<int, n_edges + 1> edge_kind{};
+  std::array<std::size_t, n_edges + 1> edge_pos{};
+  /// Buffers dropped after step s: releases[release_begin[s] .. release_begin[s+1]).
+  std::array<std::size_t, size + 1> release_begin{};
+  std::array<std::size_t, slots + 1> releases{};
+  /// For an `epilogue` step r: its producer (a `deferred` step), the edge of its bias operand
+  /// and whether relu follows; none elsewhere.
+  std::array<std::size_t, size> producer{}, bias_edge{};
+  std::array<bool, size> relu{};
+  /// For a `prologue` step: the region root it evaluates (a `deferred` step); none elsewhere.
+  std::array<std::size_t, size> source{};
+  std::size_t steps = 0, fused = 0, epilogues = 0, prologues = 0;
+};
+
+template <std::size_t size, std::size_t n_slots>
+struct frame_table {
+  std::array<std::size_t, size + 1> begin{};
+  std::array<std::size_t, n_slots> slot{};
+};
+
+} // namespace detail
+
 template <class Placement, class... Fetches>
 struct plan_impl;
 
@@ -173,14 +231,7 @@ private:
     using type = std::index_sequence<index_c<Cs>::value...>;
   };
 
-  struct node_facts {
-    std::array<std::size_t, size + 1> edge_begin{};
-    std::array<std::size_t, n_edges + 1> edges{};
-    std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
-        placeholder{}, variable{}, group{};
-    std::array<epilogue_role, size> epilogue{};
-    std::array<bool, size> fused_input{};
-  };
+  using node_facts = detail::node_facts_t<size, n_edges>;
 
   template <std::size_t... I>
   static consteval node_facts facts(std::index_sequence<I...>) {
@@ -252,39 +303,7 @@ public:
   using device = typeflow::device_of<placement.device[I].is_cpu, placement.device[I].index>;
 
   /// Fusion and memory plan, all indices into `nodes`.
-  struct layout_t {
-    /// root[i] == i: node i is materialized (a step); root[i] == r: node i is computed inside
-    /// the fused loop of region r; root[i] == none: an inlined constant.
-    std::array<std::size_t, size> root{};
-    /// Last step that reads slot i's buffer (none for never, or for fetched nodes).
-    std::array<std::size_t, slots> last_use{};
-    /// Region r's members are region_members[member_begin[r] .. member_begin[r+1]) (topological).
-    std::array<std::size_t, size + 1> member_begin{};
-    std::array<std::size_t, size + 1> members{};
-    /// Position of node i within its region's members.
-    std::array<std::size_t, size> local_pos{};
-    /// Region r's inputs (value slots of materialized nodes or transfers), deduplicated, and
-    /// the node each one holds.
-    std::array<std::size_t, size + 1> input_begin{};
-    std::array<std::size_t, n_edges + 1> inputs{};
-    std::array<std::size_t, n_edges + 1> input_nodes{};
-    /// What the executor does with node i.
-    std::array<step_kind, size> step{};
-    /// For an edge e inside a fused region: its operand kind (0 inlined constant, 1 member,
-    /// 2 input) and position.
-    std::array<int, n_edges + 1> edge_kind{};
-    std::array<std::size_t, n_edges + 1> edge_pos{};
-    /// Buffers dropped after step s: releases[release_begin[s] .. release_begin[s+1]).
-    std::array<std::size_t, size + 1> release_begin{};
-    std::array<std::size_t, slots + 1> releases{};
-    /// For an `epilogue` step r: its producer (a `deferred` step), the edge of its bias operand
-    /// and whether relu follows; none elsewhere.
-    std::array<std::size_t, size> producer{}, bias_edge{};
-    std::array<bool, size> relu{};
-    /// For a `prologue` step: the region root it evaluates (a `deferred` step); none elsewhere.
-    std::array<std::size_t, size> source{};
-    std::size_t steps = 0, fused = 0, epilogues = 0, prologues = 0;
-  };
+  using layout_t = detail::layout_table<size, slots, n_edges>;
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
 private:
@@ -595,10 +614,7 @@ public:
   using local_prologue =
       graph::prologue<typename region_of<layout.source[Q], 1 + arity_of(Q)>::type>;
 
-  struct frames_t {
-    std::array<std::size_t, size + 1> begin{};
-    std::array<std::size_t, 2 * size + 3 * n_edges + 1> slot{};
-  };
+  using frames_t = detail::frame_table<size, 2 * size + 3 * n_edges + 1>;
 
 private:
   static consteval frames_t compute_frames() {

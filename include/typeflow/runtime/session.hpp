@@ -119,6 +119,13 @@ struct no_backend_message {
   }
 };
 
+/// What replica_phases computes (templated on sizes only, see graph::detail::layout_table).
+template <std::size_t N, std::size_t S>
+struct replica_table {
+  std::array<bool, N> mean{}, after{}, batch{};
+  std::array<bool, S> read_after{};
+};
+
 /// What the session checks of each step before instantiating it: a GPU step needs a device
 /// backend, a CPU kernel step a CPU kernel, a fused CPU region a vector form for every op.
 template <class D, class Flat, class Region>
@@ -811,10 +818,7 @@ private:
   /// average (see run_steps), and which slots phase 2 reads.
   template <class P>
   struct replica_phases {
-    struct result {
-      std::array<bool, P::size> mean{}, after{}, batch{};
-      std::array<bool, P::slots> read_after{};
-    };
+    using result = detail::replica_table<P::size, P::slots>;
     template <std::size_t... I>
     static consteval result make(std::index_sequence<I...>) {
       result r;
