@@ -496,10 +496,16 @@ private:
     const std::array<std::string_view, P::size> names{
         detail::variable_name<typename P::template node<I>::op>::value...};
     const std::array<bool, P::size> var{is_variable_t<typename P::template node<I>>::value...};
+    // Pairs of variables only (a plan has far fewer variables than nodes).
+    std::array<std::size_t, P::size> vars{};
+    std::size_t nv = 0;
     for (std::size_t a = 0; a < P::size; ++a)
-      for (std::size_t b = a + 1; b < P::size && var[a]; ++b)
-        if (var[b] && names[a] == names[b])
-          return a;
+      if (var[a])
+        vars[nv++] = a;
+    for (std::size_t a = 0; a < nv; ++a)
+      for (std::size_t b = a + 1; b < nv; ++b)
+        if (names[vars[a]] == names[vars[b]])
+          return vars[a];
     return P::size;
   }
   /// The first problem of running plan P with these feeds that the compiler can see.
