@@ -616,6 +616,20 @@ private:
   using step_fn = void (*)(session&, value*, const std::size_t*, name_fn);
   template <class P, std::size_t... I>
   static const step_fn* step_table(std::index_sequence<I...>) {
+    // The plan's frame table and the executor's local forms count each frame independently.
+    // An array, not a fold: clang limits a fold expression to 256 operands.
+    static constexpr std::size_t sizes[] = {
+        frame_size<typename P::template local_flat<I>, typename region_of<P, I>::type>::value...,
+        0};
+    static_assert(
+        [] {
+          for (std::size_t i = 0; i < P::size; ++i)
+            if (P::frames.begin[i + 1] - P::frames.begin[i] != sizes[i])
+              return false;
+          return true;
+        }(),
+        "typeflow internal error: a step's frame in graph::plan::frames and its local form "
+        "disagree");
     static constexpr step_fn table[] = {
         &session::step_entry<typename P::template device<I>, typename P::template local_flat<I>,
                              typename region_of<P, I>::type>...,
@@ -914,6 +928,12 @@ private:
       : std::integral_constant<std::size_t, sizeof...(Refs) + 1> {};
   template <class Region>
   struct frame_extra<graph::prologue<Region>*> : frame_extra<Region*> {};
+  /// How many values a step with this local form gathers (see run_kernel).
+  template <class Flat, class Region>
+  struct frame_size;
+  template <graph::step_kind K, class Op, class T, std::size_t R, class... Refs, class Region>
+  struct frame_size<graph::flat_node<K, Op, T, R, Refs...>, Region>
+      : std::integral_constant<std::size_t, 1 + sizeof...(Refs) + frame_extra<Region>::value> {};
 
   /// Runs one step from its local form. The step's frame (its own value, its operands, what
   /// its region reads) is gathered from the values, the kernel runs on the frame, and the step's
