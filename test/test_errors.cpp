@@ -4,6 +4,7 @@
 // next valid run gives the right answer.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -163,6 +164,100 @@ TEST_CASE("feed: a view with a negative extent is rejected") {
                         ty::feed(x, ty::tensor_view<float>(xs.data(), {-2, 3}))),
                   ty::error);
   check_still_works(s);
+}
+
+TEST_CASE("feed: a view with null data and a non-empty shape is rejected before any kernel") {
+  ty::session s;
+  warm_up(s);
+  const auto msg = error_of([&] {
+    s.run(ty::fetch(model), ty::feed(x, ty::tensor_view<float>(nullptr, {2, 3})));
+  });
+  check_message(msg, {"placeholder \"x\"", "[2,3]", "null data for 6 elements"});
+  // an empty feed may have null data (what std::vector<float>{}.data() gives)
+  auto [out] = s.run(ty::fetch(model), ty::feed(x, ty::tensor_view<float>(nullptr, {0, 3})));
+  CHECK(out.shape() == dims{0, 2});
+  check_still_works(s);
+}
+
+TEST_CASE("feed: a view whose data is not aligned to its dtype is rejected") {
+  ty::session s;
+  warm_up(s);
+  alignas(float) unsigned char raw[7 * sizeof(float)] = {};
+  const auto* misaligned = reinterpret_cast<const float*>(raw + 1);
+  const auto msg = error_of([&] {
+    s.run(ty::fetch(model), ty::feed(x, ty::tensor_view<float>(misaligned, {2, 3})));
+  });
+  check_message(msg, {"placeholder \"x\"", "not aligned to 4 bytes for float32"});
+  check_still_works(s);
+}
+
+TEST_CASE("feed: a view whose shape has more elements than an int64 counts is rejected") {
+  ty::session s;
+  warm_up(s);
+  std::vector<float> xs(3, 1.0f);
+  // 2^62 x 3 elements: the product wraps a signed 64-bit count
+  const auto msg = error_of([&] {
+    s.run(ty::fetch(model),
+          ty::feed(x, ty::tensor_view<float>(xs.data(), {std::int64_t{1} << 62, 3})));
+  });
+  check_message(msg, {"placeholder \"x\"", "more elements than can be addressed"});
+  check_still_works(s);
+}
+
+// ---- sizes that overflow or cannot be allocated -------------------------------------------------
+
+namespace {
+constexpr auto ba = ty::placeholder<"ba", float, ty::shape<ty::dyn, 1, 1>>;
+constexpr auto bb = ty::placeholder<"bb", float, ty::shape<1, ty::dyn, 1>>;
+constexpr auto bc = ty::placeholder<"bc", float, ty::shape<1, 1, ty::dyn>>;
+} // namespace
+
+TEST_CASE("a broadcast whose element count overflows int64 is an error, not a wrong sum") {
+  // Three 16 MiB inputs broadcast to [2^22, 2^22, 2^22]: 2^66 elements, which wraps to 0 in
+  // int64 arithmetic (the sum was silently 0 before the count was checked).
+  const std::int64_t n = std::int64_t{1} << 22;
+  std::vector<float> data(static_cast<std::size_t>(n), 1.0f);
+  ty::session s;
+  warm_up(s);
+  const auto msg = error_of([&] {
+    s.run(ty::fetch(ty::sum(ba + bb + bc)),
+          ty::feed(ba, ty::tensor_view<float>(data.data(), {n, 1, 1})),
+          ty::feed(bb, ty::tensor_view<float>(data.data(), {1, n, 1})),
+          ty::feed(bc, ty::tensor_view<float>(data.data(), {1, 1, n})));
+  });
+  check_message(msg, {"add: result of shape [4194304,4194304,1]"});
+  check_still_works(s);
+}
+
+TEST_CASE(
+    "a result larger than the machine's memory is an error naming the op, before allocating") {
+  // [2^16, 2^16, 2^16] float32: 2^48 elements, 1 PiB
+  const std::int64_t n = std::int64_t{1} << 16;
+  std::vector<float> data(static_cast<std::size_t>(n), 1.0f);
+  ty::session s;
+  warm_up(s);
+  const auto before = s.stats();
+  const auto msg = error_of([&] {
+    s.run(ty::fetch(ba + bb + bc), ty::feed(ba, ty::tensor_view<float>(data.data(), {n, 1, 1})),
+          ty::feed(bb, ty::tensor_view<float>(data.data(), {1, n, 1})),
+          ty::feed(bc, ty::tensor_view<float>(data.data(), {1, 1, n})));
+  });
+  check_message(msg, {"add: result of shape [65536,65536,65536]", "bytes of memory"});
+  (void)before;
+  check_still_works(s);
+}
+
+TEST_CASE("tensor: a shape past int64 or past memory is a ty::error, not std::bad_alloc") {
+  const std::int64_t big = std::int64_t{1} << 40;
+  check_message(error_of([&] {
+                  ty::tensor<float> t({big, big});
+                }),
+                {"[1099511627776,1099511627776]", "more elements than an int64 counts"});
+  check_message(error_of([&] { ty::tensor<double> t({std::int64_t{1} << 61}); }),
+                {"needs more bytes than can be addressed"});
+  // 2^50 floats: countable and addressable, but no machine this runs on has 4 PiB
+  check_message(error_of([&] { ty::tensor<float> t({std::int64_t{1} << 50}); }),
+                {"out of memory allocating 4503599627370496 bytes"});
 }
 
 // ---- shapes that only fail at run time ----------------------------------------------------------
@@ -436,4 +531,73 @@ TEST_CASE("many errors in a row leave the session usable") {
     CHECK(out(0, 0) == doctest::Approx(1.5));
   }
   check_still_works(s);
+}
+
+// ---- non-finite values and empty batches in training ------------------------------------------
+
+namespace {
+constexpr auto t = ty::placeholder<"t", float, ty::shape<ty::dyn, 2>>;
+constexpr auto loss = ty::mean(ty::square(model - t));
+constexpr auto train = ty::gradient_descent(ty::constant<0.1f>).minimize(loss);
+
+struct training_state {
+  ty::tensor<float> W, b;
+  std::int64_t step;
+};
+training_state state_of(ty::session<>& s) {
+  return {s.read(W), s.read(b), s.read(ty::global_step)[0]};
+}
+void check_unchanged(ty::session<>& s, const training_state& before) {
+  const auto now = state_of(s);
+  CHECK(now.step == before.step);
+  for (std::int64_t i = 0; i < before.W.size(); ++i)
+    CHECK(now.W[i] == before.W[i]);
+  for (std::int64_t i = 0; i < before.b.size(); ++i)
+    CHECK(now.b[i] == before.b[i]);
+}
+} // namespace
+
+TEST_CASE("check_numerics: a NaN input fails the training step naming a node, commits nothing") {
+  ty::session s(ty::session_options{.check_numerics = true});
+  warm_up(s);
+  ty::tensor<float> in({2, 3}, {1, 2, 3, 4, std::nanf(""), 6}), target({2, 2});
+  s.run(ty::fetch(train), ty::feed(x, ty::tensor<float>({2, 3})), ty::feed(t, target));
+  const auto before = state_of(s);
+  const auto msg = error_of([&] { s.run(ty::fetch(train), ty::feed(x, in), ty::feed(t, target)); });
+  check_message(msg, {"check_numerics: ", "has NaN", "(nothing was committed)"});
+  check_unchanged(s, before);
+  // an Inf in a fetched value
+  ty::tensor<float> inf({1, 3}, {1, std::numeric_limits<float>::infinity(), 0});
+  check_message(error_of([&] { s.run(ty::fetch(model), ty::feed(x, inf)); }),
+                {"check_numerics: ", "has Inf at element"});
+  // the same steps with finite data go on training
+  s.run(ty::fetch(train), ty::feed(x, ty::tensor<float>({2, 3})), ty::feed(t, target));
+  CHECK(state_of(s).step == before.step + 1);
+}
+
+TEST_CASE(
+    "without check_numerics a NaN input trains into NaN weights (the default costs nothing)") {
+  ty::session s;
+  ty::tensor<float> in({1, 3}, {std::nanf(""), 0, 0}), target({1, 2});
+  s.run(ty::fetch(train), ty::feed(x, in), ty::feed(t, target));
+  CHECK(std::isnan(s.read(W)[0]));
+}
+
+TEST_CASE("a training step on an empty batch is an error and changes nothing") {
+  ty::session s;
+  warm_up(s);
+  ty::tensor<float> target({2, 2});
+  s.run(ty::fetch(train), ty::feed(x, ty::tensor<float>({2, 3})), ty::feed(t, target));
+  const auto before = state_of(s);
+  std::vector<float> none;
+  const auto msg = error_of([&] {
+    s.run(ty::fetch(train), ty::feed(x, ty::tensor_view<float>(none.data(), {0, 3})),
+          ty::feed(t, ty::tensor_view<float>(none.data(), {0, 2})));
+  });
+  check_message(msg, {"placeholder \"x\" fed [0,3]", "an empty batch", "assigns variables"});
+  check_unchanged(s, before);
+  // the loss alone on an empty batch is a run like any other (the mean of nothing is NaN)
+  auto [l] = s.run(ty::fetch(loss), ty::feed(x, ty::tensor_view<float>(none.data(), {0, 3})),
+                   ty::feed(t, ty::tensor_view<float>(none.data(), {0, 2})));
+  CHECK(std::isnan(l.item()));
 }

@@ -171,3 +171,34 @@ TEST_CASE("a tower's error reaches the caller and the variables keep their value
                     sizeof(float) * static_cast<std::size_t>(before.size())) == 0);
   CHECK(rep.read(ty::global_step)[0] == 1);
 }
+
+TEST_CASE("replicate: check_numerics catches a NaN in the second tower's rows; an empty batch "
+          "does not train") {
+  using M = model<float>;
+  ty::session<ty::replicate<ty::cpu<0>, ty::cpu<1>>> rep(
+      ty::session_options{.threads = 2, .seed = 3, .check_numerics = true});
+  ty::tensor<float> xv;
+  ty::tensor<std::int32_t> yv;
+  make_batch(6, 0, xv, yv);
+  rep.run(ty::fetch(M::train), ty::feed(M::x, xv), ty::feed(M::y, yv));
+  const auto w_before = rep.read(ty::find_variable<"l2/weights">(M::loss));
+  xv[5 * 6 + 2] = std::nanf(""); // row 5: tower 1's share
+  bool threw = false;
+  try {
+    rep.run(ty::fetch(M::loss, M::train), ty::feed(M::x, xv), ty::feed(M::y, yv));
+  } catch (const ty::error& e) {
+    threw = std::string(e.what()).find("check_numerics") != std::string::npos;
+  }
+  CHECK(threw);
+  CHECK(rep.read(ty::global_step)[0] == 1);
+  const auto w_after = rep.read(ty::find_variable<"l2/weights">(M::loss));
+  for (i64 i = 0; i < w_before.size(); ++i)
+    CHECK(w_after[i] == w_before[i]);
+  std::vector<float> none;
+  std::vector<std::int32_t> no_labels;
+  CHECK_THROWS_AS(rep.run(ty::fetch(M::train),
+                          ty::feed(M::x, ty::tensor_view<float>(none.data(), {0, 6})),
+                          ty::feed(M::y, ty::tensor_view<std::int32_t>(no_labels.data(), {0}))),
+                  ty::error);
+  CHECK(rep.read(ty::global_step)[0] == 1);
+}

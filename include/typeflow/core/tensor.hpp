@@ -1,6 +1,7 @@
 // Host tensors: owning `tensor<T>` (returned by fetches) and non-owning `tensor_view<T>` (feeds).
 #pragma once
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -27,23 +28,58 @@ struct aligned_free {
   void operator()(void* p) const noexcept { std::free(p); }
 };
 
+/// The largest allocation typeflow asks for: byte counts past it cannot be addressed.
+inline constexpr std::size_t max_bytes = static_cast<std::size_t>(PTRDIFF_MAX) / 2;
+
+/// A 64-byte aligned block of `bytes` (at least one byte). Allocation failure is a
+/// typeflow::error, not std::bad_alloc.
 inline void* aligned_bytes(std::size_t bytes) {
+  if (bytes > max_bytes)
+    throw error("cannot allocate " + std::to_string(bytes) + " bytes: more than can be addressed");
   std::size_t rounded = (std::max<std::size_t>(bytes, 1) + buffer_alignment - 1) /
                         buffer_alignment * buffer_alignment;
   void* p = std::aligned_alloc(buffer_alignment, rounded);
   if (!p)
-    throw std::bad_alloc();
+    throw error("out of memory allocating " + std::to_string(bytes) + " bytes");
   return p;
 }
 
-inline std::int64_t checked_numel(const std::vector<std::int64_t>& dims) {
+/// The element count of extents [first, last), or -1 when it overflows int64 or an extent is
+/// negative (callers turn -1 into an error naming what they check).
+template <class It>
+constexpr std::int64_t numel_or_invalid(It first, It last) {
   std::int64_t n = 1;
-  for (auto d : dims) {
-    if (d < 0)
-      throw error("tensor: negative extent in shape " + dims_string(dims));
-    n *= d;
+  for (; first != last; ++first) {
+    if (*first < 0 || __builtin_mul_overflow(n, static_cast<std::int64_t>(*first), &n))
+      return -1;
   }
   return n;
+}
+
+/// `elements` of `elem` bytes each, or max_bytes + 1 when that is more than can be addressed.
+constexpr std::size_t bytes_or_invalid(std::int64_t elements, std::size_t elem) {
+  std::size_t b = 0;
+  if (elements < 0 || __builtin_mul_overflow(static_cast<std::size_t>(elements), elem, &b) ||
+      b > max_bytes)
+    return max_bytes + 1;
+  return b;
+}
+
+inline std::int64_t checked_numel(const std::vector<std::int64_t>& dims) {
+  for (auto d : dims)
+    if (d < 0)
+      throw error("tensor: negative extent in shape " + dims_string(dims));
+  const std::int64_t n = numel_or_invalid(dims.begin(), dims.end());
+  if (n < 0)
+    throw error("tensor: shape " + dims_string(dims) + " has more elements than an int64 counts");
+  return n;
+}
+/// The bytes of a tensor of `dims` with elements of `elem` bytes, checked.
+inline std::size_t checked_bytes(const std::vector<std::int64_t>& dims, std::size_t elem) {
+  const std::size_t b = bytes_or_invalid(checked_numel(dims), elem);
+  if (b > max_bytes)
+    throw error("tensor: shape " + dims_string(dims) + " needs more bytes than can be addressed");
+  return b;
 }
 } // namespace detail
 
@@ -78,7 +114,8 @@ public:
   static constexpr uninitialized_t uninitialized{};
   tensor(uninitialized_t, std::vector<std::int64_t> shape) : dims_(std::move(shape)) {
     size_ = detail::checked_numel(dims_);
-    owner_.reset(detail::aligned_bytes(sizeof(T) * size_), detail::aligned_free{});
+    owner_.reset(detail::aligned_bytes(detail::checked_bytes(dims_, sizeof(T))),
+                 detail::aligned_free{});
     data_ = static_cast<T*>(owner_.get());
   }
   /// A tensor over `size(shape)` elements at `data`, kept alive by `owner` (a session hands a

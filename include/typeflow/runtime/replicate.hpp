@@ -148,8 +148,10 @@ public:
 private:
   template <class P, class... F, class... Feeds>
   auto run_checked(fetch_t<F...> fetches, const Feeds&... feeds) {
+    using T0 = session<Tower<first_device>>;
     auto& t0 = std::get<0>(towers_);
     t0.check_feeds(feeds...);
+    T0::template check_empty_batch<P>(feeds...);
     std::int64_t batch = -1;
     ((batch = batch >= 0 ? batch : batch_of(feeds)), ...);
     if (batch < 0) // nothing to split: every tower would compute the same
@@ -253,6 +255,15 @@ private:
     value* v0 = std::get<0>(vals).data();
     t0.template run_steps<P, 2>(v0, std::make_index_sequence<P::size>{});
     backend::end_steps(t0.st_);
+    if (opts_.check_numerics) // every tower's fetched values, and the updates (tower 0's)
+      (
+          [&] {
+            using PK = tower_plan<K, Fs>;
+            if (parts[K].rows > 0)
+              std::get<K>(towers_).template check_numerics<PK>(
+                  std::get<K>(vals).data(), std::make_index_sequence<PK::size>{});
+          }(),
+          ...);
     auto out = std::tuple_cat(combine_fetch<P, F>(tower_vals, parts, batch)...);
     t0.template commit_steps<P>(v0, std::make_index_sequence<P::size>{});
     backend::end_commits(t0.st_);

@@ -2,6 +2,8 @@
 // compiled plan of a set of fetches. Only the subgraph the fetches need is evaluated.
 #pragma once
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -51,6 +53,12 @@ struct session_options {
   /// ... and a collective that has not completed after this many seconds (a rank died or
   /// hangs) throws typeflow::error and aborts the job.
   double collective_timeout = 120;
+  /// TensorFlow's check_numerics for a whole run: a NaN or Inf in a fetched floating value or in
+  /// the new value of an assignment (a variable update, which a NaN gradient makes NaN) is an
+  /// error naming the node, thrown before anything is committed. Off: nothing is checked or
+  /// instantiated. On a GPU the checked values are copied to the host (a debugging aid), and a
+  /// run is not replayed as a CUDA graph.
+  bool check_numerics = false;
 };
 
 using backend::run_stats;
@@ -205,17 +213,24 @@ public:
       return run_result<F...>{};
     } else {
       check_feeds(feeds...);
-      std::array<backend::rt_value, P::slots> vals;
-      begin_run<P>(vals.data(), feeds...);
-      if constexpr (graph_capturable<P>())
-        if (opts_.cuda_graphs && !opts_.trace)
-          return run_graph<P, F...>(vals.data());
-      run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
-      backend::end_steps(st_); // device-side checks (a bad label): throws before any commit
-      auto out = fetch_all<P, F...>(vals.data());
-      commit_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
-      backend::end_commits(st_);
-      return out;
+      check_empty_batch<P>(feeds...);
+      try {
+        std::array<backend::rt_value, P::slots> vals;
+        begin_run<P>(vals.data(), feeds...);
+        if constexpr (graph_capturable<P>())
+          if (opts_.cuda_graphs && !opts_.trace && !opts_.check_numerics)
+            return run_graph<P, F...>(vals.data());
+        run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
+        backend::end_steps(st_); // device-side checks (a bad label): throws before any commit
+        if (opts_.check_numerics)
+          check_numerics<P>(vals.data(), std::make_index_sequence<P::size>{});
+        auto out = fetch_all<P, F...>(vals.data());
+        commit_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
+        backend::end_commits(st_);
+        return out;
+      } catch (const std::bad_alloc&) { // from a library under a kernel (typeflow's own: error)
+        throw error("session::run: out of memory (nothing was committed)");
+      }
     }
   }
 
@@ -422,9 +437,84 @@ private:
           fail("");
         }
       }
+      using U = typename Ph::value_type;
+      if (!f.dims.valid(sizeof(U)))
+        fail(" (more elements than can be addressed)");
+      if (f.data == nullptr && f.dims.numel() != 0)
+        fail(" (null data for " + std::to_string(f.dims.numel()) + " elements)");
+      if (reinterpret_cast<std::uintptr_t>(f.data) % alignof(U) != 0)
+        fail(" (data not aligned to " + std::to_string(alignof(U)) + " bytes for " +
+             std::string(dtype_name<U>) + ")");
     };
     (one(feeds), ...);
     (void)one;
+  }
+
+  /// A run that assigns variables (a training step) on an empty batch is an error: a mean over
+  /// no examples is NaN, and a step counter would count a step that learned nothing.
+  template <class P, class... Feeds>
+  static void check_empty_batch(const Feeds&... feeds) {
+    static constexpr bool assigns = assigns_any<P>(std::make_index_sequence<P::size>{});
+    if constexpr (assigns && sizeof...(Feeds) > 0) {
+      auto one = [](const auto& f) {
+        using Ph = typename std::remove_cvref_t<decltype(f)>::placeholder;
+        for (std::size_t i = 0; i < Ph::shape_type::rank; ++i)
+          if (Ph::shape_type::dims[i] == dyn && f.dims.d[i] == 0)
+            throw error("session::run: placeholder \"" + std::string(Ph::op::name) + "\" fed " +
+                        f.dims.str() +
+                        ", an empty batch, in a run that assigns variables: a training step "
+                        "needs at least one example (nothing was run)");
+      };
+      (one(feeds), ...);
+    }
+  }
+
+  template <class P, std::size_t... I>
+  static consteval bool assigns_any(std::index_sequence<I...>) {
+    const bool state[] = {is_state_op<typename P::template node<I>>..., false}; // not a fold
+    for (bool b : state)
+      if (b)
+        return true;
+    return false;
+  }
+
+  /// check_numerics: every fetched floating value and every assignment's new value is finite.
+  using numerics_fn = void (*)(session&, const value*, name_fn);
+  template <class P, std::size_t... I>
+  void check_numerics(const value* vals, std::index_sequence<I...>) {
+    static constexpr numerics_fn table[] = {
+        numerics_check<I, typename P::template device<I>, typename P::template node<I>,
+                       P::fact.fetched[I]>()...,
+        nullptr};
+    for (std::size_t i = 0; i < P::size; ++i)
+      if (table[i])
+        table[i](*this, vals, &P::node_string);
+  }
+  template <std::size_t I, class D, class N, bool Fetched>
+  static constexpr numerics_fn numerics_check() {
+    if constexpr ((Fetched || is_state_op<N>)&&std::is_floating_point_v<typename N::value_type>)
+      return &check_finite<I, D, typename N::value_type>;
+    else
+      return nullptr;
+  }
+  template <std::size_t I, class D, class T>
+  static void check_finite(session& s, const value* vals, name_fn name) {
+    const value& v = vals[I];
+    const std::int64_t n = v.dims.numel();
+    if (n == 0 || !v.data)
+      return;
+    auto scan = [&](const T* p) {
+      for (std::int64_t e = 0; e < n; ++e)
+        if (!std::isfinite(p[e]))
+          throw error("check_numerics: " + name(I) + " has " +
+                      (std::isnan(p[e]) ? std::string("NaN") : std::string("Inf")) +
+                      " at element " + std::to_string(e) + " of " + v.dims.str() +
+                      " (nothing was committed)");
+    };
+    if constexpr (D::is_cpu)
+      scan(static_cast<const T*>(v.data));
+    else
+      scan(device_backend<D>::template fetch<T>(s.st_, v).data());
   }
 
   template <class P, class... Feeds>
@@ -970,6 +1060,8 @@ private:
       for (std::size_t k = 1; k < dims.size(); ++k)
         dims[k] = &vals[frame[k]].dims;
       v.dims = shape_of<Op, Refs...>(dims.data(), self, name);
+      if constexpr (!std::is_void_v<T>)
+        check_size<D, Op, T>(v.dims, self, name);
       if constexpr (K != step_kind::fused_member && K != step_kind::deferred)
         run_kernel<D, K, Op, T, Refs...>(vals, frame, self, name, region);
     }
@@ -1024,6 +1116,24 @@ private:
                   name(self) + ")");
     }
     return backend::rt_dims::from(r.dims);
+  }
+
+  /// A step's result must be countable, addressable and, on the host, fit in the machine's
+  /// memory: checked before its kernel allocates anything.
+  template <class D, class Op, class T>
+  static void check_size(const backend::rt_dims& d, std::size_t self, name_fn name) {
+    if (!d.valid(sizeof(T)))
+      throw error(std::string(Op::name) + ": result of shape " + d.str() + " has more " +
+                  std::string(dtype_name<T>) + " elements than can be addressed (in " + name(self) +
+                  ")");
+    if constexpr (D::is_cpu) {
+      const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(d.numel());
+      if (bytes > backend::host_memory_bytes())
+        throw error(std::string(Op::name) + ": result of shape " + d.str() + " needs " +
+                    std::to_string(bytes) + " bytes, more than this machine's " +
+                    std::to_string(backend::host_memory_bytes()) + " bytes of memory (in " +
+                    name(self) + ")");
+    }
   }
 
   void note_step(std::size_t i, name_fn name) {

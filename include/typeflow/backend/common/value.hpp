@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>
+
 #include "../../core/error.hpp"
 #include "../../core/shape.hpp"
 #include "../../core/tensor.hpp"
@@ -22,11 +24,18 @@ namespace typeflow::backend {
 struct rt_dims {
   std::array<std::int64_t, max_rank> d{};
   std::size_t rank = 0;
+  /// The element count; extents are checked when a step's shape is computed (see valid()), so
+  /// this product cannot overflow for a value of a run.
   std::int64_t numel() const {
     std::int64_t n = 1;
     for (std::size_t i = 0; i < rank; ++i)
       n *= d[i];
     return n;
+  }
+  /// Whether the extents are non-negative and `elem`-byte elements of them can be addressed.
+  bool valid(std::size_t elem) const {
+    const std::int64_t n = detail::numel_or_invalid(d.begin(), d.begin() + rank);
+    return n >= 0 && detail::bytes_or_invalid(n, elem) <= detail::max_bytes;
   }
   template <std::size_t R>
   dims_t<R> fixed() const {
@@ -46,6 +55,16 @@ struct rt_dims {
   std::string str() const { return dims_string(d.begin(), d.begin() + rank); }
   std::vector<std::int64_t> vec() const { return {d.begin(), d.begin() + rank}; }
 };
+
+/// The host's physical memory in bytes (an upper bound on any buffer a CPU step can allocate).
+inline std::size_t host_memory_bytes() {
+  static const std::size_t bytes = [] {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                                 : detail::max_bytes;
+  }();
+  return bytes;
+}
 
 /// Row-major strides of d.
 inline std::array<std::int64_t, max_rank> row_major_strides(const rt_dims& d) {

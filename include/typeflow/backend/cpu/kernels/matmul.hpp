@@ -19,7 +19,7 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
   const T* pb = static_cast<const T*>(b.data);
 #if defined(TYPEFLOW_HAS_ONEDNN)
   if constexpr (std::is_same_v<T, float>) {
-    if (k > 0) {
+    if (k > 0 && m > 0 && n > 0) { // oneDNN divides by empty extents
       const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
                               const float* a_, std::int64_t lda, const float* b_, std::int64_t ldb,
                               float* c_, std::int64_t ldc) {
