@@ -2,7 +2,10 @@
 // files, crash-safe saving, and interop with a file written by an independent implementation.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -712,5 +715,87 @@ TEST_SUITE("checkpoint") {
     CHECK(s.read(counts22)(1, 1) == -2147483647 - 1);
     CHECK(s.read(flags4)[1] == false);
     CHECK(s.read(flags4)[3] == true);
+  }
+
+  TEST_CASE("temporaries of dead writers are removed by the next save or restore, live ones kept") {
+    temp_dir dir;
+    const fs::path file = dir.path / "model.safetensors";
+    // A dead writer's pid: a child that has exited and been reaped.
+    const ::pid_t dead = ::fork();
+    REQUIRE(dead >= 0);
+    if (dead == 0)
+      ::_exit(0);
+    REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+    // A live writer: a child blocked until we kill it.
+    const ::pid_t live = ::fork();
+    REQUIRE(live >= 0);
+    if (live == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    const auto make = [&](const std::string& name) { std::ofstream(dir.path / name) << "partial"; };
+    const std::string dead_tmp = "model.safetensors.tmp." + std::to_string(dead);
+    const std::string live_tmp = "model.safetensors.tmp." + std::to_string(live);
+    make(dead_tmp);
+    make(live_tmp);
+    make("model.safetensors.tmp.notapid");
+    make("other.safetensors.tmp." + std::to_string(dead)); // another file's: not ours
+    session<> s;
+    s.initialize(w, b, step);
+    save_checkpoint(s, file);
+    CHECK(dir.entries() ==
+          std::vector<std::string>{"model.safetensors", live_tmp, "model.safetensors.tmp.notapid",
+                                   "other.safetensors.tmp." + std::to_string(dead)});
+    make(dead_tmp);
+    restore_checkpoint(s, file);
+    CHECK(!fs::exists(dir.path / dead_tmp));
+    CHECK(fs::exists(dir.path / live_tmp));
+    ::kill(live, SIGKILL);
+    ::waitpid(live, nullptr, 0);
+    restore_checkpoint(s, file); // now the writer is dead: its temporary goes
+    CHECK(!fs::exists(dir.path / live_tmp));
+  }
+
+  TEST_CASE("a writer killed at random moments 50 times: the checkpoint always restores whole") {
+    temp_dir dir;
+    const fs::path file = dir.path / "model.safetensors";
+    constexpr auto big = variable<"big", float, shape<1 << 20>>;
+    session<> s(session_options{.threads = 1});
+    s.initialize(big);
+    std::mt19937 rng(20261125);
+    std::uniform_int_distribution<int> delay_us(0, 40000);
+    float last = 0;
+    int torn_temporaries = 0;
+    for (int round = 0; round < 50; ++round) {
+      const std::string writer = TYPEFLOW_CHECKPOINT_WRITER;
+      const std::string target = file.string();
+      const std::string start = std::to_string(static_cast<long long>(last) + 1);
+      char* argv[] = {const_cast<char*>(writer.c_str()), const_cast<char*>(target.c_str()),
+                      const_cast<char*>(start.c_str()), nullptr};
+      ::pid_t pid = 0;
+      REQUIRE(::posix_spawn(&pid, writer.c_str(), nullptr, nullptr, argv, environ) == 0);
+      // the first round waits for a first checkpoint; then kill at a random moment
+      for (int i = 0; round == 0 && i < 2000 && !fs::exists(file); ++i)
+        ::usleep(5000);
+      ::usleep(static_cast<unsigned>(delay_us(rng)));
+      ::kill(pid, SIGKILL);
+      int status = 0;
+      REQUIRE(::waitpid(pid, &status, 0) == pid);
+      REQUIRE(WIFSIGNALED(status)); // killed, not crashed on its own
+      REQUIRE(fs::exists(file));
+      for (const auto& name : dir.entries())
+        torn_temporaries += name != "model.safetensors";
+      // A whole state: every element holds the same save's value, the last round's or newer
+      // (this writer started at last + 1).
+      restore_checkpoint(s, file);
+      const auto v = s.read(big);
+      const float first = v[0];
+      CHECK(first >= last);
+      CHECK(std::all_of(v.begin(), v.end(), [&](float e) { return e == first; }));
+      last = first;
+      // the restore removed the killed writer's temporary
+      CHECK(dir.entries() == std::vector<std::string>{"model.safetensors"});
+    }
+    MESSAGE("killed mid-save (a temporary left behind) in " << torn_temporaries << " of 50 rounds");
   }
 }

@@ -2,6 +2,7 @@
 // typeflow::error naming the file and the byte offset, MNIST loading and preprocessing, and the
 // shuffling, prefetching batcher (each example once per epoch, seeded order, clean shutdown).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -347,6 +349,16 @@ TEST_CASE("read_idx: malformed plain files throw, naming the file and the byte o
     const std::string msg_dir = error_of([&] { (void)td::read_idx(dir.path.string()); });
     CHECK(contains(msg_dir, dir.path.string()));
     CHECK(contains(msg_dir, "directory"));
+  }
+  SUBCASE("a FIFO with no writer is refused at once, not waited on") {
+    const std::string p = dir.file("fifo-idx3-ubyte");
+    REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+    auto pending =
+        std::async(std::launch::async, [&] { return error_of([&] { (void)td::read_idx(p); }); });
+    REQUIRE(pending.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    const std::string msg = pending.get();
+    CHECK(contains(msg, p));
+    CHECK(contains(msg, "not a regular file"));
   }
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -368,9 +369,39 @@ inline bool byte_count(std::span<const std::uint64_t> dims, std::size_t elem, st
   return true;
 }
 
+/// Removes `<file>.tmp.<pid>` files left next to `file` by writers that died mid-save (a
+/// SIGKILL, a power cut): only those whose process no longer exists (kill(pid, 0) says ESRCH),
+/// so a live process's temporary is never touched. Best-effort: a file that cannot be removed
+/// stays. Returns how many were removed.
+inline std::size_t remove_stale_temporaries(const fs::path& file) {
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  const std::string stem = file.filename().string() + ".tmp.";
+  std::size_t removed = 0;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= stem.size() || name.compare(0, stem.size(), stem) != 0)
+      continue;
+    const std::string digits = name.substr(stem.size());
+    if (digits.size() > 9 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const auto pid = static_cast<::pid_t>(std::stol(digits));
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH)
+      continue; // alive, or not ours to judge (EPERM: another user's live process)
+    std::error_code rec;
+    if (fs::is_regular_file(it->symlink_status(rec)) && fs::remove(it->path(), rec))
+      ++removed;
+  }
+  return removed;
+}
+
 /// Writes `ts` as a safetensors file, crash-safely: temp file `<file>.tmp.<pid>` in the same
 /// directory, fsync, atomic rename over `file`, fsync of the directory. On failure `file` is left
-/// as it was. (Two threads of one process must not save to the same `file` at once.)
+/// as it was and the temporary removed; temporaries of dead writers are removed first (see
+/// remove_stale_temporaries). (Two threads of one process must not save to the same `file` at
+/// once.)
 inline void write_file(const fs::path& file, std::span<const tensor_ref> ts,
                        const std::map<std::string, std::string>& metadata, std::string_view what) {
   const std::string prefix = std::string(what) + " " + file.string() + ": ";
@@ -447,6 +478,7 @@ inline void write_file(const fs::path& file, std::span<const tensor_ref> ts,
       throw error(prefix + "directory " + dir.string() + " does not exist");
   }
 
+  remove_stale_temporaries(file);
   fs::path tmp = file;
   tmp += ".tmp." + std::to_string(::getpid());
   const std::string tmp_name = tmp.string();
@@ -693,9 +725,10 @@ void save_checkpoint(Session& s, const std::filesystem::path& file) {
 /// Restores every variable of `s` from `file`. All or nothing: the file is read and validated
 /// first, then every variable must be in it with the same dtype and shape and the file must hold
 /// nothing else; only then are the variables overwritten. Throws typeflow::error otherwise,
-/// leaving the variables untouched.
+/// leaving the variables untouched. Temporaries next to `file` left by dead writers are removed.
 template <class Session>
 void restore_checkpoint(Session& s, const std::filesystem::path& file) {
+  io::detail::remove_stale_temporaries(file);
   const std::vector<io::st_tensor> ts = io::detail::read_file(file, nullptr, "checkpoint");
   std::map<std::string_view, const io::st_tensor*> by_name;
   for (const auto& t : ts)

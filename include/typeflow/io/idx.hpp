@@ -21,6 +21,10 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #if defined(TYPEFLOW_HAS_ZLIB) && TYPEFLOW_HAS_ZLIB
 #include <zlib.h>
 #endif
@@ -127,18 +131,28 @@ struct idx_file_closer {
 class idx_byte_reader {
 public:
   explicit idx_byte_reader(std::string path) : path_(std::move(path)), in_(std::size_t{1} << 16) {
-    std::error_code ec;
-    const auto st = std::filesystem::status(path_, ec);
-    if (ec || !std::filesystem::exists(st))
-      idx_fail(path_, "cannot open file: " + (ec ? ec.message() : std::string("no such file")));
-    if (std::filesystem::is_directory(st))
-      idx_fail(path_, "cannot open file: it is a directory");
+    // O_NONBLOCK: opening a FIFO with no writer must not hang; anything but a regular file is
+    // refused before a byte is read.
     errno = 0;
-    file_.reset(std::fopen(path_.c_str(), "rb"));
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+      const int e = errno;
+      idx_fail(path_, "cannot open file: " + std::generic_category().message(e));
+    }
+    struct ::stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      const bool dir = S_ISDIR(st.st_mode);
+      ::close(fd);
+      idx_fail(path_, dir ? "cannot open file: it is a directory"
+                          : "cannot open file: not a regular file");
+    }
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    file_size_ = static_cast<std::uint64_t>(st.st_size);
+    file_.reset(::fdopen(fd, "rb"));
     if (!file_) {
       const int e = errno;
-      idx_fail(path_, "cannot open file: " + (e != 0 ? std::generic_category().message(e)
-                                                     : std::string("fopen failed")));
+      ::close(fd);
+      idx_fail(path_, "cannot open file: " + std::generic_category().message(e));
     }
     fill();
     gzip_ = in_len_ >= 2 && in_[0] == 0x1f && in_[1] == 0x8b;
@@ -181,6 +195,10 @@ public:
   }
 
   /// "byte offset N" (of the decompressed data, for gzip files).
+  /// The file's size in bytes when it was opened (compressed size for gzip input).
+  std::uint64_t file_size() const noexcept {
+    return file_size_;
+  }
   std::string where(std::uint64_t off) const {
     return "byte offset " + std::to_string(off) + (gzip_ ? " of the decompressed data" : "");
   }
@@ -296,8 +314,9 @@ private:
   std::unique_ptr<std::FILE, idx_file_closer> file_;
   std::vector<std::uint8_t> in_;
   std::size_t in_len_ = 0, in_pos_ = 0;
-  std::uint64_t file_off_ = 0; ///< bytes of the file read into in_ so far
-  std::uint64_t out_off_ = 0;  ///< bytes of data returned by read() so far
+  std::uint64_t file_off_ = 0;  ///< bytes of the file read into in_ so far
+  std::uint64_t file_size_ = 0; ///< the file's size when it was opened
+  std::uint64_t out_off_ = 0;   ///< bytes of data returned by read() so far
   bool gzip_ = false;
 #if defined(TYPEFLOW_HAS_ZLIB) && TYPEFLOW_HAS_ZLIB
   std::unique_ptr<z_stream> zs_;
@@ -371,6 +390,12 @@ inline idx_array read_idx_checked(const std::string& path, std::uint8_t want_typ
     total *= d;
   }
 
+  // An uncompressed file must hold what its header claims: checked before reading any of it.
+  if (!r.gzip() && header + total > r.file_size())
+    r.fail("truncated data at " + r.where(header) + ": expected " + std::to_string(total) +
+           " bytes of data, got " +
+           std::to_string(r.file_size() - std::min(r.file_size(), header)) +
+           " (checked against the file's size before reading)");
   // Data, read in chunks so that a corrupt header cannot make us allocate more than arrives.
   constexpr std::uint64_t chunk = std::uint64_t{1} << 22;
   out.bytes.reserve(
