@@ -4,12 +4,14 @@
 // Also: rank 0's initial variables reach every rank (the ranks seed differently), the
 // deterministic mode gives identical bits on a second run, small fusion buckets give the same
 // result as one bucket, and save_checkpoint writes on rank 0 only.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string_view>
+#include <thread>
 
 #include "typeflow/distributed/mpi.hpp"
 #include "typeflow/typeflow.hpp"
@@ -80,6 +82,21 @@ int die_after(int rank, i64 n, const std::filesystem::path& dir) {
   }
 }
 
+/// --hang-first: rank 0 hangs (sleeps far past the timeout) before its first run, so rank 1
+/// waits in the initial variable broadcast from rank 0: it must stop within the collective
+/// timeout (3 s) with an error naming the broadcast.
+int hang_first(int rank) {
+  using policy = ty::mpi::replicate<ty::cpu<0>>;
+  ty::session<policy> s(ty::session_options{.threads = 1, .collective_timeout = 3});
+  if (rank == 0)
+    std::this_thread::sleep_for(std::chrono::seconds(600));
+  ty::tensor<float> xv;
+  ty::tensor<std::int32_t> yv;
+  make_batch(0, 0, 7, xv, yv);
+  s.run(ty::fetch(train), ty::feed(x, xv), ty::feed(y, yv));
+  return 0;
+}
+
 /// --check FILE N: the checkpoint restores and holds global_step N.
 int check_checkpoint(const std::filesystem::path& file, i64 n) {
   ty::session<> s;
@@ -97,6 +114,15 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::string_view(argv[1]) == "--die-after") {
     try {
       return die_after(rank, std::atoi(argv[2]), argv[3]);
+    } catch (const std::exception& e) {
+      std::printf("rank %d stopped: %s\n", rank, e.what());
+      std::fflush(stdout);
+      return 1; // the environment aborts the job
+    }
+  }
+  if (argc == 2 && std::string_view(argv[1]) == "--hang-first") {
+    try {
+      return hang_first(rank);
     } catch (const std::exception& e) {
       std::printf("rank %d stopped: %s\n", rank, e.what());
       std::fflush(stdout);

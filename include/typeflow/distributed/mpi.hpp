@@ -133,17 +133,26 @@ public:
     }
   }
 
-  /// Rank 0's value of every variable, to every rank.
-  void broadcast(backend::variable_store& vars) {
+  /// Rank 0's value of every variable, to every rank, each broadcast bounded by the collective
+  /// timeout (a rank that never arrives fails the job instead of hanging it).
+  void broadcast(backend::variable_store& vars, const session_options& o) {
     for (auto& [name, rec] : vars) {
       std::uint64_t check[2] = {std::hash<std::string>{}(name), rec.bytes}, root[2] = {};
       std::memcpy(root, check, sizeof check);
-      TYPEFLOW_MPI_CHECK(MPI_Bcast(root, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+      MPI_Request req;
+      TYPEFLOW_MPI_CHECK(MPI_Ibcast(root, 2, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req));
+      wait(req, o, "the initial variable broadcast (MPI_Ibcast)");
       if (root[0] != check[0] || root[1] != check[1])
         throw error("mpi::replicate: rank " + std::to_string(rank_) + " holds variable \"" + name +
                     "\" where rank 0 holds another (every rank must run the same model)");
-      TYPEFLOW_MPI_CHECK(
-          MPI_Bcast(rec.data.get(), static_cast<int>(rec.bytes), MPI_BYTE, 0, MPI_COMM_WORLD));
+      // MPI counts are ints: a variable over 2 GiB goes in pieces.
+      auto* bytes = static_cast<unsigned char*>(rec.data.get());
+      constexpr std::size_t piece = std::size_t{1} << 30;
+      for (std::size_t at = 0; at < rec.bytes; at += piece) {
+        const auto n = static_cast<int>(std::min(piece, rec.bytes - at));
+        TYPEFLOW_MPI_CHECK(MPI_Ibcast(bytes + at, n, MPI_BYTE, 0, MPI_COMM_WORLD, &req));
+        wait(req, o, "the initial variable broadcast (MPI_Ibcast)");
+      }
       rec.device_valid = false;
     }
   }

@@ -30,7 +30,7 @@ struct in_process_reducer {
   int rank() const { return 0; }
   int size() const { return 1; }
   void reduce(std::vector<replica_buffer>&, std::int64_t, const session_options&) {}
-  void broadcast(backend::variable_store&) {}
+  void broadcast(backend::variable_store&, const session_options&) {}
 };
 
 /// Replication policy: one tower per device D..., tower k placed by Tower<Dk> (a placement
@@ -142,7 +142,7 @@ public:
   /// restoring a checkpoint on rank 0 only).
   void broadcast_variables() {
     std::get<0>(towers_).for_each_variable([](const auto&) {}); // host copies current
-    reducer_.broadcast(*vars_);
+    reducer_.broadcast(*vars_, opts_);
   }
 
 private:
