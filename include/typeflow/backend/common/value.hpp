@@ -191,7 +191,8 @@ public:
     if (!pool)
       return false;
     std::lock_guard lock(pool->mu_);
-    auto& list = pool->free_[d->bytes];
+    const std::size_t bytes = d->bytes; // d dies with owner's control block below
+    auto& list = pool->free_[bytes];
     list.reserve(list.size() + 1); // the only step that can throw: before anything changes
     d->kept = true;
     void* buffer = owner.get();
@@ -199,7 +200,7 @@ public:
     list.push_back(storage.release());
     storage.reset(buffer);
     // The buffer left the pool's live set; the old storage is free.
-    pool->live_ -= std::min(pool->live_, d->bytes);
+    pool->live_ -= std::min(pool->live_, bytes);
     return true;
   }
   void reset_live() {
