@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # typeflow's full check: deps, configure (Release, -Werror, benchmarks built too), build,
-# format check, include-direction check, ctest.
+# format check, include-direction check, ctest; then the sanitizer runs (scripts/sanitize.sh:
+# ASan + UBSan and TSan builds of the tests that cover the executor, the readers, checkpoints
+# and the threaded parts) and every fuzz target for TYPEFLOW_FUZZ_SECONDS (default 20) each
+# (scripts/fuzz.sh). TYPEFLOW_SKIP_SANITIZE=1 leaves those two out.
 # Usage: bash scripts/test.sh        (from any directory)
 set -euo pipefail
 
@@ -20,12 +23,12 @@ files=()
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   while IFS= read -r -d '' f; do
     files+=("$f")
-  done < <(git ls-files -z --cached --others --exclude-standard -- include test examples bench |
+  done < <(git ls-files -z --cached --others --exclude-standard -- include test examples bench fuzz |
              grep -zE '\.(hpp|cpp|cu|cuh)$' || true)
 else
   while IFS= read -r -d '' f; do
     files+=("$f")
-  done < <(find include test examples bench -type f \
+  done < <(find include test examples bench fuzz -type f \
              \( -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) -print0 2>/dev/null || true)
 fi
 existing=()
@@ -43,3 +46,8 @@ fi
 python3 scripts/check_layers.py
 
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS"
+
+if [[ "${TYPEFLOW_SKIP_SANITIZE:-0}" != 1 ]]; then
+  bash scripts/sanitize.sh
+  bash scripts/fuzz.sh "${TYPEFLOW_FUZZ_SECONDS:-20}"
+fi

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Sanitizer runs of typeflow's tests (g++, -O1, every check fatal):
+#   ASan + UBSan (bounds included) on the executor, kernels, errors, readers, checkpoints and
+#   towers;  TSan on the threaded parts: the thread pool (CPU kernels), the towers of a
+#   replicated session, the prefetching batcher. The TSan build leaves oneDNN and OpenBLAS out
+#   (their own OpenMP / pthread pools are not built with TSan and report false races); the
+#   portable kernels run on typeflow's thread pool instead.
+# Usage: bash scripts/sanitize.sh [address|thread]...   (default: both)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+JOBS="${TYPEFLOW_JOBS:-2}"
+KINDS=("$@")
+if [[ ${#KINDS[@]} -eq 0 ]]; then
+  KINDS=(address thread)
+fi
+
+ASAN_TESTS=(errors session graph cpu_kernels data checkpoint replicate)
+TSAN_TESTS=(cpu_kernels replicate data)
+
+export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1:abort_on_error=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+
+for kind in "${KINDS[@]}"; do
+  case "$kind" in
+    address)
+      dir=build-sanitize-address
+      flags=(-DTYPEFLOW_SANITIZE=address,undefined)
+      tests=("${ASAN_TESTS[@]}")
+      ;;
+    thread)
+      dir=build-sanitize-thread
+      flags=(-DTYPEFLOW_SANITIZE=thread -DTYPEFLOW_USE_ONEDNN=OFF -DTYPEFLOW_USE_BLAS=OFF)
+      tests=("${TSAN_TESTS[@]}")
+      ;;
+    *)
+      echo "sanitize: unknown kind $kind (address or thread)" >&2
+      exit 2
+      ;;
+  esac
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DTYPEFLOW_CUDA=OFF -DTYPEFLOW_BUILD_EXAMPLES=OFF \
+    -DTYPEFLOW_NATIVE=ON -DTYPEFLOW_TEST_OPT=-O0 "${flags[@]}" >/dev/null
+  targets=()
+  for t in "${tests[@]}"; do
+    targets+=("test_$t")
+  done
+  # CMake's top-level Makefile builds several targets one after the other: build the shared
+  # doctest main first, then the tests side by side, one compile each.
+  cmake --build "$dir" -j"$JOBS" --target typeflow_doctest_main
+  printf '%s\n' "${targets[@]}" | xargs -P "$JOBS" -I{} cmake --build "$dir" -j1 --target {}
+  for t in "${tests[@]}"; do
+    echo "sanitize ($kind): test_$t"
+    "$dir/test/test_$t"
+  done
+done
+echo "sanitize: no reports"
