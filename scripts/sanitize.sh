@@ -40,7 +40,7 @@ for kind in "${KINDS[@]}"; do
       exit 2
       ;;
   esac
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DTYPEFLOW_CUDA=OFF -DTYPEFLOW_BUILD_EXAMPLES=OFF \
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG= -DTYPEFLOW_CUDA=OFF -DTYPEFLOW_BUILD_EXAMPLES=OFF \
     -DTYPEFLOW_NATIVE=ON -DTYPEFLOW_TEST_OPT=-O0 "${flags[@]}" >/dev/null
   targets=()
   for t in "${tests[@]}"; do
