@@ -14,7 +14,7 @@ SECONDS_PER_TARGET="${1:-60}"
 shift || true
 TARGETS=("$@")
 if [[ ${#TARGETS[@]} -eq 0 ]]; then
-  TARGETS=(idx safetensors safetensors_header)
+  TARGETS=(idx safetensors safetensors_header tfrecord)
 fi
 CXX="${TYPEFLOW_FUZZ_CXX:-clang++-19}"
 if ! command -v "$CXX" >/dev/null 2>&1; then

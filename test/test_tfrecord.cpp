@@ -7,17 +7,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <zlib.h>
 
 #include "typeflow/io/example.hpp"
+#include "typeflow/io/input_queue.hpp"
 #include "typeflow/io/tfrecord.hpp"
 
 namespace fs = std::filesystem;
@@ -395,4 +399,123 @@ TEST_CASE("example: spec errors name the record and the feature; defaults fill")
   CHECK(io::decode_raw<std::uint16_t>(std::string("\x01\x02\x03\x04", 4)) ==
         std::vector<std::uint16_t>{0x0201, 0x0403});
   CHECK_THROWS_AS(io::decode_raw<std::uint32_t>("abc"), typeflow::error);
+}
+
+// ---- the input queue (string_input_producer -> readers -> shuffle_batch) ----------------------
+
+namespace {
+/// Three files of 50 Examples each, example i holding id = i (0..149).
+std::vector<std::string> id_files(const temp_dir& dir) {
+  std::vector<std::string> files;
+  for (int f = 0; f < 3; ++f) {
+    files.push_back(dir.file("ids-" + std::to_string(f) + ".tfrecord"));
+    io::tfrecord_writer w(files.back());
+    for (int i = 0; i < 50; ++i)
+      w.write(io::example_builder().add_int64("id", f * 50 + i).str());
+  }
+  return files;
+}
+std::int64_t decode_id(std::string_view rec, std::string_view where) {
+  return std::get<0>(io::parse_example<io::fixed_len<"id", std::int64_t, shape<>>>(rec, where))
+      .item();
+}
+std::vector<std::int64_t> drain(typeflow::data::input_queue<std::int64_t>& q,
+                                std::vector<std::size_t>* sizes = nullptr) {
+  std::vector<std::int64_t> all;
+  while (true) {
+    try {
+      const auto b = q.next();
+      if (sizes)
+        sizes->push_back(b.size());
+      all.insert(all.end(), b.begin(), b.end());
+    } catch (const typeflow::data::out_of_range&) {
+      return all;
+    }
+  }
+}
+} // namespace
+
+TEST_CASE("input_queue: shuffle_batch serves every example once per epoch, then out_of_range") {
+  temp_dir dir;
+  typeflow::data::input_options o{.files = id_files(dir),
+                                  .num_epochs = 2,
+                                  .shuffle_files = true,
+                                  .num_threads = 2,
+                                  .batch_size = 16,
+                                  .capacity = 64,
+                                  .min_after_dequeue = 20,
+                                  .allow_smaller_final_batch = true,
+                                  .seed = 3};
+  typeflow::data::input_queue<std::int64_t> q(o, decode_id);
+  std::vector<std::size_t> sizes;
+  auto all = drain(q, &sizes);
+  REQUIRE(all.size() == 300);
+  CHECK(!std::is_sorted(all.begin(), all.end()));
+  for (std::size_t i = 0; i + 1 < sizes.size(); ++i)
+    CHECK(sizes[i] == 16);
+  CHECK(sizes.back() == 300 % 16);
+  std::sort(all.begin(), all.end());
+  for (std::int64_t i = 0; i < 300; ++i)
+    CHECK(all[static_cast<std::size_t>(i)] == i / 2);
+  CHECK_THROWS_AS(q.next(), typeflow::data::out_of_range); // and again
+}
+
+TEST_CASE("input_queue: one reader is reproducible from the seed; batch keeps file order") {
+  temp_dir dir;
+  const auto files = id_files(dir);
+  auto run = [&](std::uint64_t seed, bool shuffle) {
+    typeflow::data::input_options o{.files = files,
+                                    .num_epochs = 1,
+                                    .batch_size = 10,
+                                    .shuffle = shuffle,
+                                    .capacity = 100,
+                                    .min_after_dequeue = 30,
+                                    .seed = seed};
+    typeflow::data::input_queue<std::int64_t> q(o, decode_id);
+    return drain(q);
+  };
+  const auto a = run(7, true), b = run(7, true), c = run(8, true);
+  CHECK(a.size() == 150);
+  CHECK(a == b);
+  CHECK(a != c);
+  const auto in_order = run(7, false);
+  REQUIRE(in_order.size() == 150);
+  for (std::int64_t i = 0; i < 150; ++i)
+    CHECK(in_order[static_cast<std::size_t>(i)] == i);
+}
+
+TEST_CASE("input_queue: a short last batch is dropped unless allowed; memory stays bounded") {
+  temp_dir dir;
+  typeflow::data::input_options o{
+      .files = id_files(dir), .num_epochs = 1, .batch_size = 16, .shuffle = false, .capacity = 40};
+  typeflow::data::input_queue<std::int64_t> q(o, decode_id);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50)); // the reader fills the queue
+  CHECK(q.queued() <= 40);
+  CHECK(drain(q).size() == 144); // 9 batches of 16; the last 6 examples are not a batch
+  // forever (num_epochs 0): the destructor stops a reader blocked on a full queue
+  o.num_epochs = 0;
+  typeflow::data::input_queue<std::int64_t> forever(o, decode_id);
+  CHECK(forever.next().size() == 16);
+}
+
+TEST_CASE("input_queue: a corrupt record or a bad feature reaches next() as a typeflow::error") {
+  temp_dir dir;
+  auto files = id_files(dir);
+  std::string raw = slurp(files[1]);
+  raw[raw.size() / 2] ^= 0x10;
+  spit(files[1], raw);
+  typeflow::data::input_options o{
+      .files = files, .num_epochs = 1, .batch_size = 8, .shuffle = false, .capacity = 16};
+  typeflow::data::input_queue<std::int64_t> q(o, decode_id);
+  const auto msg = error_of([&] { drain(q); });
+  CHECK(contains(msg, files[1]));
+  CHECK(contains(msg, "corrupt"));
+  typeflow::data::input_queue<std::int64_t> wrong(o, [](std::string_view rec,
+                                                        std::string_view where) {
+    return std::get<0>(io::parse_example<io::fixed_len<"id", float, shape<>>>(rec, where)).size();
+  });
+  CHECK(contains(error_of([&] { drain(wrong); }), "record 0 of " + files[0]));
+  CHECK_THROWS_AS(typeflow::data::input_queue<std::int64_t>(
+                      {.files = files, .batch_size = 8, .capacity = 10}, decode_id),
+                  typeflow::error); // capacity below batch_size + min_after_dequeue
 }
