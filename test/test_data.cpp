@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <future>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <random>
 #include <set>
