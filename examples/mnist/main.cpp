@@ -20,12 +20,14 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "model.hpp"
+#include "tfrecord_data.hpp"
 #include "typeflow/io/batch.hpp"
 #include "typeflow/io/checkpoint.hpp"
 #include "typeflow/io/idx.hpp"
@@ -46,6 +48,8 @@ struct flags {
   int log_every = 100;
   std::string placement = "cpu";
   int replicas = 1;
+  std::string data_format = "idx";
+  int reader_threads = 2;
 };
 
 /// A CLI11 check that the value is a number, and positive (or non-negative): "--epochs: must be
@@ -85,7 +89,14 @@ std::optional<int> parse(int argc, char** argv, flags& f) {
   app.add_option("--lr-decay", f.lr_decay, "per epoch: lr_e = learning-rate * lr-decay^e")
       ->check(positive);
   app.add_option("--threads", f.threads, "CPU threads (0: one per core)")->check(non_negative);
-  app.add_option("--data-dir", f.data_dir, "directory of MNIST-format (IDX) files");
+  app.add_option("--data-dir", f.data_dir,
+                 "directory of MNIST-format (IDX) files, or of train*.tfrecord and test.tfrecord");
+  app.add_option("--data-format", f.data_format,
+                 "idx, or tfrecord (the seed's Examples: image_raw bytes, label int64; read "
+                 "through the seed's input queue: shuffle_batch, --reader-threads readers)")
+      ->check(CLI::IsMember({"idx", "tfrecord"}));
+  app.add_option("--reader-threads", f.reader_threads, "TFRecord reader threads (the seed's 2)")
+      ->check(positive);
   CLI::Option* checkpoint_dir = app.add_option("--checkpoint-dir", f.checkpoint_dir,
                                                "write model.safetensors there after every epoch");
   app.add_flag("--resume", f.resume, "continue from the checkpoint in --checkpoint-dir")
@@ -105,6 +116,9 @@ std::optional<int> parse(int argc, char** argv, flags& f) {
     // The checks across flags that CLI11 cannot state.
     if (f.resume && f.checkpoint_dir.empty())
       throw CLI::ValidationError("--resume", "needs a non-empty --checkpoint-dir");
+    if (f.train_limit > 0 && f.data_format == "tfrecord")
+      throw CLI::ValidationError("--train-limit", "reads IDX files; for TFRecord write fewer "
+                                                  "records (mnist_to_tfrecord --limit)");
     if (f.replicas != 1 && f.placement == "gpu")
       throw CLI::ValidationError("--replicas", "2 on GPUs keeps the variables on the CPU, as the "
                                                "seed does: use --placement variables-on-cpu");
@@ -171,19 +185,28 @@ int run_training(const flags& f) {
   namespace ty = typeflow;
   // First: the CPU and what each engine makes of it (and a warning for a generic fallback).
   std::printf("%s: %s\n", now_string().c_str(), ty::describe_machine().str().c_str());
-  auto train = ty::data::load_mnist(f.data_dir, true);
-  const auto test = ty::data::load_mnist(f.data_dir, false);
-  if (train.rows != 28 || train.cols != 28 || test.rows != 28 || test.cols != 28)
-    throw ty::error("mnist: expected 28x28 images in " + f.data_dir);
+  const bool tfrecord = f.data_format == "tfrecord";
+  ty::data::mnist_split train, test;
+  std::vector<std::string> train_files;
+  if (tfrecord) {
+    train_files = mnist::tfrecord_files(f.data_dir, "train");
+    test = mnist::load_tfrecord_split(mnist::tfrecord_files(f.data_dir, "test"));
+    train.count = mnist::count_records(train_files);
+  } else {
+    train = ty::data::load_mnist(f.data_dir, true);
+    test = ty::data::load_mnist(f.data_dir, false);
+    if (train.rows != 28 || train.cols != 28 || test.rows != 28 || test.cols != 28)
+      throw ty::error("mnist: expected 28x28 images in " + f.data_dir);
+  }
   if (f.train_limit > 0 && f.train_limit < train.count) {
     train.count = f.train_limit;
     train.images.resize(static_cast<std::size_t>(train.count * 28 * 28));
     train.labels.resize(static_cast<std::size_t>(train.count));
   }
   const std::int64_t train_count = train.count;
-  std::printf("%s: data: %lld training and %lld test images from %s\n", now_string().c_str(),
+  std::printf("%s: data: %lld training and %lld test images from %s (%s)\n", now_string().c_str(),
               static_cast<long long>(train_count), static_cast<long long>(test.count),
-              f.data_dir.c_str());
+              f.data_dir.c_str(), f.data_format.c_str());
 
   ty::session<Placement> s(ty::session_options{.threads = f.threads, .seed = f.seed});
   s.initialize(mnist::train_op);
@@ -205,24 +228,62 @@ int run_training(const flags& f) {
                 static_cast<long long>(step));
   }
 
-  ty::data::batcher batches(std::move(train.images), std::move(train.labels), 28 * 28,
-                            {.batch_size = f.batch_size, .shuffle = true, .seed = f.seed});
-  const std::int64_t per_epoch = batches.batches_per_epoch();
-  const std::int64_t total_steps = per_epoch * f.epochs;
+  // The batches: from memory (IDX: the batcher, each epoch's last batch short), or streamed from
+  // TFRecord files through the seed's queue (shuffle_batch over all epochs; a short last batch
+  // of the whole input is dropped, as the seed's). epoch_of(s): the epoch step s belongs to.
+  std::optional<ty::data::batcher> batches;
+  std::optional<ty::data::input_queue<mnist::example>> queue;
+  std::int64_t total_steps = 0;
+  std::function<std::int64_t(std::int64_t)> epoch_of;
+  if (tfrecord) {
+    queue.emplace(
+        ty::data::input_options{.files = train_files,
+                                .compression = mnist::compression_of(train_files[0]),
+                                .num_epochs = f.epochs,
+                                .shuffle_files = true,
+                                .num_threads = f.reader_threads,
+                                .batch_size = f.batch_size,
+                                .capacity = static_cast<std::size_t>(1000 + 3 * f.batch_size),
+                                .min_after_dequeue = 1000,
+                                .seed = f.seed},
+        mnist::decode);
+    total_steps = f.epochs * train_count / f.batch_size;
+    epoch_of = [&](std::int64_t s) { return s * f.batch_size / train_count; };
+  } else {
+    batches.emplace(
+        std::move(train.images), std::move(train.labels), 28 * 28,
+        ty::data::batcher_options{.batch_size = f.batch_size, .shuffle = true, .seed = f.seed});
+    const std::int64_t per_epoch = batches->batches_per_epoch();
+    total_steps = per_epoch * f.epochs;
+    epoch_of = [per_epoch](std::int64_t s) { return s / per_epoch; };
+  }
+  const auto next_batch = [&] {
+    if (batches)
+      return batches->next();
+    ty::data::batch b;
+    const auto examples = queue->next();
+    b.size = static_cast<std::int64_t>(examples.size());
+    b.images.reserve(examples.size() * 28 * 28);
+    for (const auto& e : examples) {
+      b.images.insert(b.images.end(), e.pixels.begin(), e.pixels.end());
+      b.labels.push_back(e.label);
+    }
+    return b;
+  };
   for (std::int64_t k = 0; k < step && k < total_steps; ++k)
-    batches.next(); // resume: skip the batches already trained on (same order)
+    next_batch(); // resume: skip the batches already trained on (the same order from IDX)
 
   const auto start = std::chrono::steady_clock::now();
   double accuracy = 0;
   float loss_value = 0;
   std::int64_t examples_seen = 0; // in this run (after a resume, not the skipped ones)
   while (step < total_steps) {
-    const std::int64_t epoch = step / per_epoch;
-    if (step % per_epoch == 0 || step == 0)
+    const std::int64_t epoch = epoch_of(step);
+    if (step == 0 || epoch != epoch_of(step - 1))
       s.write(
           mnist::learning_rate,
           static_cast<float>(f.learning_rate * std::pow(f.lr_decay, static_cast<double>(epoch))));
-    auto b = batches.next();
+    auto b = next_batch();
     // Under MPI every rank draws the same batches and feeds its share of each.
     const auto part = ty::batch_split::of(b.size, static_cast<std::size_t>(ranks_of(s)),
                                           static_cast<std::size_t>(rank_of(s)));
@@ -245,7 +306,7 @@ int run_training(const flags& f) {
                   now_string().c_str(), static_cast<long long>(step), loss_value,
                   static_cast<double>(b.size) / duration, duration);
     ++step;
-    if (step % per_epoch == 0 || step == total_steps) {
+    if (epoch_of(step) != epoch || step == total_steps) {
       accuracy = test_accuracy(s, test);
       std::printf("%s: epoch %lld done, step %lld, test accuracy = %.4f\n", now_string().c_str(),
                   static_cast<long long>(epoch + 1), static_cast<long long>(step), accuracy);

@@ -38,6 +38,30 @@ if(NOT EXISTS "${WORK}/model.safetensors")
   message(FATAL_ERROR "no checkpoint written to ${WORK}")
 endif()
 
+# The same data as TFRecord (mnist_to_tfrecord, the seed's Example layout): the checkpoint just
+# written, evaluated on test.tfrecord, gives the IDX run's test accuracy exactly (the same
+# pixels and labels through the other path); then a fresh epoch trains through the input queue.
+if(CONVERT)
+  execute_process(COMMAND "${CONVERT}" --data-dir "${DATA}" --out-dir "${WORK}/tfrecord"
+                  --limit 1024 --shards 2 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "wrote 512 records to [^\n]*train-00001-of-00002.tfrecord")
+    message(FATAL_ERROR "mnist_to_tfrecord failed (${rc}):\n${out}\n${err}")
+  endif()
+  run_mnist(out --data-format tfrecord --data-dir "${WORK}/tfrecord" --batch-size 64 --threads 2
+            --checkpoint-dir "${WORK}" --resume --epochs 1)
+  string(REGEX MATCH "test accuracy = [0-9.]+" tf_accuracy "${out}")
+  string(REGEX MATCH "test accuracy = [0-9.]+" idx_accuracy "${one_tower}")
+  if(NOT out MATCHES "1024 training and 10000 test images [^\n]*\(tfrecord\)" OR
+     NOT tf_accuracy STREQUAL idx_accuracy)
+    message(FATAL_ERROR "the IDX checkpoint on test.tfrecord should give ${idx_accuracy}:\n${out}")
+  endif()
+  run_mnist(out --data-format tfrecord --data-dir "${WORK}/tfrecord" --batch-size 64 --threads 2
+            --log-every 4 --epochs 2)
+  if(NOT out MATCHES "step 28, loss = " OR NOT out MATCHES "epoch 2 done, step 32, test accuracy = 0\\.[0-9]+")
+    message(FATAL_ERROR "training from TFRecord did not run 2 epochs of 16 steps:\n${out}")
+  endif()
+endif()
+
 # --resume continues from global_step 16: the second epoch starts at step 16.
 run_mnist(out ${common} --epochs 2 --resume)
 if(NOT out MATCHES "resumed from [^\n]* at step 16\n" OR NOT out MATCHES "step 16, loss = "
