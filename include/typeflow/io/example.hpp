@@ -364,6 +364,15 @@ struct fixed_len {
                 "fixed_len: defaults are for float and int64 features");
   static constexpr std::string_view name = Name.view();
   using value_type = typename detail::fixed_value<T, Shape::rank>::type;
+  using dtype = T;
+  using shape_type = Shape;
+  static constexpr bool fixed = true;
+  static constexpr bool has_default = sizeof...(Default) == 1;
+  static constexpr auto default_value() {
+    detail::element_of<T> v{};
+    ((v = static_cast<detail::element_of<T>>(Default)), ...);
+    return v;
+  }
   static constexpr std::int64_t count = numel(Shape::dims);
 };
 
@@ -374,6 +383,8 @@ struct var_len {
                 "var_len: the dtype is float, std::int64_t or io::bytes");
   static constexpr std::string_view name = Name.view();
   using value_type = std::vector<detail::element_of<T>>;
+  using dtype = T;
+  static constexpr bool fixed = false;
 };
 
 namespace detail {
@@ -411,37 +422,43 @@ void check_kind(const feature_view& f, std::string_view where) {
                      kind_name(kind_of<T>));
 }
 
-template <class Spec>
-struct spec_parser;
-
-template <fixed_string Name, class T, class Shape, auto... Default>
-struct spec_parser<fixed_len<Name, T, Shape, Default...>> {
-  using S = fixed_len<Name, T, Shape, Default...>;
+/// Decodes feature Spec (a fixed_len or var_len; dispatched on its members, not its template
+/// arguments: nvcc cannot match a partial specialization on a string template argument).
+template <class S>
+struct spec_parser {
+  using T = typename S::dtype;
   static typename S::value_type get(const example_view& ex, std::string_view where) {
     const feature_view* f = ex.find(S::name);
-    if constexpr (std::is_same_v<T, bytes>) {
+    if constexpr (!S::fixed) {
+      typename S::value_type v;
+      if (!f)
+        return v;
+      check_kind<T>(*f, where);
+      decode_list(where, S::name, [&] {
+        if constexpr (std::is_same_v<T, bytes>)
+          for_each_bytes(f->list, [&](std::string_view s) { v.emplace_back(s); });
+        else
+          append_values<T>(f->list, v);
+      });
+      return v;
+    } else if constexpr (std::is_same_v<T, bytes>) {
       if (!f)
         feature_fail(where, S::name, "is missing (required: it has no default)");
       check_kind<T>(*f, where);
       std::vector<std::string> v;
       decode_list(where, S::name,
                   [&] { for_each_bytes(f->list, [&](std::string_view s) { v.emplace_back(s); }); });
-      if (static_cast<std::int64_t>(v.size()) != S::count)
-        feature_fail(where, S::name,
-                     "has " + std::to_string(v.size()) + " values, its shape " +
-                         dims_string(Shape::dims) + " needs " + std::to_string(S::count));
-      if constexpr (Shape::rank == 0)
+      check_count(where, v.size());
+      if constexpr (S::shape_type::rank == 0)
         return std::move(v[0]);
       else
         return v;
     } else {
-      tensor<T> t(tensor<T>::uninitialized,
-                  std::vector<std::int64_t>(Shape::dims.begin(), Shape::dims.end()));
+      tensor<T> t(tensor<T>::uninitialized, std::vector<std::int64_t>(S::shape_type::dims.begin(),
+                                                                      S::shape_type::dims.end()));
       if (!f) {
-        if constexpr (sizeof...(Default) == 1) {
-          T fill{};
-          ((fill = static_cast<T>(Default)), ...);
-          std::fill_n(t.data(), t.size(), fill);
+        if constexpr (S::has_default) {
+          std::fill_n(t.data(), t.size(), S::default_value());
           return t;
         } else {
           feature_fail(where, S::name, "is missing (required: it has no default)");
@@ -451,32 +468,16 @@ struct spec_parser<fixed_len<Name, T, Shape, Default...>> {
       thread_local std::vector<T> values;
       values.clear();
       decode_list(where, S::name, [&] { append_values<T>(f->list, values); });
-      if (static_cast<std::int64_t>(values.size()) != S::count)
-        feature_fail(where, S::name,
-                     "has " + std::to_string(values.size()) + " values, its shape " +
-                         dims_string(Shape::dims) + " needs " + std::to_string(S::count));
+      check_count(where, values.size());
       std::copy(values.begin(), values.end(), t.data());
       return t;
     }
   }
-};
-
-template <fixed_string Name, class T>
-struct spec_parser<var_len<Name, T>> {
-  using S = var_len<Name, T>;
-  static typename S::value_type get(const example_view& ex, std::string_view where) {
-    typename S::value_type v;
-    const feature_view* f = ex.find(S::name);
-    if (!f)
-      return v;
-    check_kind<T>(*f, where);
-    decode_list(where, S::name, [&] {
-      if constexpr (std::is_same_v<T, bytes>)
-        for_each_bytes(f->list, [&](std::string_view s) { v.emplace_back(s); });
-      else
-        append_values<T>(f->list, v);
-    });
-    return v;
+  static void check_count(std::string_view where, std::size_t n) {
+    if (static_cast<std::int64_t>(n) != S::count)
+      feature_fail(where, S::name,
+                   "has " + std::to_string(n) + " values, its shape " +
+                       dims_string(S::shape_type::dims) + " needs " + std::to_string(S::count));
   }
 };
 
