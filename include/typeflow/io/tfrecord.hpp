@@ -231,12 +231,33 @@ public:
 
   std::size_t read(void* dst, std::size_t n) {
     std::size_t got = compressed() ? inflate_into(static_cast<unsigned char*>(dst), n)
-                                   : read_raw(static_cast<unsigned char*>(dst), n);
+                                   : read_buffered(static_cast<unsigned char*>(dst), n);
     out_ += got;
     return got;
   }
 
 private:
+  /// Uncompressed input through a 256 KiB buffer: a record costs no system call of its own.
+  std::size_t read_buffered(unsigned char* dst, std::size_t n) {
+    constexpr std::size_t cap = std::size_t{1} << 18;
+    std::size_t got = 0;
+    while (got < n) {
+      if (rpos_ == rbuf_.size()) {
+        if (n - got >= cap) // a large read goes straight to its destination
+          return got + read_raw(dst + got, n - got);
+        rbuf_.resize(cap);
+        rbuf_.resize(read_raw(rbuf_.data(), cap));
+        rpos_ = 0;
+        if (rbuf_.empty())
+          break;
+      }
+      const std::size_t take = std::min(n - got, rbuf_.size() - rpos_);
+      std::memcpy(dst + got, rbuf_.data() + rpos_, take);
+      rpos_ += take;
+      got += take;
+    }
+    return got;
+  }
   std::size_t read_raw(unsigned char* dst, std::size_t n) {
     std::size_t got = 0;
     while (got < n) {
@@ -314,6 +335,8 @@ private:
   tfrecord_compression c_;
   int fd_ = -1;
   std::uint64_t size_ = 0, out_ = 0, file_off_ = 0;
+  std::vector<unsigned char> rbuf_; ///< uncompressed input: rbuf_[rpos_, size) not yet returned
+  std::size_t rpos_ = 0;
 #if defined(TYPEFLOW_HAS_ZLIB) && TYPEFLOW_HAS_ZLIB
   std::unique_ptr<z_stream> zs_;
   std::vector<unsigned char> in_;
