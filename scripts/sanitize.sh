@@ -16,7 +16,7 @@ if [[ ${#KINDS[@]} -eq 0 ]]; then
   KINDS=(address thread)
 fi
 
-ASAN_TESTS=(errors session graph cpu_kernels data checkpoint replicate tfrecord)
+ASAN_TESTS=(errors session data checkpoint replicate tfrecord)
 TSAN_TESTS=(cpu_kernels replicate data tfrecord)
 
 export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1:abort_on_error=0"

@@ -2,7 +2,7 @@
 # typeflow's full check: deps, configure (Release, -Werror, benchmarks built too), build,
 # format check, include-direction check, ctest; then the sanitizer runs (scripts/sanitize.sh:
 # ASan + UBSan and TSan builds of the tests that cover the executor, the readers, checkpoints
-# and the threaded parts) and every fuzz target for TYPEFLOW_FUZZ_SECONDS (default 15) each
+# and the threaded parts) and every fuzz target for TYPEFLOW_FUZZ_SECONDS (default 10) each
 # (scripts/fuzz.sh). TYPEFLOW_SKIP_SANITIZE=1 leaves those two out.
 # Usage: bash scripts/test.sh        (from any directory)
 set -euo pipefail
@@ -49,5 +49,5 @@ ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS"
 
 if [[ "${TYPEFLOW_SKIP_SANITIZE:-0}" != 1 ]]; then
   bash scripts/sanitize.sh
-  bash scripts/fuzz.sh "${TYPEFLOW_FUZZ_SECONDS:-15}"
+  bash scripts/fuzz.sh "${TYPEFLOW_FUZZ_SECONDS:-10}"
 fi
