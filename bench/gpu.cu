@@ -333,9 +333,9 @@ void train_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train
   }
 }
 
-/// Where a step's time goes: one traced run of the seed's step (with CUDA_LAUNCH_BLOCKING=1
-/// each kernel has finished when its step returns, so the host time per step is its GPU time
-/// plus the launch), the steps printed slowest first with their share of the step.
+/// Where a step's time goes: the last of five runs of the seed's step traced (a traced step on
+/// a GPU synchronizes after each kernel, so each step's time is its GPU time plus the launch),
+/// the steps printed slowest first with their share of the step, then the per-op profile.
 template <class Images, class Labels, class Loss, class Train>
 void profile_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train_op) {
   ty::tensor<float> images({128, 28, 28, 1});
@@ -344,24 +344,25 @@ void profile_step(Images images_ph, Labels labels_ph, Loss total_loss, Train tra
     images[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
   for (std::int64_t i = 0; i < labels.size(); ++i)
     labels[i] = static_cast<std::int32_t>(i % 10);
-  ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{.seed = 1, .trace = true});
+  ty::trace_recorder rec(ty::trace_recorder::options{.skip = 4, .runs = 1});
+  ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{.seed = 1, .trace = &rec});
   for (int k = 0; k < 5; ++k)
     (void)s.run(ty::fetch(total_loss, train_op), ty::feed(images_ph, images),
                 ty::feed(labels_ph, labels));
-  const auto& st = s.stats();
-  std::vector<std::size_t> order(st.trace_seconds.size());
+  std::vector<ty::trace_event> steps;
   double total = 0;
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    order[i] = i;
-    total += st.trace_seconds[i];
-  }
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return st.trace_seconds[a] > st.trace_seconds[b];
-  });
-  std::printf("traced step: %zu steps, %.3f ms in all\n", order.size(), total * 1e3);
-  for (std::size_t k = 0; k < order.size() && k < 25; ++k)
-    std::printf("  %8.1f us %5.1f %%  %.110s\n", st.trace_seconds[order[k]] * 1e6,
-                100 * st.trace_seconds[order[k]] / total, st.trace[order[k]].c_str());
+  for (const auto& e : rec.events())
+    if (e.what == ty::trace_event::type::step) {
+      steps.push_back(e);
+      total += e.duration;
+    }
+  std::sort(steps.begin(), steps.end(),
+            [](const auto& a, const auto& b) { return a.duration > b.duration; });
+  std::printf("traced step: %zu steps, %.3f ms in all\n", steps.size(), total * 1e3);
+  for (std::size_t k = 0; k < steps.size() && k < 25; ++k)
+    std::printf("  %8.1f us %5.1f %%  %.110s\n", steps[k].duration * 1e6,
+                100 * steps[k].duration / total, steps[k].plan->label[steps[k].node].c_str());
+  std::printf("%s", ty::make_profile(rec, ty::roofline{}).str().c_str());
 }
 
 } // namespace

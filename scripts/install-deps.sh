@@ -4,7 +4,7 @@ set -euo pipefail
 
 PACKAGES=(cmake g++ make libboost-dev doctest-dev libopenblas-dev libbenchmark-dev zlib1g-dev clang-format dataset-fashion-mnist
           libopenmpi-dev openmpi-bin libxsimd-dev libeigen3-dev nlohmann-json3-dev libcli11-dev python3 libdnnl-dev
-          clang-19 libomp-19-dev libclang-rt-19-dev)
+          clang-19 libomp-19-dev libclang-rt-19-dev graphviz)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: no dpkg/apt-get on this system; install these yourself: ${PACKAGES[*]}" >&2

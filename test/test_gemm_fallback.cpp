@@ -56,7 +56,7 @@ TEST_SUITE("gemm fallback") {
     constexpr auto bt = ty::placeholder<"bt", float, ty::shape<3, 7>>;
     const auto A = random_tensor<float>({5, 7}, 1), AT = random_tensor<float>({7, 5}, 2);
     const auto B = random_tensor<float>({7, 3}, 3), BT = random_tensor<float>({3, 7}, 4);
-    ty::session s(ty::session_options{.threads = 2, .seed = 0, .trace = false});
+    ty::session s(ty::session_options{.threads = 2, .seed = 0});
     auto [nn, tn, nt, tt] =
         s.run(ty::fetch(ty::matmul(a, b), ty::matmul<true, false>(at, b),
                         ty::matmul<false, true>(a, bt), ty::matmul<true, true>(at, bt)),

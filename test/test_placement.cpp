@@ -76,7 +76,8 @@ TEST_CASE("the seed's device function: variables on cpu<0>, compute on cpu<1>") 
 constexpr double same = 1e-5;
 
 TEST_CASE("a placed graph trains as the unplaced one; each run does its transfers") {
-  ty::session<seed_policy> placed(ty::session_options{.seed = 5, .trace = true});
+  ty::trace_recorder rec(ty::trace_recorder::options{.skip = 2});
+  ty::session<seed_policy> placed(ty::session_options{.seed = 5, .trace = &rec});
   ty::session<> plain(ty::session_options{.seed = 5});
   using P = ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>, seed_policy>;
   for (int k = 0; k < 3; ++k) {
@@ -90,10 +91,15 @@ TEST_CASE("a placed graph trains as the unplaced one; each run does its transfer
   const auto w1 = placed.read(w), w2 = plain.read(w);
   for (i64 i = 0; i < w1.size(); ++i)
     CHECK(w1[i] == doctest::Approx(w2[i]).epsilon(same));
-  std::size_t traced = 0;
-  for (const auto& t : placed.stats().trace)
-    traced += t.rfind("transfer ", 0) == 0;
+  std::size_t traced = 0, bytes = 0; // the last run's
+  for (const auto& e : rec.events())
+    if (e.what == ty::trace_event::type::transfer) {
+      ++traced;
+      bytes += e.bytes;
+    }
+  CHECK(rec.runs_recorded() == 1);
   CHECK(traced == P::transfers);
+  CHECK(bytes == placed.stats().transfer_bytes);
 }
 
 TEST_CASE("one transfer per (tensor, destination device), however many readers") {

@@ -82,9 +82,9 @@ TEST_SUITE("session") {
   }
 
   TEST_CASE("initializers are reproducible per seed and name") {
-    ty::session a(ty::session_options{.threads = 1, .seed = 7, .trace = false});
-    ty::session b(ty::session_options{.threads = 2, .seed = 7, .trace = false});
-    ty::session c(ty::session_options{.threads = 1, .seed = 8, .trace = false});
+    ty::session a(ty::session_options{.threads = 1, .seed = 7});
+    ty::session b(ty::session_options{.threads = 2, .seed = 7});
+    ty::session c(ty::session_options{.threads = 1, .seed = 8});
     auto na = a.read(n), nb = b.read(n), nc = c.read(n);
     CHECK(std::equal(na.begin(), na.end(), nb.begin()));
     CHECK(!std::equal(na.begin(), na.end(), nc.begin()));
@@ -125,8 +125,8 @@ TEST_SUITE("session") {
     ty::tensor<float> t({500000});
     for (std::int64_t i = 0; i < t.size(); ++i)
       t[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
-    ty::session one(ty::session_options{.threads = 1, .seed = 0, .trace = false});
-    ty::session two(ty::session_options{.threads = 2, .seed = 0, .trace = false});
+    ty::session one(ty::session_options{.threads = 1, .seed = 0});
+    ty::session two(ty::session_options{.threads = 2, .seed = 0});
     auto [a] = one.run(ty::fetch(y), ty::feed(big, t));
     auto [b] = two.run(ty::fetch(y), ty::feed(big, t));
     CHECK(a.item() == b.item());

@@ -30,7 +30,9 @@
 #include "tfrecord_data.hpp"
 #include "typeflow/io/batch.hpp"
 #include "typeflow/io/checkpoint.hpp"
+#include "typeflow/io/graph_dot.hpp"
 #include "typeflow/io/idx.hpp"
+#include "typeflow/io/trace.hpp"
 
 namespace {
 
@@ -50,6 +52,13 @@ struct flags {
   int replicas = 1;
   std::string data_format = "idx";
   int reader_threads = 2;
+  std::string graph;            // write the training graph's picture there (.svg, .png, .dot)
+  bool graph_collapse = false;  // ... with each fused region as one box
+  std::string trace;            // write a Chrome trace of the traced steps there
+  bool profile = false;         // print where the traced steps' time goes
+  std::int64_t trace_first = 5; // the first traced step (after the warm-up)
+  std::int64_t trace_steps = 10;
+  bool log_device_placement = false;
 };
 
 /// A CLI11 check that the value is a number, and positive (or non-negative): "--epochs: must be
@@ -111,6 +120,20 @@ std::optional<int> parse(int argc, char** argv, flags& f) {
       ->check(CLI::IsMember({"cpu", "gpu", "variables-on-cpu"}));
   app.add_option("--replicas", f.replicas, "towers, each on its share of every batch")
       ->check(CLI::IsMember({1, 2}));
+  app.add_option("--graph", f.graph,
+                 "write the training graph's picture to FILE (.svg, .png or .pdf through "
+                 "Graphviz's dot; .dot as text)");
+  app.add_flag("--graph-collapse", f.graph_collapse, "draw each fused region as one box");
+  app.add_option("--trace", f.trace,
+                 "write a Chrome trace (Perfetto, chrome://tracing) of the traced steps to FILE");
+  app.add_flag("--profile", f.profile,
+               "print where the traced steps' time goes, per op, against the machine's roofs");
+  app.add_option("--trace-first", f.trace_first, "the first traced step")->check(non_negative);
+  app.add_option("--trace-steps", f.trace_steps, "how many steps --trace and --profile record")
+      ->check(positive);
+  app.add_flag("--log-device-placement", f.log_device_placement,
+               "print every node's device when the training step first runs (TensorFlow's "
+               "log_device_placement)");
   try {
     app.parse(argc, argv);
     // The checks across flags that CLI11 cannot state.
@@ -160,6 +183,19 @@ double test_accuracy(Session& s, const typeflow::data::mnist_split& test) {
   return static_cast<double>(correct) / static_cast<double>(test.count);
 }
 
+/// Writes the trace (--trace) and prints the profile (--profile) of the recorded steps.
+void report_trace(const flags& f, const typeflow::trace_recorder& rec, int threads) {
+  namespace ty = typeflow;
+  if (!f.trace.empty()) {
+    ty::save_chrome_trace(rec, f.trace);
+    std::printf("%s: trace of %llu steps written to %s\n", now_string().c_str(),
+                static_cast<unsigned long long>(rec.runs_recorded()), f.trace.c_str());
+  }
+  if (f.profile)
+    std::printf("%s: %s", now_string().c_str(),
+                ty::make_profile(rec, ty::measure_roofline(threads)).str().c_str());
+}
+
 template <class Session>
 int rank_of(const Session& s) {
   if constexpr (requires { s.rank(); })
@@ -174,6 +210,16 @@ int ranks_of(const Session& s) {
   else
     return 1;
 }
+
+/// The placement a picture shows: the policy's own, or a replicated run's first tower.
+template <class Placement>
+struct picture_placement {
+  using type = Placement;
+};
+template <class Reducer, template <class> class Tower, class D0, class... D>
+struct picture_placement<typeflow::replicate_policy<Reducer, Tower, D0, D...>> {
+  using type = Tower<D0>;
+};
 
 /// The seed's tower: variables on cpu<0>, compute on D.
 template <class D>
@@ -208,7 +254,24 @@ int run_training(const flags& f) {
               static_cast<long long>(train_count), static_cast<long long>(test.count),
               f.data_dir.c_str(), f.data_format.c_str());
 
-  ty::session<Placement> s(ty::session_options{.threads = f.threads, .seed = f.seed});
+  if (!f.graph.empty()) {
+    using Pictured = typename picture_placement<Placement>::type;
+    ty::save_graph(ty::to_dot<Pictured>(ty::fetch(mnist::total_loss, mnist::train_op),
+                                        ty::dot_options{.collapse_regions = f.graph_collapse}),
+                   f.graph);
+    std::printf("%s: the training graph%s written to %s\n", now_string().c_str(),
+                std::is_same_v<Pictured, Placement> ? "" : " (tower 0)", f.graph.c_str());
+  }
+  // Steps trace_first .. trace_first + trace_steps - 1 are recorded for --trace and --profile.
+  std::optional<ty::trace_recorder> recorder;
+  if (!f.trace.empty() || f.profile) {
+    recorder.emplace();
+    recorder->pause();
+  }
+  ty::session<Placement> s(ty::session_options{.threads = f.threads,
+                                               .seed = f.seed,
+                                               .trace = recorder ? &*recorder : nullptr,
+                                               .log_device_placement = f.log_device_placement});
   s.initialize(mnist::train_op);
   if (rank_of(s) != 0 && !std::freopen("/dev/null", "w", stdout)) // rank 0 logs
     throw ty::error("mnist: cannot silence rank " + std::to_string(rank_of(s)));
@@ -287,6 +350,9 @@ int run_training(const flags& f) {
     // Under MPI every rank draws the same batches and feeds its share of each.
     const auto part = ty::batch_split::of(b.size, static_cast<std::size_t>(ranks_of(s)),
                                           static_cast<std::size_t>(rank_of(s)));
+    const bool traced = recorder && step >= f.trace_first && step < f.trace_first + f.trace_steps;
+    if (traced)
+      recorder->resume();
     const auto t0 = std::chrono::steady_clock::now();
     auto [loss] =
         s.run(ty::fetch(mnist::total_loss, mnist::train_op),
@@ -296,6 +362,11 @@ int run_training(const flags& f) {
                        ty::tensor_view<std::int32_t>(b.labels.data() + part.begin, {part.rows})));
     const double duration =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (traced) {
+      recorder->pause();
+      if (step + 1 == f.trace_first + f.trace_steps || step + 1 == total_steps)
+        report_trace(f, *recorder, s.threads());
+    }
     loss_value = loss[0];
     examples_seen += b.size;
     if (!std::isfinite(loss_value))
@@ -317,6 +388,11 @@ int run_training(const flags& f) {
     }
     std::fflush(stdout);
   }
+  if (recorder && recorder->runs_recorded() == 0)
+    std::fprintf(stderr,
+                 "mnist: no step was traced: --trace-first %lld is past this run's last "
+                 "step\n",
+                 static_cast<long long>(f.trace_first));
   if (total_steps == 0 || accuracy == 0)
     accuracy = test_accuracy(s, test);
   const double wall =

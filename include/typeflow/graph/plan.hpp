@@ -92,6 +92,88 @@ struct print_entry {
   std::string (*leaf)();
   std::string (*attrs)();
 };
+/// A node's static shape as a value: rank and extents (`dyn` for a fed extent).
+struct static_dims {
+  std::size_t rank = 0;
+  std::array<std::int64_t, max_rank> d{};
+  std::string str() const { return dims_string(d.begin(), d.begin() + rank); }
+};
+template <class T>
+constexpr std::string_view dtype_or_empty() {
+  if constexpr (std::is_void_v<T>)
+    return {};
+  else
+    return dtype_name<T>;
+}
+template <class N>
+constexpr static_dims static_dims_of() {
+  static_dims s{N::shape_type::rank, {}};
+  for (std::size_t i = 0; i < N::shape_type::rank; ++i)
+    s.d[i] = N::shape_type::dims[i];
+  return s;
+}
+template <class L>
+struct op_name_table;
+template <class L>
+struct dtype_table;
+template <class L>
+struct shape_table;
+template <class... Ns>
+struct op_name_table<type_list<Ns...>> {
+  static constexpr std::array<std::string_view, sizeof...(Ns)> value{Ns::op::name...};
+};
+template <class... Ns>
+struct dtype_table<type_list<Ns...>> {
+  static constexpr std::array<std::string_view, sizeof...(Ns)> value{
+      dtype_or_empty<typename Ns::value_type>()...};
+};
+template <class... Ns>
+struct shape_table<type_list<Ns...>> {
+  static constexpr std::array<static_dims, sizeof...(Ns)> value{static_dims_of<Ns>()...};
+};
+
+/// Short labels of a plan's nodes (`conv2d(%3, conv1/weights, ...)`: operands by index, leaves
+/// by name), from the nodes' print entries and the plan's edges. Compiled once, not per plan.
+/// Strings are built by appending: g++ 12 warns falsely (-Wrestrict, bug 105329) on
+/// `"literal" + std::string` at -O2.
+inline std::vector<std::string> node_labels(const print_entry* entries, std::size_t size,
+                                            const std::size_t* edge_begin,
+                                            const std::size_t* edges) {
+  std::vector<std::string> out(size);
+  for (std::size_t i = 0; i < size; ++i) {
+    const print_entry& e = entries[i];
+    const bool no_operands = edge_begin[i] == edge_begin[i + 1];
+    if (e.leaf && no_operands) {
+      out[i] = e.leaf();
+      continue;
+    }
+    std::string s(e.name);
+    s += '(';
+    for (std::size_t k = edge_begin[i]; k < edge_begin[i + 1]; ++k) {
+      const std::size_t c = edges[k];
+      if (k != edge_begin[i])
+        s += ", ";
+      if (edge_begin[c] == edge_begin[c + 1] && entries[c].leaf) {
+        s += out[c];
+      } else {
+        s += '%';
+        s += std::to_string(c);
+      }
+    }
+    if (e.attrs) {
+      const std::string a = e.attrs();
+      if (!a.empty()) {
+        if (!no_operands)
+          s += ", ";
+        s += a;
+      }
+    }
+    s += ')';
+    out[i] = std::move(s);
+  }
+  return out;
+}
+
 template <class Op>
 constexpr print_entry entry_for() {
   print_entry e{};
@@ -162,6 +244,29 @@ struct frame_table {
 };
 
 } // namespace detail
+
+/// A plan's tables as plain pointers and counts: what tools that read a whole plan (pictures,
+/// traces, logs) take, so that their code is compiled once, not once per plan type.
+struct plan_view {
+  std::size_t size = 0, transfers = 0, steps = 0;
+  const std::string& (*label)(std::size_t) = nullptr; ///< node_label
+  const std::string_view* op = nullptr;               ///< op_names
+  const std::string_view* dtype = nullptr;            ///< dtype_names
+  const detail::static_dims* shape = nullptr;         ///< static_shapes
+  // fact
+  const std::size_t *edge_begin = nullptr, *edges = nullptr;
+  const bool *elementwise = nullptr, *constant = nullptr, *fetched = nullptr, *state = nullptr,
+             *placeholder = nullptr, *variable = nullptr, *group = nullptr;
+  // layout
+  const std::size_t *root = nullptr, *member_begin = nullptr, *members = nullptr,
+                    *producer = nullptr, *source = nullptr;
+  const step_kind* step = nullptr;
+  const bool* relu = nullptr;
+  // placement
+  const device_id* device = nullptr;
+  const std::size_t *edge_transfer = nullptr, *source_begin = nullptr, *by_source = nullptr;
+  const device_id* transfer_device = nullptr;
+};
 
 template <class Placement, class... Fetches>
 struct plan_impl;
@@ -702,6 +807,67 @@ public:
       }
     }
     return s;
+  }
+
+  /// The plan's tables as a plan_view.
+  static plan_view view() {
+    plan_view v;
+    v.size = size;
+    v.transfers = transfers;
+    v.steps = steps;
+    v.label = &node_label;
+    v.op = op_names.data();
+    v.dtype = dtype_names.data();
+    v.shape = static_shapes.data();
+    v.edge_begin = fact.edge_begin.data();
+    v.edges = fact.edges.data();
+    v.elementwise = fact.elementwise.data();
+    v.constant = fact.constant.data();
+    v.fetched = fact.fetched.data();
+    v.state = fact.force_root.data();
+    v.placeholder = fact.placeholder.data();
+    v.variable = fact.variable.data();
+    v.group = fact.group.data();
+    v.root = layout.root.data();
+    v.member_begin = layout.member_begin.data();
+    v.members = layout.members.data();
+    v.producer = layout.producer.data();
+    v.source = layout.source.data();
+    v.step = layout.step.data();
+    v.relu = layout.relu.data();
+    v.device = placement.device.data();
+    v.edge_transfer = placement.edge_transfer.data();
+    v.source_begin = placement.source_begin.data();
+    v.by_source = placement.by_source.data();
+    v.transfer_device = placement.transfer_device.data();
+    return v;
+  }
+
+  /// A short label of node i for pictures, traces and logs: `conv2d(%3, conv1/weights, ...)`,
+  /// its operands by index (leaves by name), where node_string spells the whole subexpression.
+  static const std::string& node_label(std::size_t i) {
+    static const std::vector<std::string> table = build_labels(std::make_index_sequence<size>{});
+    return table[i];
+  }
+  /// Each node's op name ("conv2d"; a leaf's is its kind: "variable", "placeholder", ...).
+  static constexpr std::array<std::string_view, size> op_names = [] {
+    std::array<std::string_view, size> n{};
+    const auto ops = detail::op_name_table<nodes>::value;
+    for (std::size_t i = 0; i < size; ++i)
+      n[i] = fact.variable[i] ? "variable" : fact.placeholder[i] ? "placeholder" : ops[i];
+    return n;
+  }();
+  /// Each node's dtype ("float32"; empty for a group) and static shape (`dyn` for a fed extent).
+  static constexpr std::array<std::string_view, size> dtype_names =
+      detail::dtype_table<nodes>::value;
+  static constexpr std::array<detail::static_dims, size> static_shapes =
+      detail::shape_table<nodes>::value;
+
+private:
+  template <std::size_t... I>
+  static std::vector<std::string> build_labels(std::index_sequence<I...>) {
+    static constexpr detail::print_entry entries[] = {detail::entry_for<typename node<I>::op>()...};
+    return detail::node_labels(entries, size, fact.edge_begin.data(), fact.edges.data());
   }
 
 private:

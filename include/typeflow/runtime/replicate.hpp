@@ -213,6 +213,26 @@ private:
   template <class P, class... F, std::size_t... K, class... Feeds>
   auto run_towers(std::int64_t batch, std::index_sequence<K...>, const Feeds&... feeds) {
     using Fs = type_list<F...>;
+    // A traced run: every tower records its steps; tower 0 also the all-reduce and the run's
+    // span, and all of it goes to the recorder however the run ends.
+    const std::optional<std::uint64_t> traced =
+        opts_.trace ? opts_.trace->begin_run() : std::nullopt;
+    (std::get<K>(towers_).trace_start(traced), ...);
+    struct trace_guard {
+      session& s;
+      double start;
+      ~trace_guard() {
+        if (!s.opts_.trace)
+          return;
+        auto& t0 = std::get<0>(s.towers_);
+        if (t0.tr_.run) {
+          t0.tr_.bytes = 0;
+          t0.tr_.flops = -1;
+          t0.trace_push(trace_event::type::run, 0, device_id{true, -1}, start);
+        }
+        std::apply([](auto&... t) { (t.trace_finish(false), ...); }, s.towers_);
+      }
+    } guard{*this, traced ? opts_.trace->now() : 0};
     std::tuple<std::array<value, tower_plan<K, Fs>::slots>...> vals;
     std::array<batch_split, towers> parts{};
     for (std::size_t k = 0; k < towers; ++k)
@@ -248,10 +268,18 @@ private:
     // The average, in tower order, into tower 0's replica_mean values.
     std::array<const value*, towers> tower_vals{std::get<K>(vals).data()...};
     std::vector<replica_buffer> averaged;
+    auto& t0 = std::get<0>(towers_);
+    const double reduce_start = traced ? opts_.trace->now() : 0;
     average<P, Fs>(tower_vals, parts, batch, averaged, std::make_index_sequence<P::size>{});
     reducer_.reduce(averaged, batch, opts_); // across processes
+    if (traced) {
+      t0.tr_.bytes = 0;
+      for (const auto& b : averaged)
+        t0.tr_.bytes += static_cast<std::uint64_t>(b.count) * (b.is_double ? 8 : 4);
+      t0.tr_.flops = -1;
+      t0.trace_push(trace_event::type::all_reduce, 0, device_id{true, -1}, reduce_start);
+    }
     // Phase 2 in tower 0, then the fetches and the commits.
-    auto& t0 = std::get<0>(towers_);
     value* v0 = std::get<0>(vals).data();
     t0.template run_steps<P, 2>(v0, std::make_index_sequence<P::size>{});
     backend::end_steps(t0.st_);

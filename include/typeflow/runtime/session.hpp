@@ -6,9 +6,12 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "../backend/common/backend.hpp"
+#include "../backend/common/cost.hpp"
 #include "../backend/common/value.hpp"
 #include "../backend/cpu/kernels.hpp"
 #include "../backend/cuda/kernels.hpp"
@@ -26,6 +30,7 @@
 #include "../ops/nn.hpp"
 #include "../ops/reduce.hpp"
 #include "feed.hpp"
+#include "trace.hpp"
 
 #if defined(__CUDACC__)
 #include "../backend/cuda/backend.cuh" // the CUDA backend, wherever nvcc compiles
@@ -36,7 +41,17 @@ namespace typeflow {
 struct session_options {
   int threads = 0;        ///< worker threads, BLAS included; 0: all hardware threads
   std::uint64_t seed = 0; ///< seeds every variable's initializer (with the variable's name)
-  bool trace = false;     ///< record each executed step in stats().trace
+  /// A step trace (runtime/trace.hpp): each run this recorder keeps records every executed
+  /// step, transfer and all-reduce (kernel, node, device, start, duration, bytes, FLOPs, thread)
+  /// for io/trace.hpp's Chrome trace and profile. A traced run on a GPU synchronizes after each
+  /// step (the times are the GPU's) and is not replayed as a CUDA graph. nullptr: nothing is
+  /// timed. The recorder must outlive the session's runs.
+  trace_recorder* trace = nullptr;
+  /// TensorFlow's log_device_placement: the first run of each plan prints every node's device,
+  /// and the send and receive of each transfer, as `%7 = conv2d(%3, conv1/weights): (conv2d):
+  /// /job:localhost/replica:0/task:0/device:CPU:0`, to `log` (std::clog when null).
+  bool log_device_placement = false;
+  std::ostream* log = nullptr;
   /// CUDA backend: let float32 matmul and convolutions use TF32 tensor cores (about 1e-3
   /// relative error instead of 1e-6; off by default, as in PyTorch's matmul).
   bool allow_tf32 = false;
@@ -214,11 +229,12 @@ public:
     } else {
       check_feeds(feeds...);
       check_empty_batch<P>(feeds...);
+      const trace_scope traced(*this, opts_.trace ? opts_.trace->begin_run() : std::nullopt);
       try {
         std::array<backend::rt_value, P::slots> vals;
         begin_run<P>(vals.data(), feeds...);
         if constexpr (graph_capturable<P>())
-          if (opts_.cuda_graphs && !opts_.trace && !opts_.check_numerics)
+          if (opts_.cuda_graphs && !tr_.run && !opts_.check_numerics)
             return run_graph<P, F...>(vals.data());
         run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
         backend::end_steps(st_); // device-side checks (a bad label): throws before any commit
@@ -521,6 +537,10 @@ private:
   void begin_run(value* vals, const Feeds&... feeds) {
     st_.stats = run_stats{};
     ++st_.runs;
+    if (opts_.log_device_placement)
+      log_placement<P>();
+    if (tr_.run)
+      tr_.plan = &trace_names<P>();
     (void)vals; // no feeds
     (bind_feed(P::template contains_c<typename Feeds::placeholder>::value, vals,
                feed_slot<P, Feeds>(), feeds),
@@ -892,13 +912,12 @@ private:
           continue;
         }
       }
-      if (opts_.trace) {
-        const std::size_t before = st_.stats.trace.size();
-        const auto t0 = std::chrono::steady_clock::now();
+      if (tr_.run) {
+        const std::size_t before = st_.stats.steps;
+        const double t0 = opts_.trace->now();
         run_step<P>(table, vals, i);
-        if (st_.stats.trace.size() > before)
-          st_.stats.trace_seconds.push_back(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        if (st_.stats.steps > before)
+          trace_push(trace_event::type::step, i, P::placement.device[i], t0);
       } else {
         run_step<P>(table, vals, i);
       }
@@ -983,8 +1002,8 @@ private:
     s.transfer<Src, Dst>(vals, from, slot, elem_bytes, name);
   }
   template <class Src, class Dst>
-  void transfer(value* vals, std::size_t from, std::size_t slot, std::size_t elem_bytes,
-                name_fn name) {
+  void transfer(value* vals, std::size_t from, std::size_t slot, std::size_t elem_bytes, name_fn) {
+    const double t0 = tr_.run ? opts_.trace->now() : 0;
     if constexpr (Src::is_cpu && Dst::is_cpu)
       vals[slot] = vals[from];
     else if constexpr (Src::is_cpu)
@@ -993,12 +1012,17 @@ private:
       device_backend<Src>::to_host(st_, vals[from], vals[slot], elem_bytes);
     else
       device_backend<Dst>::from_device(st_, Src::index, vals[from], vals[slot], elem_bytes);
-    const device_id to = id_of<Dst>;
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(vals[from].dims.numel());
     ++st_.stats.transfers;
-    st_.stats.transfer_bytes += elem_bytes * static_cast<std::size_t>(vals[from].dims.numel());
-    if (opts_.trace) {
-      st_.stats.trace.push_back("transfer " + name(from) + " -> " + to.name());
-      st_.stats.trace_seconds.push_back(0.0);
+    st_.stats.transfer_bytes += bytes;
+    if (tr_.run) {
+      if constexpr (!Dst::is_cpu)
+        device_backend<Dst>::synchronize(st_);
+      else if constexpr (!Src::is_cpu)
+        device_backend<Src>::synchronize(st_);
+      tr_.bytes = bytes;
+      tr_.flops = 0;
+      trace_push(trace_event::type::transfer, from, id_of<Dst>, t0);
     }
   }
 
@@ -1052,6 +1076,10 @@ private:
     } else if constexpr (K == step_kind::constant) {
       v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
       std::fill_n(allocate<T>(v), v.dims.numel(), static_cast<T>(Op::value));
+      if (tr_.run) {
+        tr_.bytes = sizeof(T) * static_cast<std::uint64_t>(v.dims.numel());
+        tr_.flops = 0;
+      }
       note_step(self, name);
     } else if constexpr (K == step_kind::group) {
       // nothing to compute: its operands are steps of the plan
@@ -1100,6 +1128,15 @@ private:
                                               static_cast<T*>(nullptr), fr, region,
                                               static_cast<Refs*>(nullptr)...);
     }
+    if (tr_.run) {
+      if constexpr (!D::is_cpu)
+        device_backend<D>::synchronize(st_); // the step's time is the GPU's
+      using cost = backend::step_cost<Op, T, Region, Refs...>;
+      static_assert(cost::size == local.size(), "typeflow internal error: a step's cost model "
+                                                "and its frame disagree");
+      tr_.bytes = cost::bytes(fr);
+      tr_.flops = cost::flops(fr);
+    }
     vals[self] = std::move(local[0]);
     note_step(self, name);
   }
@@ -1136,11 +1173,7 @@ private:
     }
   }
 
-  void note_step(std::size_t i, name_fn name) {
-    ++st_.stats.steps;
-    if (opts_.trace)
-      st_.stats.trace.push_back(name(i));
-  }
+  void note_step(std::size_t, name_fn) { ++st_.stats.steps; }
 
   template <class T>
   T* allocate(value& v) {
@@ -1228,6 +1261,71 @@ private:
     }
   }
 
+  // ---- traces and logs -------------------------------------------------------------------
+
+  /// The run being traced: its number in the recorder (none: not traced), the events so far,
+  /// the names of its plan, and the cost of the step that just ran.
+  struct trace_state {
+    std::optional<std::uint64_t> run;
+    std::vector<trace_event> events;
+    const trace_plan* plan = nullptr;
+    double start = 0;
+    std::uint64_t bytes = 0;
+    double flops = -1;
+  };
+  /// Starts tracing a run numbered `run` (none: not traced) and, when it ends however it ends,
+  /// hands its events to the recorder with the run's own span.
+  struct trace_scope {
+    session& s;
+    trace_scope(session& owner, std::optional<std::uint64_t> run) : s(owner) { s.trace_start(run); }
+    trace_scope(const trace_scope&) = delete;
+    trace_scope& operator=(const trace_scope&) = delete;
+    ~trace_scope() { s.trace_finish(true); }
+  };
+  void trace_start(std::optional<std::uint64_t> run) {
+    tr_.run = run;
+    tr_.events.clear();
+    if (run)
+      tr_.start = opts_.trace->now();
+  }
+  /// Hands the events over (with the run's span when `whole_run`) and stops tracing.
+  void trace_finish(bool whole_run) {
+    if (!tr_.run)
+      return;
+    if (whole_run) {
+      tr_.bytes = 0;
+      tr_.flops = -1;
+      trace_push(trace_event::type::run, 0, device_id{true, -1}, tr_.start);
+    }
+    opts_.trace->add(tr_.events);
+    tr_.run.reset();
+  }
+  void trace_push(trace_event::type what, std::size_t node, device_id d, double start) {
+    const double end = opts_.trace->now();
+    tr_.events.push_back(trace_event{what, tr_.plan, static_cast<std::uint32_t>(node), d,
+                                     trace_recorder::thread_index(), *tr_.run, start, end - start,
+                                     tr_.bytes, tr_.flops});
+  }
+
+  /// The names of plan P's steps for traces: built once, the first time P is traced.
+  template <class P>
+  static const trace_plan& trace_names() {
+    static const trace_plan names = detail::make_trace_plan(P::view());
+    return names;
+  }
+
+  /// log_device_placement: every node of plan P with its device, once per plan and session.
+  template <class P>
+  void log_placement() {
+    static char key; // one per plan type
+    if (!logged_.insert(&key).second)
+      return;
+    std::ostream& os = opts_.log ? *opts_.log : std::clog;
+    os << detail::placement_log(P::view()) << std::flush;
+  }
+
+  trace_state tr_;
+  std::set<const void*> logged_; ///< plans whose placement was logged
   session_options opts_;
   std::unique_ptr<cpu_backend::thread_pool> pool_;
   std::unique_ptr<cpu_backend::onednn_cache> dnnl_ = std::make_unique<cpu_backend::onednn_cache>();

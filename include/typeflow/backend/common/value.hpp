@@ -142,8 +142,6 @@ struct run_stats {
   std::size_t transfer_bytes = 0;    // ... and their bytes
   std::size_t graph_captures = 0;    // the run captured its steps as a CUDA graph (1) ...
   std::size_t graph_launches = 0;    // ... and launched a captured graph (1)
-  std::vector<std::string> trace;    // each executed step, as to_string (with options.trace)
-  std::vector<double> trace_seconds; // wall time of each traced step (same order as trace)
 };
 
 /// Size-bucketed pool: a buffer goes back to its bucket when its last reference is dropped, so

@@ -106,6 +106,8 @@ struct device_backend<gpu<N>> {
     TYPEFLOW_CUDA_CHECK(cudaGraphInstantiate(&g->exec, graph, 0));
     return g;
   }
+  /// Waits for this GPU's stream: a traced step's time is then the GPU's.
+  static void synchronize(state& s) { context(s).gpu.s.synchronize(); }
   /// One launch of a captured run (after the uploads of its feeds, on the same stream).
   static void launch(state& s, void* graph) {
     auto ctx = context(s);

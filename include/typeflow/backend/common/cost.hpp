@@ -1,0 +1,183 @@
+// What a step costs: the bytes its frame holds and the floating-point operations of its op, for
+// step traces and the roofline profile (runtime/trace.hpp, io/trace.hpp). The FLOP counts are
+// the conventional ones (a multiply-add is two, a comparison or a max one, an elementwise op one
+// per element whatever its function); an op with no formula here counts -1 (unknown).
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "../../graph/flat.hpp"
+#include "../../ops/matmul.hpp"
+#include "../../ops/nn.hpp"
+#include "value.hpp"
+
+namespace typeflow::backend {
+
+/// FLOPs of op Op whose result has dims d[0] and whose operands have d[1], d[2], ...
+template <class Op>
+struct op_cost {
+  static double flops(const rt_dims* const* d) {
+    switch (Op::kind) {
+    case node_kind::elementwise:
+      return static_cast<double>(d[0]->numel());
+    case node_kind::reduction:
+      return static_cast<double>(d[1]->numel());
+    case node_kind::layout:
+    case node_kind::leaf:
+    case node_kind::group:
+      return 0;
+    default:
+      return -1;
+    }
+  }
+};
+template <bool TA, bool TB>
+struct op_cost<ops::matmul<TA, TB>> {
+  static double flops(const rt_dims* const* d) {
+    const auto e = matmul_extents::of(*d[1], *d[0], TA);
+    return 2.0 * static_cast<double>(e.m) * static_cast<double>(e.n) * static_cast<double>(e.k) *
+           static_cast<double>(e.batch);
+  }
+};
+namespace cost_detail {
+/// 2 x (output positions) x (filter taps per output channel): a convolution and both of its
+/// gradients, from the tensor shaped as the convolution's output and the filter (HWIO).
+inline double conv_flops(const rt_dims& out_like, const rt_dims& filter) {
+  const std::int64_t oc = filter.rank == 4 ? filter.d[3] : 0;
+  if (oc <= 0)
+    return 0;
+  return 2.0 * static_cast<double>(out_like.numel()) * static_cast<double>(filter.numel() / oc);
+}
+} // namespace cost_detail
+template <padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH, std::int64_t DW>
+struct op_cost<ops::conv2d<P, SH, SW, DH, DW>> { // (x, w)
+  static double flops(const rt_dims* const* d) { return cost_detail::conv_flops(*d[0], *d[2]); }
+};
+template <padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH, std::int64_t DW>
+struct op_cost<ops::conv2d_backprop_input<P, SH, SW, DH, DW>> { // (dy, w, x)
+  static double flops(const rt_dims* const* d) { return cost_detail::conv_flops(*d[1], *d[2]); }
+};
+template <padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH, std::int64_t DW>
+struct op_cost<ops::conv2d_backprop_filter<P, SH, SW, DH, DW>> { // (x, dy, w)
+  static double flops(const rt_dims* const* d) { return cost_detail::conv_flops(*d[2], *d[3]); }
+};
+template <ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW, std::int64_t SH,
+          std::int64_t SW>
+struct op_cost<ops::pool<K, P, KH, KW, SH, SW>> { // one max or add per window tap
+  static double flops(const rt_dims* const* d) {
+    return static_cast<double>(d[0]->numel()) * static_cast<double>(KH * KW);
+  }
+};
+template <ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW, std::int64_t SH,
+          std::int64_t SW>
+struct op_cost<ops::pool_grad<K, P, KH, KW, SH, SW>> { // (x, dy): each dy's window again
+  static double flops(const rt_dims* const* d) {
+    return static_cast<double>(d[2]->numel()) * static_cast<double>(KH * KW);
+  }
+};
+
+namespace cost_detail {
+template <class T>
+constexpr std::size_t elem_size() {
+  if constexpr (std::is_void_v<T>)
+    return 0;
+  else
+    return sizeof(T);
+}
+template <class Region>
+struct frame_tail {
+  static constexpr std::array<std::size_t, 0> sizes{};
+  static constexpr std::size_t members = 0;
+};
+template <class Out, class... Ins, class Members, class Idx>
+struct frame_tail<graph::flat_region<Out, type_list<Ins...>, Members, Idx>> {
+  static constexpr std::array<std::size_t, sizeof...(Ins)> sizes{elem_size<Ins>()...};
+  static constexpr std::size_t members = Members::size;
+};
+template <graph::step_kind K, class Op, class T, std::size_t R, class... PRefs, class B, bool Relu>
+struct frame_tail<graph::epilogue<graph::flat_node<K, Op, T, R, PRefs...>, B, Relu>> {
+  static constexpr std::array<std::size_t, sizeof...(PRefs) + 1> sizes{
+      elem_size<typename PRefs::value_type>()..., elem_size<typename B::value_type>()};
+  static constexpr std::size_t members = 0;
+};
+template <class Region>
+struct frame_tail<graph::prologue<Region>> : frame_tail<Region> {};
+} // namespace cost_detail
+
+/// The cost of one step from its local form (see graph::plan's local forms): its frame is its
+/// own value, its operands, then what its region, epilogue or prologue reads.
+template <class Op, class T, class Region, class... Refs>
+struct step_cost {
+  using tail = cost_detail::frame_tail<Region>;
+  static constexpr std::size_t size = 1 + sizeof...(Refs) + tail::sizes.size();
+  static constexpr std::array<std::size_t, size> elem = [] {
+    std::array<std::size_t, size> e{cost_detail::elem_size<T>(),
+                                    cost_detail::elem_size<typename Refs::value_type>()...};
+    for (std::size_t k = 0; k < tail::sizes.size(); ++k)
+      e[1 + sizeof...(Refs) + k] = tail::sizes[k];
+    return e;
+  }();
+
+  /// Bytes read and written: every distinct buffer of the frame (values computed inside the
+  /// step, such as fused members, have none).
+  static std::uint64_t bytes(const rt_value* frame) {
+    std::uint64_t b = 0;
+    for (std::size_t k = 0; k < size; ++k) {
+      if (!frame[k].data)
+        continue;
+      bool seen = false;
+      for (std::size_t j = 0; j < k && !seen; ++j)
+        seen = frame[j].data == frame[k].data;
+      if (!seen)
+        b += elem[k] * static_cast<std::uint64_t>(frame[k].dims.numel());
+    }
+    return b;
+  }
+
+  static double flops(const rt_value* frame) {
+    std::array<const rt_dims*, size> d{};
+    for (std::size_t k = 0; k < size; ++k)
+      d[k] = &frame[k].dims;
+    const double out = static_cast<double>(frame[0].dims.numel());
+    if constexpr (tail::members > 0 && !is_prologue) {
+      return out * static_cast<double>(tail::members); // a fused elementwise region
+    } else if constexpr (is_prologue) {
+      const double f = op_cost<Op>::flops(d.data());
+      const double in = static_cast<double>(frame[1].dims.numel());
+      return f < 0 ? -1 : f + in * static_cast<double>(tail::members);
+    } else if constexpr (is_epilogue<Region>::value) {
+      return epilogue_flops(d.data(), out, static_cast<Region*>(nullptr));
+    } else {
+      return op_cost<Op>::flops(d.data());
+    }
+  }
+
+private:
+  template <class R>
+  struct is_epilogue : std::false_type {};
+  template <class P, class B, bool Relu>
+  struct is_epilogue<graph::epilogue<P, B, Relu>> : std::true_type {};
+  template <class R>
+  struct is_prologue_t : std::false_type {};
+  template <class R>
+  struct is_prologue_t<graph::prologue<R>> : std::true_type {};
+  static constexpr bool is_prologue = is_prologue_t<Region>::value;
+
+  /// The producer's FLOPs (its result is the step's, its operands follow the root's), then one
+  /// add per element for the bias and one max for relu.
+  template <graph::step_kind K, class POp, class PT, std::size_t R, class... PRefs, class B,
+            bool Relu>
+  static double
+  epilogue_flops(const rt_dims* const* d, double out,
+                 graph::epilogue<graph::flat_node<K, POp, PT, R, PRefs...>, B, Relu>*) {
+    std::array<const rt_dims*, 1 + sizeof...(PRefs)> pd{d[0]};
+    for (std::size_t k = 0; k < sizeof...(PRefs); ++k)
+      pd[1 + k] = d[1 + sizeof...(Refs) + k];
+    const double f = op_cost<POp>::flops(pd.data());
+    return f < 0 ? -1 : f + out * (Relu ? 2.0 : 1.0);
+  }
+};
+
+} // namespace typeflow::backend
