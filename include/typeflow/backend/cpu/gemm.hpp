@@ -74,22 +74,29 @@ void gemm_serial(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t 
   }
 }
 
+/// The most slabs gemm_split cuts C into. A constant, not the thread count: where C is cut is
+/// then fixed by the shape alone, and a pool of any size runs the same calls. (With the cut
+/// following the thread count, bits depended on it wherever the BLAS kernel rounds an element
+/// differently by where it sits in the call: OpenBLAS 0.3.21's Haswell sgemm, which it picks on
+/// AMD Zen 5, changes rows near a cut at 592 of 1176, its SkylakeX kernel none.)
+inline constexpr std::int64_t gemm_max_parts = 4;
+
 /// Row-major C[m,n] = op(A) * op(B) (dense operands), on the pool's threads: one `serial` call
-/// (a single-threaded GEMM: BLAS, oneDNN or the portable loop) per thread on a slab of C, rows when
+/// (a single-threaded GEMM: BLAS, oneDNN or the portable loop) per slab of C, rows when
 /// m is the larger side, else columns (each call packs its slab of one operand and all of the
 /// other, so the smaller operand is the one packed again). Every slab is at least 128 wide and a
 /// product of at least 2^21 m*n*k: BLAS libraries pick kernels by size (OpenBLAS's small-matrix
 /// kernel, below 100^3, rounds differently from its blocked one), and with every slab on the
-/// blocked kernel an element's bits do not depend on how C is cut, so they do not depend on the
-/// thread count. Slabs are multiples of 16.
+/// blocked kernel, few kernels round an element differently by how C is cut; the cut itself
+/// does not depend on the thread count (gemm_max_parts). Slabs are multiples of 16.
 template <class T, class Serial>
 void gemm_split(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                 const T* a, const T* b, T* c, Serial&& serial) {
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
   const bool by_rows = m >= n;
   const std::int64_t side = by_rows ? m : n, unit = 16;
-  const std::int64_t parts = std::min<std::int64_t>(
-      {std::int64_t{pool.size()}, side / 128, m * n * k / (std::int64_t{1} << 21)});
+  const std::int64_t parts =
+      std::min<std::int64_t>({gemm_max_parts, side / 128, m * n * k / (std::int64_t{1} << 21)});
   if (parts <= 1) {
     serial(ta, tb, m, n, k, a, lda, b, ldb, c, n);
     return;
