@@ -3,8 +3,16 @@
 //   typeflow_train_step   one training step: fetch total_loss and train_op (forward, gradients,
 //                         Momentum 0.9 Nesterov update of the variables held by the session)
 //   typeflow_forward      fetch total_loss only (for information)
+//   typeflow_train_step_traced
+//                         the training step with a step trace recording every run
+//                         (session_options::trace): its cost against typeflow_train_step, and,
+//                         with $TYPEFLOW_BENCH_PROFILE set to a file, the per-op profile of its
+//                         runs (io/trace.hpp's make_profile, as markdown) written there
 // Compared with PyTorch eager by bench/torch_baselines.py.
 #include "common.hpp"
+
+#include <cstdlib>
+#include <fstream>
 
 #include "mnist/model.hpp"
 
@@ -12,7 +20,9 @@ namespace {
 
 constexpr std::int64_t batch = 128;
 
-template <bool Train>
+enum class mode { forward, train, traced };
+
+template <mode M>
 void step(benchmark::State& state) {
   ty::tensor<float> images({batch, 28, 28, 1});
   fill_uniform(images, 0, 1);
@@ -21,14 +31,18 @@ void step(benchmark::State& state) {
   for (auto& l : labels)
     l = static_cast<std::int32_t>(rng() % 10);
 
-  ty::session s(bench_options());
+  ty::trace_recorder rec(ty::trace_recorder::options{.skip = 1});
+  auto opts = bench_options();
+  if constexpr (M == mode::traced)
+    opts.trace = &rec;
+  ty::session s(opts);
   s.initialize(mnist::train_op);
   const auto run = [&] {
     const auto feeds = [&](auto... fetches) {
       return s.run(ty::fetch(fetches...), ty::feed(mnist::images, images),
                    ty::feed(mnist::labels, labels));
     };
-    if constexpr (Train)
+    if constexpr (M != mode::forward)
       return feeds(mnist::total_loss, mnist::train_op);
     else
       return feeds(mnist::total_loss);
@@ -38,10 +52,20 @@ void step(benchmark::State& state) {
   for (auto _ : state)
     benchmark::DoNotOptimize(run());
   state.SetItemsProcessed(state.iterations() * batch);
+  if constexpr (M == mode::traced) {
+    // Each repetition rewrites the file with its own runs: the last one's profile stays.
+    if (const char* path = std::getenv("TYPEFLOW_BENCH_PROFILE")) {
+      std::ofstream out(path);
+      out << ty::make_profile(rec, ty::measure_roofline(bench_threads())).markdown();
+      if (!out)
+        state.SkipWithError("cannot write $TYPEFLOW_BENCH_PROFILE");
+    }
+  }
 }
 
 // Real time: the work runs on several threads.
-BENCHMARK(step<true>)->Name("typeflow_train_step")->UseRealTime();
-BENCHMARK(step<false>)->Name("typeflow_forward")->UseRealTime();
+BENCHMARK(step<mode::train>)->Name("typeflow_train_step")->UseRealTime();
+BENCHMARK(step<mode::forward>)->Name("typeflow_forward")->UseRealTime();
+BENCHMARK(step<mode::traced>)->Name("typeflow_train_step_traced")->UseRealTime();
 
 } // namespace

@@ -121,8 +121,12 @@ struct step_cost {
   }();
 
   /// Bytes read and written: every distinct buffer of the frame (values computed inside the
-  /// step, such as fused members, have none).
+  /// step, such as fused members, have none). A step whose result is one of its operands'
+  /// buffers (a view: reshape, a one-tower replica_mean) moved nothing.
   static std::uint64_t bytes(const rt_value* frame) {
+    for (std::size_t k = 1; k < size; ++k)
+      if (frame[0].data && frame[k].data == frame[0].data)
+        return 0;
     std::uint64_t b = 0;
     for (std::size_t k = 0; k < size; ++k) {
       if (!frame[k].data)
