@@ -1,6 +1,7 @@
 # example.mnist: the main job's program on a small slice of Fashion-MNIST: the seed's log line,
 # the machine line first, the per-epoch test accuracy, a checkpoint that --resume continues from, and clear errors for a
-# missing data directory and bad flags (exit 2), and --help (exit 0).
+# missing data directory and bad flags (exit 2), --help (exit 0), and --graph, --trace, --profile
+# and --log-device-placement.
 # Usage: cmake -DEXE=<mnist> -DDATA=<dir> -DWORK=<scratch dir> -P mnist_smoke.cmake
 if(NOT EXISTS "${DATA}/train-labels-idx1-ubyte.gz" AND NOT EXISTS "${DATA}/train-labels-idx1-ubyte")
   message(STATUS "skipped: no Fashion-MNIST in ${DATA} (apt-get install dataset-fashion-mnist)")
@@ -91,6 +92,39 @@ if(EXE_MPI AND MPIEXEC)
   string(REGEX MATCH "test accuracy = [0-9.]+" one_accuracy "${one_tower}")
   if(NOT rc EQUAL 0 OR NOT mpi_accuracy STREQUAL one_accuracy OR NOT out MATCHES "step 12, loss")
     message(FATAL_ERROR "mnist_mpi on 2 ranks should match one tower (${one_accuracy}); got ${rc}:\n${out}\n${err}")
+  endif()
+endif()
+
+# Seeing the graph and the run: --graph draws the training graph through Graphviz, --trace and
+# --profile record steps 1 and 2 (the trace checked by scripts/check_trace.py), and
+# --log-device-placement prints each node's device once per plan.
+execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 256 --batch-size 64 --threads 2
+                --epochs 1 --graph "${WORK}/train.svg" --trace "${WORK}/trace.json" --profile
+                --trace-first 1 --trace-steps 2 --log-device-placement
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "the training graph written to [^\n]*train.svg"
+   OR NOT out MATCHES "where the time goes: 2 runs" OR NOT out MATCHES "conv2d_backprop_filter"
+   OR NOT out MATCHES "trace of 2 steps written to")
+  message(FATAL_ERROR "--graph, --trace and --profile: got ${rc}:\n${out}\n${err}")
+endif()
+string(REGEX MATCHALL "[^\n]*\\(conv2d\\): /job:localhost/replica:0/task:0/device:CPU:0\n" convs "${err}")
+list(LENGTH convs n_convs)
+# Two plans run (the training step, and the test-set evaluation), each logged on its first run
+# only: the two conv2d twice, not once per step.
+if(NOT n_convs EQUAL 4)
+  message(FATAL_ERROR "--log-device-placement should place the two conv2d once per plan:\n${err}")
+endif()
+file(READ "${WORK}/train.svg" svg LIMIT 4096)
+if(NOT svg MATCHES "<svg")
+  message(FATAL_ERROR "${WORK}/train.svg is not an SVG picture")
+endif()
+find_program(PYTHON3 python3)
+if(PYTHON3)
+  execute_process(COMMAND "${PYTHON3}" "${CMAKE_CURRENT_LIST_DIR}/../../scripts/check_trace.py"
+                  "${WORK}/trace.json" --runs 2 --min-steps 40
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the main job's trace is not valid trace-event JSON:\n${out}\n${err}")
   endif()
 endif()
 
