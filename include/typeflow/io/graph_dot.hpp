@@ -82,14 +82,15 @@ inline std::string short_device(const device_id& d) {
   return s;
 }
 
-/// The part of the training graph each node belongs to (see the header comment); is_mean[i]:
-/// node i is a replica_mean (where minimize() ends each gradient).
-inline std::vector<graph_part> graph_parts(const graph::plan_view& v,
-                                           const std::vector<bool>& is_mean) {
+/// The part of the training graph each node belongs to (see the header comment). A gradient
+/// ends at a replica_mean (minimize() puts one on every gradient).
+inline std::vector<graph_part> graph_parts(const graph::plan_view& v) {
   const std::size_t n = v.size;
-  std::vector<bool> value_fetch(n), forward(n), update(n), before_mean(n), before_update(n);
+  std::vector<bool> value_fetch(n), forward(n), update(n), before_mean(n), before_update(n),
+      is_mean(n);
   bool any_value_fetch = false;
   for (std::size_t i = 0; i < n; ++i) {
+    is_mean[i] = v.op[i] == ops::replica_mean::name;
     value_fetch[i] = v.fetched[i] && !v.group[i] && !v.state[i];
     any_value_fetch = any_value_fetch || value_fetch[i];
   }
@@ -132,12 +133,11 @@ inline std::vector<graph_part> graph_parts(const graph::plan_view& v,
 }
 
 /// The DOT text of a plan (see to_dot).
-inline std::string dot_text(const graph::plan_view& v, const std::vector<bool>& is_mean,
-                            const dot_options& o) {
+inline std::string dot_text(const graph::plan_view& v, const dot_options& o) {
   using graph::step_kind;
   const std::size_t n = v.size;
   constexpr std::size_t none = static_cast<std::size_t>(-1);
-  const std::vector<graph_part> part = graph_parts(v, is_mean);
+  const std::vector<graph_part> part = graph_parts(v);
 
   // The unit each node is drawn in: its step, the epilogue that runs its producer, or the
   // prologue that reads its region.
@@ -153,11 +153,14 @@ inline std::string dot_text(const graph::plan_view& v, const std::vector<bool>& 
   }
   std::vector<bool> shown(n);
   std::vector<std::size_t> unit_size(n);
+  std::vector<std::string> unit_ops(n); // the ops drawn in each unit, in node order
   for (std::size_t i = 0; i < n; ++i) {
     const bool inline_constant = v.step[i] == step_kind::inline_constant;
     shown[i] = !inline_constant || o.show_inline_constants;
-    if (!inline_constant)
+    if (!inline_constant) {
       ++unit_size[unit[i]];
+      append(unit_ops[unit[i]], unit_ops[unit[i]].empty() ? "" : ", ", v.op[i]);
+    }
   }
   const auto clustered = [&](std::size_t i) {
     return v.step[i] != step_kind::inline_constant && unit_size[unit[i]] > 1;
@@ -217,12 +220,8 @@ inline std::string dot_text(const graph::plan_view& v, const std::vector<bool>& 
     return s;
   };
   const auto unit_box = [&](std::size_t u) {
-    std::string ops;
-    for (std::size_t i = 0; i < n; ++i)
-      if (unit[i] == u && v.step[i] != step_kind::inline_constant)
-        append(ops, ops.empty() ? "" : ", ", v.op[i]);
     std::string text, s;
-    append(text, "%", std::to_string(u), " ", unit_label(u), "\n", ops, dtype_shape(u));
+    append(text, "%", std::to_string(u), " ", unit_label(u), "\n", unit_ops[u], dtype_shape(u));
     append(s, "n", std::to_string(u), " [id=\"n", std::to_string(u), "\", label=\"",
            dot_escape(text), "\", fillcolor=\"", device_fill(v.device[u]),
            "\", style=\"filled,rounded,bold\"];\n");
@@ -323,26 +322,18 @@ inline std::string dot_text(const graph::plan_view& v, const std::vector<bool>& 
   return s;
 }
 
-template <class P>
-std::vector<bool> replica_means() {
-  return []<std::size_t... I>(std::index_sequence<I...>) {
-    return std::vector<bool>{
-        std::is_same_v<typename P::template node<I>::op, ops::replica_mean>...};
-  }
-  (std::make_index_sequence<P::size>{});
-}
 } // namespace detail
 
 /// The part of the training graph each node of plan P belongs to (see the header comment).
 template <class P>
 std::vector<graph_part> dot_graph_parts() {
-  return detail::graph_parts(P::view(), detail::replica_means<P>());
+  return detail::graph_parts(P::view());
 }
 
 /// Plan P as a GraphViz DOT digraph.
 template <class P>
 std::string to_dot(const dot_options& o = {}) {
-  return detail::dot_text(P::view(), detail::replica_means<P>(), o);
+  return detail::dot_text(P::view(), o);
 }
 
 /// The plan of `fetches` placed by Placement, as to_dot<P>.
