@@ -202,3 +202,62 @@ TEST_CASE("replicate: check_numerics catches a NaN in the second tower's rows; a
                   ty::error);
   CHECK(rep.read(ty::global_step)[0] == 1);
 }
+
+TEST_CASE("the replication transformation: the gradients all-reduced, the update once") {
+  using M = model<float>;
+  using Loss = std::remove_cvref_t<decltype(M::loss)>;
+  using Train = std::remove_cvref_t<decltype(M::train)>;
+  using P = ty::graph::plan<ty::type_list<Loss, Train>, ty::on<ty::cpu<0>>>;
+  constexpr auto& R = ty::replication<P>::value;
+  // one all-reduce per trainable variable's gradient: two weights, two biases
+  CHECK(R.all_reduces == 4);
+  CHECK(R.tower_nodes + R.once_nodes == P::size);
+  std::size_t means = 0, once_assigns = 0;
+  for (std::size_t i = 0; i < P::size; ++i) {
+    const std::string op(P::op_names[i]);
+    if (R.all_reduce[i]) {
+      ++means;
+      CHECK(op == "replica_mean");
+      CHECK_FALSE(R.once[i]); // each tower has its own value before the all-reduce
+    }
+    if (R.once[i] && op.starts_with("assign"))
+      ++once_assigns;
+  }
+  CHECK(means == 4);
+  CHECK(once_assigns == 8); // four variables and their four momentum slots, updated once
+  // the loss and the predictions are the towers' (combined by fetch), not after the all-reduce
+  CHECK_FALSE(R.once[P::template index_c<Loss>::value]);
+  CHECK(R.batch[P::template index_c<Loss>::value]);
+  // the transformed graph's size: the tower part per tower, one all-reduce per gradient
+  CHECK(ty::replicated_size<P>(1) == P::size);
+  CHECK(ty::replicated_size<P>(3) == P::size + 2 * (R.tower_nodes - 4));
+}
+
+TEST_CASE("the CPU all-reduce kernel: the batch-weighted mean in tower order, any thread count") {
+  const i64 n = 50'000;
+  std::vector<std::vector<float>> v(3, std::vector<float>(n));
+  for (std::size_t k = 0; k < 3; ++k)
+    for (i64 i = 0; i < n; ++i)
+      v[k][static_cast<std::size_t>(i)] =
+          static_cast<float>(std::sin(0.001 * static_cast<double>(i) * static_cast<double>(k + 1)) *
+                             std::exp(static_cast<double>(k)));
+  // tower 1 had no rows: its value must not count, even if its buffer holds numbers
+  const std::array<ty::tower_part, 3> parts{{{v[0].data(), 5}, {v[1].data(), 0}, {v[2].data(), 4}}};
+  std::vector<float> one(n), two(n);
+  ty::cpu_backend::thread_pool p1(1), p2(2);
+  ty::cpu_backend::tower_mean<float>(p1, parts, 9, one.data(), n);
+  ty::cpu_backend::tower_mean<float>(p2, parts, 9, two.data(), n);
+  CHECK(std::memcmp(one.data(), two.data(), sizeof(float) * static_cast<std::size_t>(n)) == 0);
+  double worst = 0;
+  for (i64 i = 0; i < n; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    const double ref = (5.0 * v[0][u] + 4.0 * v[2][u]) / 9.0;
+    worst = std::max(worst, std::abs(ref - static_cast<double>(one[u])));
+  }
+  CHECK(worst <= 4e-7);
+  // joined rows: tower 0's 5 rows, then tower 2's 4 (rows of 3 elements)
+  std::vector<float> joined(27);
+  ty::cpu_backend::concat_rows<float>(parts, 3, joined.data());
+  CHECK(std::memcmp(joined.data(), v[0].data(), 15 * sizeof(float)) == 0);
+  CHECK(std::memcmp(joined.data() + 15, v[2].data(), 12 * sizeof(float)) == 0);
+}

@@ -3,26 +3,28 @@
 // replica_mean nodes that minimize() puts on every gradient) weighted by their shares of the
 // batch, and applies the optimizer once: the seed's multi-GPU training, as a policy.
 //
-// In one process the towers run on threads, each with its own share of the cores, and the
-// average is taken in a fixed order (tower 0, 1, ...), so results are deterministic.
+// It executes the plan's replication transformation (device/replication.hpp): the tower part of
+// the plan in every tower (tower 0 on the calling thread, the others on their own), one
+// all-reduce node per replica_mean through its device's collective kernel (threads on the CPU:
+// backend/cpu/collective.hpp; NCCL between GPUs: backend/cuda/nccl.cuh) and the reducer across
+// processes (mpi_reducer, distributed/mpi.hpp), then the rest of the plan once, in tower 0. The
+// executor holds no kernel: it orders the parts and hands each tower's values to the kernels.
+// The average is taken in a fixed order (tower 0, 1, ...), so results are deterministic.
 #pragma once
+#include <array>
 #include <exception>
+#include <span>
 #include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "../backend/common/allreduce.hpp"
+#include "../backend/cpu/collective.hpp"
+#include "../device/replication.hpp"
 #include "session.hpp"
 
 namespace typeflow {
-
-/// A replica_mean value of tower 0 after the in-process average, for a cross-process reducer.
-struct replica_buffer {
-  void* data;
-  std::int64_t count;
-  bool is_double; ///< else float32
-};
 
 /// The reducer of towers in one process: nothing beyond the in-process average.
 struct in_process_reducer {
@@ -303,7 +305,7 @@ private:
                std::int64_t batch, std::vector<replica_buffer>& out, std::index_sequence<I...>) {
     (
         [&] {
-          if constexpr (std::is_same_v<typename P::template node<I>::op, ops::replica_mean>) {
+          if constexpr (replication<P>::value.all_reduce[I]) {
             using T = typename P::template node<I>::value_type;
             static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                           "replicate: gradients are float32 or float64");
@@ -339,28 +341,18 @@ private:
     nccl_average<T>::run(reps, tv[0][I].dims.numel(), nccl_state_);
   }
 
+  /// All-reduce node i of CPU towers: their values averaged by the CPU's collective kernel into
+  /// tower 0's value of the node.
   template <class T>
   void average_one(std::array<const value*, towers>& tv,
                    const std::array<batch_split, towers>& parts, std::int64_t batch,
                    std::size_t i) {
-    using A = std::conditional_t<std::is_floating_point_v<T>, double, T>;
     auto& t0 = std::get<0>(towers_);
-    value& out = const_cast<value*>(tv[0])[i];
-    const std::int64_t n = out.dims.numel();
-    backend::rt_value result;
-    result.dims = out.dims;
-    result.owner = t0.st_.host_mem->acquire(sizeof(T) * static_cast<std::size_t>(n), t0.st_.stats);
-    result.data = result.owner.get();
-    T* r = static_cast<T*>(result.data);
-    for (std::int64_t e = 0; e < n; ++e) {
-      A acc = 0;
-      for (std::size_t k = 0; k < towers; ++k)
-        if (parts[k].rows > 0)
-          acc += static_cast<A>(parts[k].rows) *
-                 static_cast<A>(static_cast<const T*>(tv[k][i].data)[e]);
-      r[e] = static_cast<T>(acc / static_cast<A>(batch));
-    }
-    out = std::move(result);
+    std::array<tower_part, towers> in;
+    for (std::size_t k = 0; k < towers; ++k)
+      in[k] = {parts[k].rows > 0 ? tv[k][i].data : nullptr, parts[k].rows};
+    cpu_backend::context ctx{*t0.pool_, *t0.st_.host_mem, t0.st_.stats, *t0.dnnl_, t0.st_.runs};
+    cpu_backend::all_reduce_mean<T>(ctx, in, batch, const_cast<value*>(tv[0])[i]);
   }
 
   template <class P, class F>
@@ -368,42 +360,39 @@ private:
                      const std::array<batch_split, towers>& parts, std::int64_t batch) {
     using E = std::remove_cvref_t<F>;
     constexpr std::size_t f = P::template index_c<E>::value;
-    constexpr auto& R = session<Tower<first_device>>::template replica_phases<P>::value;
+    constexpr auto& R = replication<P>::value;
     auto& t0 = std::get<0>(towers_);
     using Dev = typename P::template device<f>;
     using T = typename session<Tower<first_device>>::template group_or_value<F>;
     if constexpr (std::is_void_v<T>) {
       return std::tuple<>{};
-    } else if constexpr (R.after[f] || !R.batch[f]) {
+    } else if constexpr (R.once[f] || !R.batch[f]) {
       return t0.template fetch_value<T, Dev>(tv[0][f]);
     } else {
       std::vector<tensor<T>> parts_v;
+      std::array<tower_part, towers> in;
       apply_towers([&](auto& t, std::size_t k) {
         if (parts[k].rows > 0)
           parts_v.push_back(std::get<0>(t.template fetch_value<T, Dev>(tv[k][f])));
         else
           parts_v.emplace_back();
+        in[k] = {parts_v.back().data(), parts[k].rows};
       });
       if constexpr (E::shape_type::rank > 0 && E::shape_type::dims[0] == dyn) {
+        // a value with a batch axis (predictions): the towers' rows, joined in tower order
+        std::int64_t row = 0;
+        for (std::size_t k = 0; k < towers && row == 0; ++k)
+          if (parts[k].rows > 0)
+            row = parts_v[k].size() / parts[k].rows;
         std::vector<std::int64_t> shape = parts_v[0].shape();
         shape[0] = batch;
         tensor<T> all(shape);
-        std::int64_t at = 0;
-        for (std::size_t k = 0; k < towers; ++k)
-          if (parts[k].rows > 0) {
-            std::copy(parts_v[k].data(), parts_v[k].data() + parts_v[k].size(), all.data() + at);
-            at += parts_v[k].size();
-          }
+        cpu_backend::concat_rows<T>(in, row, all.data());
         return std::tuple<tensor<T>>{std::move(all)};
       } else if constexpr (std::is_floating_point_v<T>) {
+        // a value of the whole batch (a mean loss): the batch-weighted mean of the towers'
         tensor<T> mean(parts_v[0].shape());
-        for (std::int64_t e = 0; e < mean.size(); ++e) {
-          double acc = 0;
-          for (std::size_t k = 0; k < towers; ++k)
-            if (parts[k].rows > 0)
-              acc += static_cast<double>(parts[k].rows) * static_cast<double>(parts_v[k][e]);
-          mean[e] = static_cast<T>(acc / static_cast<double>(batch));
-        }
+        cpu_backend::tower_mean<T>(*t0.pool_, in, batch, mean.data(), mean.size());
         return std::tuple<tensor<T>>{std::move(mean)};
       } else {
         return std::tuple<tensor<T>>{std::move(parts_v[0])};

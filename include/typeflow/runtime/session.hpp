@@ -24,6 +24,7 @@
 #include "../backend/cpu/kernels.hpp"
 #include "../backend/cuda/kernels.hpp"
 #include "../device/device.hpp"
+#include "../device/replication.hpp"
 #include "../graph/plan.hpp"
 #include "../ops/layout.hpp"
 #include "../ops/matmul.hpp"
@@ -140,13 +141,6 @@ struct no_backend_message {
                           "typeflow/typeflow.hpp in a translation unit compiled by nvcc");
     return b;
   }
-};
-
-/// What replica_phases computes (templated on sizes only, see graph::detail::layout_table).
-template <std::size_t N, std::size_t S>
-struct replica_table {
-  std::array<bool, N> mean{}, after{}, batch{};
-  std::array<bool, S> read_after{};
 };
 
 /// What the session checks of each step before instantiating it: a GPU step needs a device
@@ -894,9 +888,9 @@ private:
 
   // The steps run from a table of member-function pointers, one per node: a single fold
   // expression over hundreds of steps made g++'s call-graph construction quadratic.
-  // Phase 0 runs every step. A replicated session runs phase 1 in each tower (every step that
-  // does not read a replica_mean, keeping the buffers phase 2 reads), averages the replica_mean
-  // values, then phase 2 in tower 0 (the rest, after the transfers of the averaged values).
+  // Phase 0 runs every step. A replicated session (device/replication.hpp) runs phase 1 in each
+  // tower (the plan's tower part, keeping the buffers the rest reads), its all-reduce nodes, then
+  // phase 2 in tower 0 (the rest, after the transfers of the all-reduced values).
   template <class P, int Phase, std::size_t... I>
   void run_steps(value* vals, std::index_sequence<I...> seq) {
     const step_fn* table = step_table<P>(seq);
@@ -905,9 +899,9 @@ private:
         value_bytes<typename P::template node<I>::value_type>()..., 0};
     for (std::size_t i = 0; i < P::size; ++i) {
       if constexpr (Phase != 0) {
-        constexpr auto& R = replica_phases<P>::value;
-        if (R.after[i] != (Phase == 2)) {
-          if (Phase == 2 && R.mean[i])
+        constexpr auto& R = replication<P>::value;
+        if (R.once[i] != (Phase == 2)) {
+          if (Phase == 2 && R.all_reduce[i])
             run_transfers<P>(vals, i, elem_bytes[i]);
           continue;
         }
@@ -922,10 +916,10 @@ private:
         run_step<P>(table, vals, i);
       }
       if constexpr (Phase == 1) {
-        if (!replica_phases<P>::value.mean[i])
+        if (!replication<P>::value.all_reduce[i])
           run_transfers<P>(vals, i, elem_bytes[i]);
         for (std::size_t r = L.release_begin[i]; r < L.release_begin[i + 1]; ++r)
-          if (!replica_phases<P>::value.read_after[L.releases[r]])
+          if (!replication<P>::value.read_once[L.releases[r]])
             vals[L.releases[r]].owner.reset();
       } else {
         run_transfers<P>(vals, i, elem_bytes[i]);
@@ -942,34 +936,6 @@ private:
                                                                 elem_bytes, &P::node_string);
     }
   }
-
-  /// Which steps of plan P a replicated session runs in its towers and which once after the
-  /// average (see run_steps), and which slots phase 2 reads.
-  template <class P>
-  struct replica_phases {
-    using result = detail::replica_table<P::size, P::slots>;
-    template <std::size_t... I>
-    static consteval result make(std::index_sequence<I...>) {
-      result r;
-      const bool is_mean[] = {
-          std::is_same_v<typename P::template node<I>::op, ops::replica_mean>..., false};
-      const auto& f = P::fact;
-      for (std::size_t j = 0; j < P::size; ++j) {
-        r.mean[j] = is_mean[j];
-        r.batch[j] = f.placeholder[j];
-        for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
-          const std::size_t k = f.edges[e];
-          r.after[j] = r.after[j] || r.after[k] || is_mean[k];
-          r.batch[j] = r.batch[j] || r.batch[k];
-        }
-        if (r.after[j])
-          for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e)
-            r.read_after[P::edge_slot(e)] = true;
-      }
-      return r;
-    }
-    static constexpr result value = make(std::make_index_sequence<P::size>{});
-  };
 
   template <class D, class Flat, class Region>
   static void step_entry(session& s, value* vals, const std::size_t* frame, name_fn name) {
