@@ -6,10 +6,12 @@ run. Reports g++ wall seconds and peak compiler memory for each N.
 With --shared the graph is N levels of `h = tanh(h * h + h)` instead: every level reuses the one
 below twice, the sharing that gradient graphs are full of. With --residual it is issue 15's
 residual MLP (`h = h + relu(dense<64>(h))` N times, gradient and float32 Adam; default N: 2 4 8 12
-16 20). With --quickstart it times
+16 20); --repeat is the same model with the N blocks as one `ty::repeat<N, "block">` (default N: 2 50
+1000). With --quickstart it times
 examples/quickstart.cpp at -O0 and -O2 (the figure the README states), and with --mnist the main
 job, examples/mnist/main.cpp (forward, gradients, optimizer, data and checkpoint code).
-Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --quickstart | --mnist] [N ...]
+Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --quickstart |
+                                      --mnist] [N ...]
 (default N: 25 50 100 200).
 """
 import os
@@ -83,9 +85,10 @@ def source(n: int, grad: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def residual_source(n: int) -> str:
-    """Issue 15's model: a residual MLP, `h = h + relu(dense<64>(h))` written out n times, a
-    one-unit head, the mean squared error, and a float32 Adam update run by a session."""
+def residual_source(n: int, repeat: bool = False) -> str:
+    """Issue 15's model: a residual MLP, `h = h + relu(dense<64>(h))` written out n times (or as
+    one ty::repeat of n layers), a one-unit head, the mean squared error, and a float32 Adam
+    update run by a session."""
     lines = [
         "#include <typeflow/typeflow.hpp>",
         "namespace ty = typeflow;",
@@ -93,8 +96,12 @@ def residual_source(n: int) -> str:
         'constexpr auto y = ty::placeholder<"y", float, ty::shape<ty::dyn, 1>>;',
         "constexpr auto h0 = x;",
     ]
-    lines += [f'constexpr auto h{i} = h{i - 1} + ty::relu(ty::dense<"block{i}", 64>(h{i - 1}));'
-              for i in range(1, n + 1)]
+    if repeat:
+        lines += [f'constexpr auto h{n} = ty::repeat<{n}, "block">(',
+                  '    [](auto h) { return h + ty::relu(ty::dense<"dense", 64>(h)); }, x);']
+    else:
+        lines += [f'constexpr auto h{i} = h{i - 1} + ty::relu(ty::dense<"block{i}", 64>(h{i - 1}));'
+                  for i in range(1, n + 1)]
     lines += [
         f'constexpr auto loss = ty::mean(ty::square(ty::dense<"head", 1>(h{n}) - y));',
         "constexpr auto train = ty::adam(ty::constant<0.001>).minimize(loss);",
@@ -123,7 +130,8 @@ def measure(n: int, cxx: str, mode: str) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         src = pathlib.Path(tmp) / f"graph_{n}.cpp"
         src.write_text(shared_source(n) if mode == "shared" else
-                       residual_source(n) if mode == "residual" else source(n, mode == "grad"))
+                       residual_source(n) if mode == "residual" else
+                       residual_source(n, True) if mode == "repeat" else source(n, mode == "grad"))
         return compile_file(src, cxx, "-O2", pathlib.Path(tmp) / "graph.o")
 
 
@@ -142,11 +150,13 @@ def main() -> None:
                     print(f"| {opt} | {secs:.1f} | {mib:.0f} |", flush=True)
             return
     mode = ("grad" if "--grad" in args else "shared" if "--shared" in args else
-            "residual" if "--residual" in args else "chain")
+            "residual" if "--residual" in args else "repeat" if "--repeat" in args else "chain")
     sizes = [int(a) for a in args if not a.startswith("--")] or (
-        [2, 4, 8, 12, 16, 20] if mode == "residual" else [25, 50, 100, 200])
+        [2, 4, 8, 12, 16, 20] if mode == "residual" else [2, 50, 1000] if mode == "repeat" else
+        [25, 50, 100, 200])
     what = {"grad": "N ops, forward + gradient", "shared": "N shared levels",
-            "chain": "N ops", "residual": "residual MLP depth N, gradient + Adam"}[mode]
+            "chain": "N ops", "residual": "residual MLP depth N, gradient + Adam",
+            "repeat": "residual MLP, ty::repeat of depth N, gradient + Adam"}[mode]
     print(f"| {what} | compile s ({cxx} -O2) | peak MiB |")
     print("|---:|---:|---:|")
     for n in sizes:

@@ -1,7 +1,7 @@
 # compile_fail.cmake - driver for typeflow's negative ("must not compile") tests.
 #
 #   cmake -DCXX=<c++ compiler> -DFLAGS_FILE=<file with one compiler argument per line>
-#         -DSOURCE=<test/compile_fail/x.cpp> -DMODE=<fail|control>
+#         -DSOURCE=<test/compile_fail/x.cpp> -DMODE=<fail|control|build>
 #         [-DEXTRA_FLAGS="<more flags>"] [-DMAX_LINES=<n, default 10>] -P compile_fail.cmake
 #
 # The first line of SOURCE must be
@@ -23,12 +23,16 @@
 #   misuse inside `#ifndef TYPEFLOW_COMPILE_FAIL_CONTROL`). It must compile: success
 #   exits 0 (pass), failure is a FATAL_ERROR (fail). This proves the failure above
 #   comes from the misuse line and not from a broken test file.
+#
+# MODE=build (CTest test `build_clang.<name>`, a normal test)
+#   Compiles SOURCE as it is (no `// expect:` line, no define): it must compile.
 
 if(NOT DEFINED MODE)
   set(MODE fail)
 endif()
-if(NOT MODE STREQUAL "fail" AND NOT MODE STREQUAL "control")
-  message(FATAL_ERROR "compile_fail.cmake: MODE must be 'fail' or 'control', got '${MODE}'")
+if(NOT MODE STREQUAL "fail" AND NOT MODE STREQUAL "control" AND NOT MODE STREQUAL "build")
+  message(FATAL_ERROR
+    "compile_fail.cmake: MODE must be 'fail', 'control' or 'build', got '${MODE}'")
 endif()
 
 # --- argument checks. In fail mode a problem must exit 0 (=> test FAILS). ---
@@ -46,7 +50,7 @@ if(_problem STREQUAL "" AND NOT EXISTS "${FLAGS_FILE}")
 endif()
 
 set(_expect "")
-if(_problem STREQUAL "")
+if(_problem STREQUAL "" AND NOT MODE STREQUAL "build")
   file(STRINGS "${SOURCE}" _first_line LIMIT_COUNT 1)
   if(_first_line MATCHES "^[ \t]*//[ \t]*expect:[ \t]*(.*[^ \t\r])[ \t\r]*$")
     set(_expect "${CMAKE_MATCH_1}")
@@ -91,7 +95,7 @@ execute_process(
 
 string(REPLACE ";" " " _cmdline "${CXX} ${_flags} ${_extra} ${SOURCE}")
 
-if(MODE STREQUAL "control")
+if(MODE STREQUAL "control" OR MODE STREQUAL "build")
   if(_rc EQUAL 0)
     message(STATUS "control case compiles: ${SOURCE}")
   else()

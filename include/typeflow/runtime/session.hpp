@@ -30,6 +30,7 @@
 #include "../ops/matmul.hpp"
 #include "../ops/nn.hpp"
 #include "../ops/reduce.hpp"
+#include "../ops/repeat.hpp"
 #include "feed.hpp"
 #include "trace.hpp"
 
@@ -168,7 +169,7 @@ template <class D, graph::step_kind K, class Op, class T, std::size_t R, class..
 struct step_check<D, graph::flat_node<K, Op, T, R, Refs...>, Region*> {
   static constexpr bool no_backend = !D::is_cpu && !has_device_backend<D>;
   static constexpr bool no_cpu_kernel = [] {
-    if constexpr (D::is_cpu && K == graph::step_kind::kernel)
+    if constexpr (D::is_cpu && K == graph::step_kind::kernel && !control_flow_op<Op>)
       return !cpu_backend::has_kernel<0, Op, T, Region, Refs...>;
     else
       return false;
@@ -1060,6 +1061,119 @@ private:
         run_kernel<D, K, Op, T, Refs...>(vals, frame, self, name, region);
     }
   }
+  // ---- loops (ops/repeat.hpp) ----------------------------------------------------------
+  //
+  // A repeat runs its body's own plan once per layer, on cpu<0>: the carried value and the
+  // layer's slice of each stacked variable are bound to the body's placeholders (no copy), the
+  // body's steps run as any plan's, and its value becomes the next layer's input. The body's
+  // plan is one type whatever the layer count. Its steps count in the run's statistics; a
+  // traced run records the loop as one step.
+
+  /// A plan of a loop's body.
+  template <class... Fetches>
+  using body_plan = graph::plan<type_list<Fetches...>, on<cpu<0>>>;
+
+  template <class P, class Ph>
+  static void bind_body(std::vector<value>& v, const void* data, const backend::rt_dims& dims) {
+    if constexpr (P::template contains_c<Ph>::value) {
+      value& slot = v[P::template index_c<Ph>::value];
+      slot.data = const_cast<void*>(data);
+      slot.dims = dims;
+    }
+  }
+  /// Layer `layer` of stacked variable value `s` as the body's placeholder Ph.
+  template <class P, class Ph>
+  static void bind_layer(std::vector<value>& v, const value& s, std::int64_t layer) {
+    using T = typename Ph::value_type;
+    constexpr std::int64_t n = numel(Ph::shape_type::dims);
+    bind_body<P, Ph>(v, static_cast<const T*>(s.data) + layer * n,
+                     backend::rt_dims::from(Ph::shape_type::dims));
+  }
+  /// Value `v` as one that owns its buffer: a body's value that is a view of something bound
+  /// to it (the carry, a layer) is copied, since what it views does not outlive the layer.
+  template <class T>
+  value owned(value v) {
+    if (v.owner)
+      return v;
+    value c;
+    c.dims = v.dims;
+    std::memcpy(allocate<T>(c), v.data, sizeof(T) * static_cast<std::size_t>(v.dims.numel()));
+    return c;
+  }
+  /// Runs body plan P on the bound values, without tracing its steps.
+  template <class P>
+  void run_body(std::vector<value>& v) {
+    const auto traced = tr_.run;
+    tr_.run.reset();
+    try {
+      run_steps<P, 0>(v.data(), std::make_index_sequence<P::size>{});
+    } catch (...) {
+      tr_.run = traced;
+      throw;
+    }
+    tr_.run = traced;
+  }
+  /// Layer `layer` of a repeat: the body on carry `h`, its value (owned).
+  template <class Body, class Carry, class... Params, class... S>
+  value run_layer(const value& h, std::int64_t layer, const value* fr, type_list<S...>) {
+    using P = body_plan<Body>;
+    using T = typename Body::value_type;
+    std::vector<value> v(P::slots);
+    bind_body<P, Carry>(v, h.data, h.dims);
+    (bind_layer<P, Params>(v, fr[S::index], layer), ...);
+    run_body<P>(v);
+    return owned<T>(std::move(v[P::template index_c<Body>::value]));
+  }
+
+  template <std::int64_t N, class Body, class Carry, class... Params, class X, class... S>
+  void run_loop(ops::repeat<N, Body, Carry, Params...>*, value* fr, X*, S*...) {
+    value h = fr[X::index];
+    for (std::int64_t i = 0; i < N; ++i)
+      h = run_layer<Body, Carry, Params...>(h, i, fr, type_list<S...>{});
+    fr[0].owner = h.owner;
+    fr[0].data = h.data;
+  }
+
+  template <std::int64_t N, class Body, class Carry, class Seed, class... G, class... Params,
+            class GX, class X, class... S>
+  void run_loop(ops::repeat_vjp<N, Body, Carry, Seed, type_list<G...>, Params...>*, value* fr, GX*,
+                X*, S*...) {
+    using T = typename X::value_type;
+    using Q = body_plan<G...>;
+    static_assert(sizeof...(G) == 1 + sizeof...(Params), "repeat_grad: one gradient per input");
+    // the layers' inputs, recomputed
+    std::vector<value> hs(static_cast<std::size_t>(N));
+    hs[0] = fr[X::index];
+    for (std::int64_t i = 0; i + 1 < N; ++i)
+      hs[static_cast<std::size_t>(i + 1)] = run_layer<Body, Carry, Params...>(
+          hs[static_cast<std::size_t>(i)], i, fr, type_list<S...>{});
+    T* out = allocate<T>(fr[0]);
+    constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
+    constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
+    value g = fr[GX::index];
+    for (std::int64_t i = N; i-- > 0;) {
+      std::vector<value> v(Q::slots);
+      bind_body<Q, Carry>(v, hs[static_cast<std::size_t>(i)].data,
+                          hs[static_cast<std::size_t>(i)].dims);
+      bind_body<Q, Seed>(v, g.data, g.dims);
+      (bind_layer<Q, Params>(v, fr[S::index], i), ...);
+      run_body<Q>(v);
+      std::int64_t at = 0;
+      for (std::size_t j = 0; j < sizeof...(Params); ++j) {
+        const value& d = v[grad_slot[j + 1]];
+        std::memcpy(out + at + i * sizes[j], d.data,
+                    sizeof(T) * static_cast<std::size_t>(sizes[j]));
+        at += N * sizes[j];
+      }
+      g = owned<T>(std::move(v[grad_slot[0]]));
+      hs[static_cast<std::size_t>(i)] = value{}; // this layer's input is no longer needed
+    }
+    std::int64_t at = 0;
+    for (std::int64_t n : sizes)
+      at += N * n;
+    std::memcpy(out + at, g.data, sizeof(T) * static_cast<std::size_t>(g.dims.numel()));
+  }
+
   /// A step that runs a kernel: on a frame gathered from the values (see step).
   template <class D, graph::step_kind K, class Op, class T, class... Refs, class Region>
   void run_kernel(value* vals, const std::size_t* frame, std::size_t self, name_fn name,
@@ -1083,7 +1197,10 @@ private:
                              static_cast<Refs*>(nullptr)...);
     } else {
       static_assert(K == step_kind::kernel);
-      if constexpr (D::is_cpu && !cpu_backend::has_kernel<0, Op, T, Region, Refs...>) {
+      if constexpr (control_flow_op<Op>) {
+        static_assert(D::is_cpu, "repeat: its loops run on the CPU");
+        run_loop(static_cast<Op*>(nullptr), fr, static_cast<Refs*>(nullptr)...);
+      } else if constexpr (D::is_cpu && !cpu_backend::has_kernel<0, Op, T, Region, Refs...>) {
         using invalid [[maybe_unused]] = detail::reject<detail::no_cpu_kernel_message<Op>>;
       } else if constexpr (D::is_cpu) {
         cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};

@@ -1,0 +1,243 @@
+// repeat<N, "block">(body, x): a block of layers applied N times, its graph instantiated once.
+//
+//   auto h = ty::repeat<50, "block">(
+//       [](auto h) { return h + ty::relu(ty::dense<"dense", 64>(h)); }, x);
+//
+// The body is called once, with a placeholder of x's dtype and shape standing for the carried
+// value; each variable it creates becomes a stacked variable with a leading layer axis
+// (`dense/weights` [64, 64] becomes `block/dense/weights` [N, 64, 64], each layer initialized as
+// the body's variable would be), an ordinary variable to the session, checkpoints and
+// optimizers (whose slots are stacked the same way). The forward runs the body's plan N times;
+// the gradient (grad, minimize) runs the body's gradient plan from layer N-1 down to 0, after
+// recomputing the layers' inputs (rematerialization, as jax.checkpoint: the forward keeps no
+// activations for it). So the compile time of a repeat does not grow with N.
+//
+// The body must map a value of x's shape and dtype to one of the same, read no placeholder but
+// its argument and assign no variable. The loops run on the CPU (a placement that puts the node
+// on a GPU moves it to cpu<0>; describe_placement() says so).
+#pragma once
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "../autodiff/grad.hpp"
+#include "../graph/traverse.hpp"
+#include "../ops/layout.hpp"
+#include "../ops/repeat.hpp"
+#include "../ops/state.hpp"
+#include "initializers.hpp"
+
+namespace typeflow {
+
+/// Initializer of a stacked variable: each of its N layers initialized by Init as a variable of
+/// the layer's shape (so glorot_uniform sees a layer's fans, not the stack's). Attributes of Init
+/// (weight decay, not_trainable) carry over.
+template <class Init>
+struct stacked : Init {
+  static constexpr bool shaped = true;
+  template <class T, std::size_t R>
+  static void init(T* data, const dims_t<R>& d, std::mt19937_64& g) {
+    static_assert(R >= 1, "stacked: a stacked variable has a layer axis");
+    dims_t<R - 1> layer{};
+    for (std::size_t i = 0; i + 1 < R; ++i)
+      layer[i] = d[i + 1];
+    const std::int64_t n = numel(layer);
+    for (std::int64_t l = 0; l < d[0]; ++l) {
+      if constexpr (requires { Init::shaped; })
+        Init::template init<T>(data + l * n, layer, g);
+      else
+        Init::template init<T>(data + l * n, n, g);
+    }
+  }
+  static std::string describe() {
+    if constexpr (requires { Init::describe(); })
+      return "stacked(" + std::string(Init::describe()) + ")";
+    else
+      return "stacked";
+  }
+};
+
+namespace detail {
+
+/// The body's graph with each variable replaced by a placeholder of the same name, dtype and
+/// shape (the layer's slice of the stacked variable is fed there).
+template <class E>
+struct body_with_params {
+  using type = E;
+};
+template <class Op, class... Cs>
+struct body_with_params<expr<Op, Cs...>> {
+  using type = expr<Op, typename body_with_params<Cs>::type...>;
+};
+template <class Name, class T, class Shape, class Init>
+struct body_with_params<expr<ops::variable<Name, T, Shape, Init>>> {
+  using type = expr<ops::placeholder<Name, T, Shape>>;
+};
+
+template <class A, class B>
+struct scoped_name;
+template <char... A, char... B>
+struct scoped_name<static_name<A...>, static_name<B...>> {
+  using type = static_name<A..., '/', B...>;
+};
+
+/// Of the body's nodes: its variables, and whether it reads a placeholder other than the carry
+/// or assigns anything.
+template <class N, class List>
+struct prepend;
+template <class N, class... Ts>
+struct prepend<N, type_list<Ts...>> {
+  using type = type_list<N, Ts...>;
+};
+
+template <class Carry, class... Ns>
+struct body_leaves;
+template <class Carry>
+struct body_leaves<Carry> {
+  using variables = type_list<>;
+  static constexpr bool other_placeholder = false, assigns = false;
+};
+template <class Carry, class N, class... Ns>
+struct body_leaves<Carry, N, Ns...> {
+  using rest = body_leaves<Carry, Ns...>;
+  static constexpr bool is_var = op_is_variable<typename N::op>::value;
+  using variables = std::conditional_t<is_var, typename prepend<N, typename rest::variables>::type,
+                                       typename rest::variables>;
+  static constexpr bool other_placeholder = rest::other_placeholder || [] {
+    if constexpr (requires { N::op::leaf; })
+      return N::op::leaf == leaf_kind::placeholder && !std::is_same_v<N, Carry>;
+    else
+      return false;
+  }();
+  static constexpr bool assigns = rest::assigns || N::op::kind == node_kind::group || requires {
+    N::op::is_state;
+  };
+};
+template <class Carry, class List>
+struct body_leaves_of;
+template <class Carry, class... Ns>
+struct body_leaves_of<Carry, type_list<Ns...>> : body_leaves<Carry, Ns...> {};
+
+template <class V>
+struct param_of;
+template <class Name, class T, class Shape, class Init>
+struct param_of<expr<ops::variable<Name, T, Shape, Init>>> {
+  using type = expr<ops::placeholder<Name, T, Shape>>;
+};
+
+template <std::int64_t N, class Block, class V>
+struct stacked_of;
+template <std::int64_t N, class Block, class Name, class T, std::int64_t... D, class Init>
+struct stacked_of<N, Block, expr<ops::variable<Name, T, shape<D...>, Init>>> {
+  using type = expr<
+      ops::variable<typename scoped_name<Block, Name>::type, T, shape<N, D...>, stacked<Init>>>;
+};
+
+template <class TIn, class SIn, class TOut, class SOut>
+struct repeat_body_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("repeat: the body must return its argument's dtype and shape: ")
+      << dtype_name<TIn> << std::string_view(" ");
+    append_dims(b, SIn::dims);
+    b << std::string_view(" in, ") << dtype_name<TOut> << std::string_view(" ");
+    append_dims(b, SOut::dims);
+    b << std::string_view(" out");
+    return b;
+  }
+};
+template <std::int64_t N>
+struct repeat_placeholder_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("repeat: the body reads a placeholder other than its argument (feed "
+                          "it through the argument, or compute it outside the repeat)");
+    return b;
+  }
+};
+template <std::int64_t N>
+struct repeat_assign_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("repeat: the body assigns a variable (a body computes a value only)");
+    return b;
+  }
+};
+
+template <std::int64_t N, class Block, class Body, class Carry, class X, class... V>
+consteval auto make_repeat(X, type_list<V...>) {
+  using B = typename body_with_params<Body>::type;
+  return make_node<ops::repeat<N, B, Carry, typename param_of<V>::type...>, X,
+                   typename stacked_of<N, Block, V>::type...>();
+}
+
+} // namespace detail
+
+/// repeat<N, "block">(body, x): see the header comment.
+template <std::int64_t N, fixed_string Block, class Body, expression X>
+consteval auto repeat(Body body, X) {
+  static_assert(N >= 1, "repeat: the layer count N must be at least 1");
+  using Carry = expr<ops::placeholder<name_t<Block + fixed_string("/carry")>,
+                                      typename X::value_type, typename X::shape_type>>;
+  using Out = decltype(body(Carry{}));
+  if constexpr (std::is_same_v<Out, invalid_expr>) {
+    return invalid_expr{};
+  } else if constexpr (!std::is_same_v<typename Out::value_type, typename X::value_type> ||
+                       !std::is_same_v<typename Out::shape_type, typename X::shape_type>) {
+    using invalid [[maybe_unused]] = detail::reject<
+        detail::repeat_body_message<typename X::value_type, typename X::shape_type,
+                                    typename Out::value_type, typename Out::shape_type>>;
+    return invalid_expr{};
+  } else {
+    using L = detail::body_leaves_of<Carry, graph::topological_order<Out>>;
+    if constexpr (L::other_placeholder) {
+      using invalid [[maybe_unused]] = detail::reject<detail::repeat_placeholder_message<N>>;
+      return invalid_expr{};
+    } else if constexpr (L::assigns) {
+      using invalid [[maybe_unused]] = detail::reject<detail::repeat_assign_message<N>>;
+      return invalid_expr{};
+    } else {
+      return detail::make_repeat<N, name_t<Block>, Out, Carry>(X{}, typename L::variables{});
+    }
+  }
+}
+
+/// The gradient of repeat: one repeat_vjp node (the backward loop) whose vector is sliced into
+/// the gradient of x and of each stacked variable.
+template <std::int64_t N, class Body, class Carry, class... Params>
+struct grad_rule<ops::repeat<N, Body, Carry, Params...>> {
+  using seed_ph = expr<ops::placeholder<name_t<fixed_string("repeat/upstream")>,
+                                        typename Carry::value_type, typename Carry::shape_type>>;
+  using grads_t = decltype(typeflow::grad(Body{}, Carry{}, Params{}..., typeflow::seed(seed_ph{})));
+  template <class G>
+  struct as_list {
+    using type = type_list<G>;
+  };
+  template <class... G>
+  struct as_list<gradients<G...>> {
+    using type = type_list<G...>;
+  };
+  template <std::size_t S, class Y, class G, class X, class... St>
+  static consteval auto vjp(Y, G, X x, St...) {
+    using vjp_node = decltype(make_node<ops::repeat_vjp<N, Body, Carry, seed_ph,
+                                                        typename as_list<grads_t>::type, Params...>,
+                                        G, X, St...>());
+    if constexpr (S == 0) {
+      constexpr std::int64_t at = (std::int64_t{0} + ... + numel(St::shape_type::dims));
+      return typeflow::reshape_like(typeflow::slice<ints<at>, ints<-1>>(vjp_node{}), x);
+    } else {
+      constexpr std::int64_t at = [] {
+        constexpr std::int64_t sz[] = {numel(St::shape_type::dims)..., 0};
+        std::int64_t o = 0;
+        for (std::size_t i = 0; i + 1 < S; ++i)
+          o += sz[i];
+        return o;
+      }();
+      using SV = std::tuple_element_t<S - 1, std::tuple<St...>>;
+      return typeflow::reshape_like(
+          typeflow::slice<ints<at>, ints<numel(SV::shape_type::dims)>>(vjp_node{}), SV{});
+    }
+  }
+};
+
+} // namespace typeflow

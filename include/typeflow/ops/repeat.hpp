@@ -1,0 +1,74 @@
+// Control flow: a block of layers repeated N times with its variables stacked along a leading
+// layer axis (jax.lax.scan, flax nn.scan, dlib's repeat). nn/repeat.hpp builds these nodes from
+// a body function; the executor runs them (runtime/session.hpp) as loops over the body's own
+// plan, which is instantiated once whatever N is. They have no kernel of their own.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "../graph/node.hpp"
+
+namespace typeflow::ops {
+
+/// repeat: h_0 = x, h_{i+1} = Body(Carry = h_i, Params = layer i of each stacked variable), the
+/// value h_N. Body is an expression of the placeholders Carry (x's dtype and shape) and
+/// Params... (one layer of each stacked variable); the operands are x, then the stacked
+/// variables [N, ...] in the order of Params.
+template <std::int64_t N, class Body, class Carry, class... Params>
+struct repeat : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::nn;
+  static constexpr std::string_view name = "repeat";
+  static constexpr bool control_flow = true;
+  static constexpr bool host_only = true; ///< its loop runs on the CPU (placement says so)
+  static constexpr std::int64_t layers = N;
+  using body = Body;
+  using carry = Carry;
+  using params = type_list<Params...>;
+  template <class X, class... S>
+  using value_type = typename X::value_type;
+  template <std::size_t RX, std::size_t... RS>
+  static constexpr rule_result<RX> rule(const dims_t<RX>& x, const dims_t<RS>&...) {
+    return {{}, x};
+  }
+  static std::string attrs() { return "n=" + std::to_string(N); }
+};
+
+/// repeat_vjp: repeat's vector-Jacobian product. Operands: g (the gradient of repeat's value),
+/// x, the stacked variables. Its value is one vector: the stacked variables' gradients in order,
+/// then x's; the gradient rule slices it apart. It recomputes the forward (h_0 ... h_{N-1},
+/// rematerialized rather than kept from the forward step), then runs Grads (a type_list of the
+/// body's gradients with respect to Carry and Params..., with upstream gradient Seed, a
+/// placeholder of the body's shape) from layer N-1 down to layer 0.
+template <std::int64_t N, class Body, class Carry, class Seed, class Grads, class... Params>
+struct repeat_vjp : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::nn;
+  static constexpr std::string_view name = "repeat_grad";
+  static constexpr bool control_flow = true;
+  static constexpr bool host_only = true;
+  static constexpr std::int64_t layers = N;
+  using body = Body;
+  using carry = Carry;
+  using seed = Seed;
+  using grads = Grads;
+  using params = type_list<Params...>;
+  template <class G, class X, class... S>
+  using value_type = typename X::value_type;
+  template <std::size_t RG, std::size_t RX, std::size_t... RS>
+  static constexpr rule_result<1> rule(const dims_t<RG>&, const dims_t<RX>& x,
+                                       const dims_t<RS>&... s) {
+    rule_result<1> r{};
+    r.dims[0] = is_static(x) ? (numel(x) + ... + numel(s)) : dyn;
+    return r;
+  }
+  static std::string attrs() { return "n=" + std::to_string(N); }
+};
+
+} // namespace typeflow::ops
+
+namespace typeflow {
+/// Whether op Op is a loop the executor runs itself (repeat, repeat_vjp).
+template <class Op>
+concept control_flow_op = requires {
+  requires Op::control_flow;
+};
+} // namespace typeflow

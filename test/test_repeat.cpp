@@ -1,0 +1,295 @@
+// repeat<N, "block">(body, x): the forward against a naive double-precision loop over the stacked
+// variables; the gradient (x and every stacked variable) against central finite differences in
+// float64; stacked initialization per layer; training with float32 Adam; a deep repeat (1,000
+// layers) runs; misuse is a compile error (test/compile_fail/repeat_*.cpp).
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "typeflow/typeflow.hpp"
+
+namespace ty = typeflow;
+using i64 = std::int64_t;
+
+namespace {
+
+constexpr i64 width = 5;
+
+template <class T, i64 N>
+struct model {
+  static constexpr auto x = ty::placeholder<"x", T, ty::shape<ty::dyn, width>>;
+  static constexpr auto h = ty::repeat<N, "block">(
+      [](auto h) {
+        return h +
+               ty::tanh(
+                   ty::dense<"dense", width, ty::uniform<-0.6, 0.6>, ty::uniform<-0.2, 0.2>>(h));
+      },
+      x);
+  static constexpr auto w = ty::find_variable<"block/dense/weights">(h);
+  static constexpr auto b = ty::find_variable<"block/dense/biases">(h);
+  static constexpr auto loss = ty::sum(ty::square(h)) * ty::constant<0.5>;
+};
+
+/// The forward in double precision: h = h + tanh(h W_l + b_l) for each layer l.
+std::vector<double> reference(const std::vector<double>& x, i64 rows, i64 layers,
+                              const std::vector<double>& w, const std::vector<double>& b) {
+  std::vector<double> h = x, next(h.size());
+  for (i64 l = 0; l < layers; ++l) {
+    for (i64 r = 0; r < rows; ++r)
+      for (i64 o = 0; o < width; ++o) {
+        double acc = b[static_cast<std::size_t>(l * width + o)];
+        for (i64 i = 0; i < width; ++i)
+          acc += h[static_cast<std::size_t>(r * width + i)] *
+                 w[static_cast<std::size_t>((l * width + i) * width + o)];
+        next[static_cast<std::size_t>(r * width + o)] =
+            h[static_cast<std::size_t>(r * width + o)] + std::tanh(acc);
+      }
+    h = next;
+  }
+  return h;
+}
+
+template <class T>
+ty::tensor<T> inputs(i64 rows) {
+  ty::tensor<T> x({rows, width});
+  for (i64 i = 0; i < x.size(); ++i)
+    x[i] = static_cast<T>(std::sin(0.7 * static_cast<double>(i) + 0.3));
+  return x;
+}
+
+template <class T>
+std::vector<double> as_double(const ty::tensor<T>& t) {
+  return {t.data(), t.data() + t.size()};
+}
+
+} // namespace
+
+TEST_CASE("repeat: stacked variables, one layer's initializer per slice") {
+  using M = model<double, 7>;
+  ty::session<> s(ty::session_options{.threads = 1, .seed = 3});
+  auto w = s.read(M::w);
+  auto b = s.read(M::b);
+  CHECK(w.shape() == std::vector<i64>{7, width, width});
+  CHECK(b.shape() == std::vector<i64>{7, width});
+  // every layer drawn (no two layers equal), all within the initializer's bounds
+  for (i64 l = 1; l < 7; ++l)
+    CHECK(w[l * width * width] != w[(l - 1) * width * width]);
+  for (i64 i = 0; i < w.size(); ++i)
+    CHECK(std::abs(w[i]) <= 0.6);
+
+  using G = model<double, 3>;
+  ty::session<> g(ty::session_options{.threads = 1, .seed = 3});
+  auto gw = g.read(ty::find_variable<"block/dense/weights">(
+      ty::repeat<3, "block">([](auto h) { return ty::dense<"dense", width>(h); }, G::x)));
+  // glorot_uniform sees a layer's fans (5, 5), not the stack's
+  const double limit = std::sqrt(6.0 / (2.0 * width));
+  double largest = 0;
+  for (i64 i = 0; i < gw.size(); ++i)
+    largest = std::max(largest, std::abs(gw[i]));
+  CHECK(largest <= limit);
+  CHECK(largest > 0.7 * limit);
+}
+
+TEST_CASE("repeat: the forward equals a naive loop over the layers (float64, 1 and 2 threads)") {
+  using M = model<double, 6>;
+  for (int threads : {1, 2}) {
+    ty::session<> s(ty::session_options{.threads = threads, .seed = 5});
+    const auto x = inputs<double>(9);
+    auto [h] = s.run(ty::fetch(M::h), ty::feed(M::x, x));
+    const auto ref =
+        reference(as_double(x), 9, 6, as_double(s.read(M::w)), as_double(s.read(M::b)));
+    REQUIRE(h.size() == static_cast<i64>(ref.size()));
+    double worst = 0;
+    for (i64 i = 0; i < h.size(); ++i)
+      worst = std::max(worst, std::abs(h[i] - ref[static_cast<std::size_t>(i)]));
+    CHECK(worst <= 1e-12);
+  }
+}
+
+TEST_CASE("repeat: gradients of x and of every stacked variable match finite differences") {
+  using M = model<double, 4>;
+  ty::session<> s(ty::session_options{.threads = 1, .seed = 9});
+  const auto x = inputs<double>(3);
+  const auto gx = ty::grad(M::loss, M::x);
+  const auto [gw, gb] = ty::grad(M::loss, M::w, M::b);
+  auto [dx, dw, db] = s.run(ty::fetch(gx, gw, gb), ty::feed(M::x, x));
+  CHECK(dw.shape() == std::vector<i64>{4, width, width});
+  CHECK(db.shape() == std::vector<i64>{4, width});
+
+  auto loss_at = [&](const ty::tensor<double>& xv) {
+    auto [l] = s.run(ty::fetch(M::loss), ty::feed(M::x, xv));
+    return l[0];
+  };
+  const double eps = 1e-6;
+  double worst = 0;
+  for (i64 i = 0; i < x.size(); ++i) {
+    auto xp = x, xm = x;
+    xp[i] += eps;
+    xm[i] -= eps;
+    worst = std::max(worst, std::abs((loss_at(xp) - loss_at(xm)) / (2 * eps) - dx[i]));
+  }
+  CHECK(worst <= 1e-7);
+  // each stacked variable, element by element (every layer)
+  auto check_var = [&](auto var, const ty::tensor<double>& grad) {
+    auto v = s.read(var);
+    double bad = 0;
+    for (i64 i = 0; i < v.size(); ++i) {
+      auto vp = v, vm = v;
+      vp[i] += eps;
+      vm[i] -= eps;
+      s.write(var, vp);
+      const double lp = loss_at(x);
+      s.write(var, vm);
+      const double lm = loss_at(x);
+      bad = std::max(bad, std::abs((lp - lm) / (2 * eps) - grad[i]));
+    }
+    s.write(var, v);
+    return bad;
+  };
+  CHECK(check_var(M::w, dw) <= 1e-7);
+  CHECK(check_var(M::b, db) <= 1e-7);
+}
+
+TEST_CASE("repeat: float32 Adam trains a stacked model; its slots are stacked") {
+  using M = model<float, 8>;
+  static constexpr auto target = ty::placeholder<"target", float, ty::shape<ty::dyn, width>>;
+  static constexpr auto loss = ty::mean(ty::square(M::h - target));
+  static constexpr auto train = ty::adam(ty::constant<0.01>).minimize(loss);
+  ty::session<> s(ty::session_options{.threads = 2, .seed = 1});
+  const auto x = inputs<float>(16);
+  ty::tensor<float> t({16, width});
+  for (i64 i = 0; i < t.size(); ++i)
+    t[i] = static_cast<float>(0.5 * std::cos(0.4 * static_cast<double>(i)));
+  float first = 0, last = 0;
+  for (int step = 0; step < 60; ++step) {
+    auto [l] = s.run(ty::fetch(loss, train), ty::feed(M::x, x), ty::feed(target, t));
+    (step == 0 ? first : last) = l[0];
+  }
+  CHECK(last < 0.5f * first);
+  std::size_t stacked_slots = 0;
+  s.for_each_variable([&](const auto& v) {
+    if (std::string(v.name).starts_with("block/dense/weights") &&
+        v.bytes == sizeof(float) * 8 * width * width)
+      ++stacked_slots;
+  });
+  CHECK(stacked_slots == 3); // the weights, Adam's m and v
+}
+
+TEST_CASE("repeat: 1,000 layers run, forward and gradient") {
+  static constexpr auto x = ty::placeholder<"x", double, ty::shape<ty::dyn, 2>>;
+  static constexpr auto h = ty::repeat<1000, "deep">(
+      [](auto h) { return h + ty::dense<"d", 2, ty::uniform<-1e-3, 1e-3>, ty::zeros>(h); }, x);
+  static constexpr auto gw = ty::grad(ty::sum(h), ty::find_variable<"deep/d/weights">(h));
+  ty::session<> s(ty::session_options{.threads = 1});
+  ty::tensor<double> xv({1, 2});
+  xv[0] = 1;
+  xv[1] = -2;
+  auto [hv, g] = s.run(ty::fetch(h, gw), ty::feed(x, xv));
+  // reference: the same 1,000 layers in double
+  auto w = s.read(ty::find_variable<"deep/d/weights">(h));
+  double a = 1, c = -2;
+  for (i64 l = 0; l < 1000; ++l) {
+    const double* m = w.data() + l * 4;
+    const double na = a + a * m[0] + c * m[2], nc = c + a * m[1] + c * m[3];
+    a = na;
+    c = nc;
+  }
+  CHECK(std::abs(hv[0] - a) <= 1e-12 * (1 + std::abs(a)));
+  CHECK(std::abs(hv[1] - c) <= 1e-12 * (1 + std::abs(c)));
+  CHECK(g.shape() == std::vector<i64>{1000, 2, 2});
+  CHECK(std::isfinite(g[0]));
+  CHECK(g[0] != 0);
+}
+
+TEST_CASE("repeat: a GPU placement moves the loop to cpu<0> and says so") {
+  using M = model<float, 3>;
+  using H = std::remove_cvref_t<decltype(M::h)>;
+  using P = ty::graph::plan<ty::type_list<H>, ty::on<ty::gpu<0>>>;
+  constexpr std::size_t i = P::index_c<H>::value;
+  CHECK(P::placement.device[i].is_cpu);
+  CHECK(P::placement.fell_back[i]);
+  const std::string listing = P::describe_placement();
+  INFO(listing);
+  CHECK(listing.find("repeat") != std::string::npos);
+  CHECK(listing.find("(soft placement: no kernel on the requested device)") != std::string::npos);
+}
+
+TEST_CASE("repeat: two CPU towers train as one tower on the whole batch") {
+  using M = model<double, 4>;
+  static constexpr auto target = ty::placeholder<"target", double, ty::shape<ty::dyn, width>>;
+  static constexpr auto loss = ty::mean(ty::square(M::h - target));
+  static constexpr auto train =
+      ty::momentum(ty::constant<0.1>, ty::constant<0.9>, ty::nesterov).minimize(loss);
+  ty::session<> one(ty::session_options{.threads = 1, .seed = 4});
+  ty::session<ty::replicate<ty::cpu<0>, ty::cpu<1>>> two(
+      ty::session_options{.threads = 2, .seed = 4});
+  const auto x = inputs<double>(10);
+  ty::tensor<double> t({10, width});
+  for (i64 i = 0; i < t.size(); ++i)
+    t[i] = std::cos(0.3 * static_cast<double>(i));
+  for (int step = 0; step < 5; ++step) {
+    auto [a] = one.run(ty::fetch(loss, train), ty::feed(M::x, x), ty::feed(target, t));
+    auto [b] = two.run(ty::fetch(loss, train), ty::feed(M::x, x), ty::feed(target, t));
+    CHECK(std::abs(a[0] - b[0]) <= 1e-12 * (1 + std::abs(a[0])));
+  }
+  auto wa = one.read(M::w), wb = two.read(M::w);
+  double worst = 0;
+  for (i64 i = 0; i < wa.size(); ++i)
+    worst = std::max(worst, std::abs(wa[i] - wb[i]));
+  CHECK(worst <= 1e-12);
+  ty::session<> fresh(ty::session_options{.threads = 1, .seed = 4});
+  CHECK(fresh.read(M::w)[0] != wa[0]); // the towers did train
+}
+
+TEST_CASE("repeat: a traced run records each loop as one step of the outer plan") {
+  using M = model<float, 6>;
+  const auto g = ty::grad(M::loss, M::w);
+  ty::trace_recorder rec;
+  ty::session<> s(ty::session_options{.threads = 1, .trace = &rec});
+  const auto x = inputs<float>(4);
+  auto [l, gw] = s.run(ty::fetch(M::loss, g), ty::feed(M::x, x));
+  CHECK(std::isfinite(l[0]));
+  std::size_t loops = 0, grads = 0, steps = 0;
+  for (const auto& e : rec.events()) {
+    if (e.what != ty::trace_event::type::step)
+      continue;
+    ++steps;
+    const std::string& k = e.plan->kernel[e.node];
+    loops += k == "repeat" ? 1 : 0;
+    grads += k == "repeat_grad" ? 1 : 0;
+  }
+  CHECK(loops == 1);
+  CHECK(grads == 1);
+  CHECK(steps < 30); // the body's steps (6 layers of them, twice) are not recorded one by one
+}
+
+TEST_CASE("repeat: stacked variables go through a checkpoint like any variable") {
+  using M = model<double, 3>;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("typeflow_test_repeat_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "stacked.safetensors";
+  ty::session<> a(ty::session_options{.seed = 1});
+  a.initialize(M::h);
+  ty::save_checkpoint(a, file);
+  ty::session<> b(ty::session_options{.seed = 2});
+  b.initialize(M::h);
+  CHECK(b.read(M::w)[0] != a.read(M::w)[0]);
+  ty::restore_checkpoint(b, file);
+  const auto wa = a.read(M::w), wb = b.read(M::w);
+  CHECK(wb.shape() == std::vector<i64>{3, width, width});
+  CHECK(std::memcmp(wa.data(), wb.data(), sizeof(double) * static_cast<std::size_t>(wa.size())) ==
+        0);
+  const auto x = inputs<double>(2);
+  auto [ha] = a.run(ty::fetch(M::h), ty::feed(M::x, x));
+  auto [hb] = b.run(ty::fetch(M::h), ty::feed(M::x, x));
+  CHECK(std::memcmp(ha.data(), hb.data(), sizeof(double) * static_cast<std::size_t>(ha.size())) ==
+        0);
+  std::filesystem::remove_all(dir);
+}
