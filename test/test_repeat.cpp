@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -181,30 +182,154 @@ TEST_CASE("repeat: float32 Adam trains a stacked model; its slots are stacked") 
   CHECK(stacked_slots == 3); // the weights, Adam's m and v
 }
 
-TEST_CASE("repeat: 1,000 layers run, forward and gradient") {
+TEST_CASE("repeat: 1,000 layers, forward and gradient against a double loop") {
   static constexpr auto x = ty::placeholder<"x", double, ty::shape<ty::dyn, 2>>;
   static constexpr auto h = ty::repeat<1000, "deep">(
-      [](auto h) { return h + ty::dense<"d", 2, ty::uniform<-1e-3, 1e-3>, ty::zeros>(h); }, x);
-  static constexpr auto gw = ty::grad(ty::sum(h), ty::find_variable<"deep/d/weights">(h));
+      [](auto h) {
+        return h +
+               ty::matmul(h, ty::variable<"w", double, ty::shape<2, 2>, ty::uniform<-1e-3, 1e-3>>);
+      },
+      x);
+  static constexpr auto w = ty::find_variable<"deep/w">(h);
+  static constexpr auto gw = ty::grad(ty::sum(h), w);
   ty::session<> s(ty::session_options{.threads = 1});
   ty::tensor<double> xv({1, 2});
   xv[0] = 1;
   xv[1] = -2;
   auto [hv, g] = s.run(ty::fetch(h, gw), ty::feed(x, xv));
-  // reference: the same 1,000 layers in double
-  auto w = s.read(ty::find_variable<"deep/d/weights">(h));
-  double a = 1, c = -2;
+  const auto wv = s.read(w);
+  // forward: the row vector h_{l+1} = h_l + h_l W_l, every h_l kept
+  std::vector<std::array<double, 2>> hs(1001);
+  hs[0] = {1, -2};
   for (i64 l = 0; l < 1000; ++l) {
-    const double* m = w.data() + l * 4;
-    const double na = a + a * m[0] + c * m[2], nc = c + a * m[1] + c * m[3];
-    a = na;
-    c = nc;
+    const double* m = wv.data() + l * 4;
+    const auto& a = hs[static_cast<std::size_t>(l)];
+    hs[static_cast<std::size_t>(l + 1)] = {a[0] + a[0] * m[0] + a[1] * m[2],
+                                           a[1] + a[0] * m[1] + a[1] * m[3]};
   }
-  CHECK(std::abs(hv[0] - a) <= 1e-12 * (1 + std::abs(a)));
-  CHECK(std::abs(hv[1] - c) <= 1e-12 * (1 + std::abs(c)));
-  CHECK(g.shape() == std::vector<i64>{1000, 2, 2});
-  CHECK(std::isfinite(g[0]));
-  CHECK(g[0] != 0);
+  CHECK(std::abs(hv[0] - hs[1000][0]) <= 1e-12 * (1 + std::abs(hs[1000][0])));
+  CHECK(std::abs(hv[1] - hs[1000][1]) <= 1e-12 * (1 + std::abs(hs[1000][1])));
+  // backward: d/dh_{l+1} = u; dW_l = h_l^T u; d/dh_l = u + u W_l^T
+  REQUIRE(g.shape() == std::vector<i64>{1000, 2, 2});
+  std::array<double, 2> u{1, 1};
+  double worst = 0;
+  for (i64 l = 999; l >= 0; --l) {
+    const double* m = wv.data() + l * 4;
+    const auto& a = hs[static_cast<std::size_t>(l)];
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j)
+        worst =
+            std::max(worst, std::abs(g[l * 4 + i * 2 + j] - a[static_cast<std::size_t>(i)] *
+                                                                u[static_cast<std::size_t>(j)]));
+    u = {u[0] + u[0] * m[0] + u[1] * m[1], u[1] + u[0] * m[2] + u[1] * m[3]};
+  }
+  CHECK(worst <= 1e-10);
+}
+
+TEST_CASE("repeat: a body whose gradients are the seed itself and a sum over the batch") {
+  // h + b: the carry's gradient is the upstream gradient (a view of it), b's its column sums
+  static constexpr auto x = ty::placeholder<"x", double, ty::shape<ty::dyn, 3>>;
+  static constexpr auto h = ty::repeat<4, "shift">(
+      [](auto h) { return h + ty::variable<"b", double, ty::shape<3>, ty::uniform<-1, 1>>; }, x);
+  static constexpr auto b = ty::find_variable<"shift/b">(h);
+  static constexpr auto loss = ty::sum(ty::square(h));
+  const auto [gx, gb] = ty::grad(loss, x, b);
+  ty::session<> s(ty::session_options{.seed = 2});
+  ty::tensor<double> xv({2, 3});
+  for (i64 i = 0; i < 6; ++i)
+    xv[i] = 0.1 * static_cast<double>(i);
+  auto [hv, dx, db] = s.run(ty::fetch(h, gx, gb), ty::feed(x, xv));
+  const auto bv = s.read(b);
+  for (i64 r = 0; r < 2; ++r)
+    for (i64 c = 0; c < 3; ++c) {
+      double ref = xv[r * 3 + c];
+      for (i64 l = 0; l < 4; ++l)
+        ref += bv[l * 3 + c];
+      CHECK(std::abs(hv[r * 3 + c] - ref) <= 1e-12);
+      CHECK(std::abs(dx[r * 3 + c] - 2 * ref) <= 1e-12);
+    }
+  for (i64 l = 0; l < 4; ++l)
+    for (i64 c = 0; c < 3; ++c)
+      CHECK(std::abs(db[l * 3 + c] - 2 * (hv[c] + hv[3 + c])) <= 1e-12);
+}
+
+TEST_CASE("repeat: nested repeats equal one repeat over all the layers") {
+  static constexpr auto x = ty::placeholder<"x", double, ty::shape<ty::dyn, width>>;
+  static constexpr auto body = [](auto h) {
+    return h + ty::tanh(ty::dense<"dense", width, ty::uniform<-0.6, 0.6>>(h));
+  };
+  static constexpr auto nested =
+      ty::repeat<3, "outer">([](auto h) { return ty::repeat<2, "inner">(body, h); }, x);
+  static constexpr auto flat = ty::repeat<6, "flat">(body, x);
+  static constexpr auto wn = ty::find_variable<"outer/inner/dense/weights">(nested);
+  static constexpr auto bn = ty::find_variable<"outer/inner/dense/biases">(nested);
+  static constexpr auto wf = ty::find_variable<"flat/dense/weights">(flat);
+  static constexpr auto bf = ty::find_variable<"flat/dense/biases">(flat);
+  ty::session<> s(ty::session_options{.seed = 6});
+  s.initialize(nested, flat);
+  const auto w = s.read(wn), b = s.read(bn);
+  CHECK(w.shape() == std::vector<i64>{3, 2, width, width});
+  ty::tensor<double> w6({6, width, width}), b6({6, width});
+  std::copy(w.data(), w.data() + w.size(), w6.data());
+  std::copy(b.data(), b.data() + b.size(), b6.data());
+  s.write(wf, w6);
+  s.write(bf, b6);
+  const auto xv = inputs<double>(3);
+  const auto [gn, gf] = std::pair{ty::grad(ty::sum(nested), wn), ty::grad(ty::sum(flat), wf)};
+  auto [hn, hf, dn, df] = s.run(ty::fetch(nested, flat, gn, gf), ty::feed(x, xv));
+  for (i64 i = 0; i < hn.size(); ++i)
+    CHECK(std::abs(hn[i] - hf[i]) <= 1e-13);
+  REQUIRE(dn.size() == df.size());
+  for (i64 i = 0; i < dn.size(); ++i)
+    CHECK(std::abs(dn[i] - df[i]) <= 1e-12);
+}
+
+TEST_CASE("repeat: each layer draws its own dropout mask, and the gradient redraws the same") {
+  static constexpr auto x = ty::placeholder<"x", double, ty::shape<ty::dyn, 64>>;
+  static constexpr auto h =
+      ty::repeat<2, "drop">([](auto h) { return ty::dropout<7>(h, ty::constant<0.5>); }, x);
+  ty::session<> s;
+  ty::tensor<double> ones({4, 64});
+  for (i64 i = 0; i < ones.size(); ++i)
+    ones[i] = 1;
+  const auto gx = ty::grad(ty::sum(h), x);
+  auto [hv, dx] = s.run(ty::fetch(h, gx), ty::feed(x, ones));
+  i64 kept = 0;
+  for (i64 i = 0; i < hv.size(); ++i) {
+    kept += hv[i] != 0 ? 1 : 0;
+    // both layers kept element i (scaled twice by 1/keep) or it is 0; its gradient the same
+    CHECK((hv[i] == 0 || hv[i] == 4));
+    CHECK(dx[i] == hv[i]);
+  }
+  // one mask for both layers would keep about half; two independent masks about a quarter
+  CHECK(kept < 0.4 * static_cast<double>(hv.size()));
+  CHECK(kept > 0.1 * static_cast<double>(hv.size()));
+}
+
+TEST_CASE("repeat: a layer that changes the batch extent is an error naming the layer") {
+  static constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 2>>;
+  static constexpr auto h =
+      ty::repeat<3, "grow">([](auto h) { return ty::concat<0>(h, h) * ty::constant<0.5>; }, x);
+  ty::session<> s;
+  ty::tensor<float> xv({2, 2});
+  CHECK_THROWS_WITH_AS(s.run(ty::fetch(h), ty::feed(x, xv)),
+                       doctest::Contains("repeat: layer 0 returned [4,2]"), ty::error);
+}
+
+TEST_CASE("repeat: the body's variable attributes carry over to the stacked variables") {
+  static constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 3>>;
+  static constexpr auto h = ty::repeat<2, "attr">(
+      [](auto h) {
+        return h + ty::dense<"d", 3, ty::glorot_uniform, ty::zeros, 0.004>(h) +
+               ty::variable<"frozen", float, ty::shape<3>, ty::not_trainable<ty::zeros>>;
+      },
+      x);
+  using W = std::remove_cvref_t<decltype(ty::find_variable<"attr/d/weights">(h))>;
+  using F = std::remove_cvref_t<decltype(ty::find_variable<"attr/frozen">(h))>;
+  CHECK(ty::detail::variable_traits<typename W::op>::weight_decay == 0.004);
+  CHECK(ty::is_trainable_t<W>::value);
+  CHECK_FALSE(ty::is_trainable_t<F>::value);
+  CHECK(ty::trainable_variables_t<decltype(ty::sum(h))>::size == 2); // weights and biases
 }
 
 TEST_CASE("repeat: a GPU placement moves the loop to cpu<0> and says so") {

@@ -99,8 +99,13 @@ if(MODE STREQUAL "control" OR MODE STREQUAL "build")
   if(_rc EQUAL 0)
     message(STATUS "control case compiles: ${SOURCE}")
   else()
+    if(MODE STREQUAL "build")
+      set(_what "source")
+    else()
+      set(_what "control case (-DTYPEFLOW_COMPILE_FAIL_CONTROL)")
+    endif()
     message(FATAL_ERROR
-      "control case (-DTYPEFLOW_COMPILE_FAIL_CONTROL) does NOT compile: ${SOURCE}\n"
+      "${_what} does NOT compile: ${SOURCE}\n"
       "command: ${_cmdline}\nexit: ${_rc}\n--- compiler output ---\n${_out}")
   endif()
   return()

@@ -70,12 +70,4 @@ struct replication {
   static constexpr table value = make(std::make_index_sequence<P::size>{});
 };
 
-/// The node count of P replicated over `towers` towers: the tower part once per tower (its
-/// replica_means among them, each becoming one all-reduce of all towers), the rest once.
-template <class P>
-constexpr std::size_t replicated_size(std::size_t towers) {
-  constexpr auto& R = replication<P>::value;
-  return towers * (R.tower_nodes - R.all_reduces) + R.all_reduces + R.once_nodes;
-}
-
 } // namespace typeflow

@@ -4,17 +4,21 @@
 //       [](auto h) { return h + ty::relu(ty::dense<"dense", 64>(h)); }, x);
 //
 // The body is called once, with a placeholder of x's dtype and shape standing for the carried
-// value; each variable it creates becomes a stacked variable with a leading layer axis
+// value; each variable it reads (one it creates, or one of the enclosing graph: it is stacked
+// too, no longer tied to its other uses) becomes a stacked variable with a leading layer axis
 // (`dense/weights` [64, 64] becomes `block/dense/weights` [N, 64, 64], each layer initialized as
 // the body's variable would be), an ordinary variable to the session, checkpoints and
 // optimizers (whose slots are stacked the same way). The forward runs the body's plan N times;
 // the gradient (grad, minimize) runs the body's gradient plan from layer N-1 down to 0, after
 // recomputing the layers' inputs (rematerialization, as jax.checkpoint: the forward keeps no
-// activations for it). So the compile time of a repeat does not grow with N.
+// activations for it, so the forward runs twice in a training step, and the gradient holds the N
+// layers' inputs while it runs). So the compile time of a repeat does not grow with N. Two
+// repeats with the same block name and body share their variables, as variables of one name do.
 //
-// The body must map a value of x's shape and dtype to one of the same, read no placeholder but
-// its argument and assign no variable. The loops run on the CPU (a placement that puts the node
-// on a GPU moves it to cpu<0>; describe_placement() says so).
+// The body must map a value of x's shape and dtype (float32 or float64) to one of the same, read
+// no placeholder but its argument, assign no variable, and its variables have x's dtype. The loops
+// run on the CPU (a placement that puts the node on a GPU moves it to cpu<0>; describe_placement()
+// says so).
 #pragma once
 #include <cstdint>
 #include <random>
@@ -72,6 +76,19 @@ struct body_with_params<expr<Op, Cs...>> {
 template <class Name, class T, class Shape, class Init>
 struct body_with_params<expr<ops::variable<Name, T, Shape, Init>>> {
   using type = expr<ops::placeholder<Name, T, Shape>>;
+};
+
+/// The names of a repeat's own placeholders: types a user's placeholder cannot have, so that no
+/// placeholder of the enclosing graph is taken for the carry or the upstream gradient.
+template <class Block>
+struct carry_name;
+template <char... C>
+struct carry_name<static_name<C...>> {
+  static constexpr char chars[] = {C..., '/', 'c', 'a', 'r', 'r', 'y', '\0'};
+  static constexpr std::string_view view() { return {chars, sizeof...(C) + 6}; }
+};
+struct upstream_name {
+  static constexpr std::string_view view() { return "repeat/upstream"; }
 };
 
 template <class A, class B>
@@ -155,6 +172,25 @@ struct repeat_placeholder_message {
     return b;
   }
 };
+template <class TVar, class TX>
+struct repeat_dtype_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << std::string_view("repeat: the body's variables must have its argument's dtype (")
+      << dtype_name<TX> << std::string_view("), one is ") << dtype_name<TVar>;
+    return b;
+  }
+};
+template <class T, class List>
+struct first_other_dtype {
+  using type = void;
+};
+template <class T, class V, class... Vs>
+struct first_other_dtype<T, type_list<V, Vs...>> {
+  using type = std::conditional_t<std::is_same_v<typename V::value_type, T>,
+                                  typename first_other_dtype<T, type_list<Vs...>>::type,
+                                  typename V::value_type>;
+};
 template <std::int64_t N>
 struct repeat_assign_message {
   static constexpr msg_buf message() {
@@ -177,24 +213,32 @@ consteval auto make_repeat(X, type_list<V...>) {
 template <std::int64_t N, fixed_string Block, class Body, expression X>
 consteval auto repeat(Body body, X) {
   static_assert(N >= 1, "repeat: the layer count N must be at least 1");
-  using Carry = expr<ops::placeholder<name_t<Block + fixed_string("/carry")>,
-                                      typename X::value_type, typename X::shape_type>>;
+  static_assert(is_floating<typename X::value_type>,
+                "repeat: the carried value must be float32 or float64");
+  using Carry = expr<ops::placeholder<detail::carry_name<name_t<Block>>, typename X::value_type,
+                                      typename X::shape_type>>;
   using Out = decltype(body(Carry{}));
   if constexpr (std::is_same_v<Out, invalid_expr>) {
     return invalid_expr{};
-  } else if constexpr (!std::is_same_v<typename Out::value_type, typename X::value_type> ||
-                       !std::is_same_v<typename Out::shape_type, typename X::shape_type>) {
-    using invalid [[maybe_unused]] = detail::reject<
-        detail::repeat_body_message<typename X::value_type, typename X::shape_type,
-                                    typename Out::value_type, typename Out::shape_type>>;
-    return invalid_expr{};
   } else {
     using L = detail::body_leaves_of<Carry, graph::topological_order<Out>>;
-    if constexpr (L::other_placeholder) {
+    if constexpr (L::assigns) {
+      using invalid [[maybe_unused]] = detail::reject<detail::repeat_assign_message<N>>;
+      return invalid_expr{};
+    } else if constexpr (L::other_placeholder) {
       using invalid [[maybe_unused]] = detail::reject<detail::repeat_placeholder_message<N>>;
       return invalid_expr{};
-    } else if constexpr (L::assigns) {
-      using invalid [[maybe_unused]] = detail::reject<detail::repeat_assign_message<N>>;
+    } else if constexpr (!std::is_same_v<typename Out::value_type, typename X::value_type> ||
+                         !std::is_same_v<typename Out::shape_type, typename X::shape_type>) {
+      using invalid [[maybe_unused]] = detail::reject<
+          detail::repeat_body_message<typename X::value_type, typename X::shape_type,
+                                      typename Out::value_type, typename Out::shape_type>>;
+      return invalid_expr{};
+    } else if constexpr (!std::is_void_v<typename detail::first_other_dtype<
+                             typename X::value_type, typename L::variables>::type>) {
+      using invalid [[maybe_unused]] = detail::reject<detail::repeat_dtype_message<
+          typename detail::first_other_dtype<typename X::value_type, typename L::variables>::type,
+          typename X::value_type>>;
       return invalid_expr{};
     } else {
       return detail::make_repeat<N, name_t<Block>, Out, Carry>(X{}, typename L::variables{});
@@ -206,8 +250,8 @@ consteval auto repeat(Body body, X) {
 /// the gradient of x and of each stacked variable.
 template <std::int64_t N, class Body, class Carry, class... Params>
 struct grad_rule<ops::repeat<N, Body, Carry, Params...>> {
-  using seed_ph = expr<ops::placeholder<name_t<fixed_string("repeat/upstream")>,
-                                        typename Carry::value_type, typename Carry::shape_type>>;
+  using seed_ph = expr<ops::placeholder<detail::upstream_name, typename Carry::value_type,
+                                        typename Carry::shape_type>>;
   using grads_t = decltype(typeflow::grad(Body{}, Carry{}, Params{}..., typeflow::seed(seed_ph{})));
   template <class G>
   struct as_list {

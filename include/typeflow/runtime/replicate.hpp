@@ -380,11 +380,17 @@ private:
       });
       if constexpr (E::shape_type::rank > 0 && E::shape_type::dims[0] == dyn) {
         // a value with a batch axis (predictions): the towers' rows, joined in tower order
-        std::int64_t row = 0;
-        for (std::size_t k = 0; k < towers && row == 0; ++k)
-          if (parts[k].rows > 0)
-            row = parts_v[k].size() / parts[k].rows;
         std::vector<std::int64_t> shape = parts_v[0].shape();
+        std::int64_t row = 1;
+        for (std::size_t a = 1; a < shape.size(); ++a)
+          row *= shape[a];
+        for (std::size_t k = 0; k < towers; ++k)
+          if (parts[k].rows > 0 && parts_v[k].size() != parts[k].rows * row)
+            throw error("replicate: tower " + std::to_string(k) + "'s fetched value has " +
+                        std::to_string(parts_v[k].size()) + " elements for its " +
+                        std::to_string(parts[k].rows) +
+                        " rows of the batch: a fetched value with a batch axis must keep "
+                        "one row per fed row to be joined");
         shape[0] = batch;
         tensor<T> all(shape);
         cpu_backend::concat_rows<T>(in, row, all.data());

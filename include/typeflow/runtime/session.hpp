@@ -22,6 +22,7 @@
 #include "../backend/common/cost.hpp"
 #include "../backend/common/value.hpp"
 #include "../backend/cpu/kernels.hpp"
+#include "../backend/cpu/loops.hpp"
 #include "../backend/cuda/kernels.hpp"
 #include "../device/device.hpp"
 #include "../device/replication.hpp"
@@ -1067,7 +1068,8 @@ private:
   // layer's slice of each stacked variable are bound to the body's placeholders (no copy), the
   // body's steps run as any plan's, and its value becomes the next layer's input. The body's
   // plan is one type whatever the layer count. Its steps count in the run's statistics; a
-  // traced run records the loop as one step.
+  // traced run records the loop as one step. Each layer runs with its own run salt, so random
+  // ops (dropout) draw per layer, and the gradient's recomputation draws as the forward did.
 
   /// A plan of a loop's body.
   template <class... Fetches>
@@ -1089,40 +1091,47 @@ private:
     bind_body<P, Ph>(v, static_cast<const T*>(s.data) + layer * n,
                      backend::rt_dims::from(Ph::shape_type::dims));
   }
-  /// Value `v` as one that owns its buffer: a body's value that is a view of something bound
-  /// to it (the carry, a layer) is copied, since what it views does not outlive the layer.
-  template <class T>
-  value owned(value v) {
-    if (v.owner)
-      return v;
-    value c;
-    c.dims = v.dims;
-    std::memcpy(allocate<T>(c), v.data, sizeof(T) * static_cast<std::size_t>(v.dims.numel()));
-    return c;
+  cpu_backend::context cpu_context() {
+    return cpu_backend::context{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
   }
-  /// Runs body plan P on the bound values, without tracing its steps.
+  /// Runs body plan P on the bound values for layer `layer`: untraced, with the layer's salt.
   template <class P>
-  void run_body(std::vector<value>& v) {
+  void run_body(std::vector<value>& v, std::int64_t layer) {
     const auto traced = tr_.run;
+    const std::uint64_t runs = st_.runs;
     tr_.run.reset();
+    st_.runs = runs ^ (static_cast<std::uint64_t>(layer + 1) * 0x9E3779B97F4A7C15ull);
     try {
       run_steps<P, 0>(v.data(), std::make_index_sequence<P::size>{});
     } catch (...) {
       tr_.run = traced;
+      st_.runs = runs;
       throw;
     }
     tr_.run = traced;
+    st_.runs = runs;
+  }
+  static void check_carry(const value& out, const value& in, std::int64_t layer) {
+    if (out.dims.rank != in.dims.rank ||
+        !std::equal(in.dims.d.begin(), in.dims.d.begin() + in.dims.rank, out.dims.d.begin()))
+      throw error("repeat: layer " + std::to_string(layer) + " returned " + out.dims.str() +
+                  " for a carried value of " + in.dims.str() +
+                  " (a body must keep its argument's shape)");
   }
   /// Layer `layer` of a repeat: the body on carry `h`, its value (owned).
   template <class Body, class Carry, class... Params, class... S>
-  value run_layer(const value& h, std::int64_t layer, const value* fr, type_list<S...>) {
+  value run_layer(const value& h, std::int64_t layer, [[maybe_unused]] const value* fr,
+                  type_list<S...>) {
     using P = body_plan<Body>;
     using T = typename Body::value_type;
     std::vector<value> v(P::slots);
     bind_body<P, Carry>(v, h.data, h.dims);
     (bind_layer<P, Params>(v, fr[S::index], layer), ...);
-    run_body<P>(v);
-    return owned<T>(std::move(v[P::template index_c<Body>::value]));
+    run_body<P>(v, layer);
+    value out = std::move(v[P::template index_c<Body>::value]);
+    check_carry(out, h, layer);
+    auto ctx = cpu_context();
+    return cpu_backend::owned_copy<T>(ctx, std::move(out));
   }
 
   template <std::int64_t N, class Body, class Carry, class... Params, class X, class... S>
@@ -1132,6 +1141,7 @@ private:
       h = run_layer<Body, Carry, Params...>(h, i, fr, type_list<S...>{});
     fr[0].owner = h.owner;
     fr[0].data = h.data;
+    fr[0].dims = h.dims;
   }
 
   template <std::int64_t N, class Body, class Carry, class Seed, class... G, class... Params,
@@ -1152,26 +1162,28 @@ private:
     constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
     value g = fr[GX::index];
     for (std::int64_t i = N; i-- > 0;) {
+      const value& h = hs[static_cast<std::size_t>(i)];
       std::vector<value> v(Q::slots);
-      bind_body<Q, Carry>(v, hs[static_cast<std::size_t>(i)].data,
-                          hs[static_cast<std::size_t>(i)].dims);
+      bind_body<Q, Carry>(v, h.data, h.dims);
       bind_body<Q, Seed>(v, g.data, g.dims);
       (bind_layer<Q, Params>(v, fr[S::index], i), ...);
-      run_body<Q>(v);
+      run_body<Q>(v, i);
       std::int64_t at = 0;
       for (std::size_t j = 0; j < sizeof...(Params); ++j) {
-        const value& d = v[grad_slot[j + 1]];
-        std::memcpy(out + at + i * sizes[j], d.data,
-                    sizeof(T) * static_cast<std::size_t>(sizes[j]));
+        cpu_backend::write_slice<T>(out, at + i * sizes[j], v[grad_slot[j + 1]].data, sizes[j]);
         at += N * sizes[j];
       }
-      g = owned<T>(std::move(v[grad_slot[0]]));
+      value next = std::move(v[grad_slot[0]]);
+      check_carry(next, h, i);
+      auto ctx = cpu_context();
+      g = cpu_backend::owned_copy<T>(ctx, std::move(next));
       hs[static_cast<std::size_t>(i)] = value{}; // this layer's input is no longer needed
     }
     std::int64_t at = 0;
     for (std::int64_t n : sizes)
       at += N * n;
-    std::memcpy(out + at, g.data, sizeof(T) * static_cast<std::size_t>(g.dims.numel()));
+    check_carry(g, fr[X::index], 0);
+    cpu_backend::write_slice<T>(out, at, g.data, g.dims.numel());
   }
 
   /// A step that runs a kernel: on a frame gathered from the values (see step).
