@@ -1,4 +1,5 @@
-// Element types: float, double, int32, int64, bool, each with the name used in messages.
+// Element types: float, double, int32, int64, bool, and the 16-bit storage types bfloat16 and
+// float16 (core/half.hpp), each with the name used in messages.
 #pragma once
 
 /// Marks the scalar functions that fused kernels call on both sides: host and, under nvcc,
@@ -16,7 +17,7 @@
 namespace typeflow {
 
 template <class T>
-struct dtype_traits; // only the five dtypes below are defined
+struct dtype_traits; // only the five dtypes below and the two of half.hpp are defined
 
 template <>
 struct dtype_traits<float> {
@@ -61,3 +62,5 @@ using float32 = float;
 using float64 = double;
 
 } // namespace typeflow
+
+#include "half.hpp" // bfloat16, float16: dtypes too

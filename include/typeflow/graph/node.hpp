@@ -225,6 +225,30 @@ concept foldable =
     constant_evaluable<Op, Cs...>;
 } // namespace detail
 
+namespace detail {
+/// bfloat16 and float16 are storage types so far: elementwise ops (computed in float32), layout
+/// ops, casts, variables and checkpoints take them; reductions, products and the nn ops have no
+/// kernel for them yet.
+template <class Op, class... Cs>
+inline constexpr bool half_without_kernel = (Op::kind == node_kind::reduction ||
+                                             Op::kind == node_kind::matmul ||
+                                             Op::kind == node_kind::nn) &&
+                                            (is_half<typename Cs::value_type> || ...);
+template <class Op, class... Cs>
+struct half_kernel_message {
+  static constexpr msg_buf message() {
+    msg_buf b;
+    b << Op::name << std::string_view(": no kernel takes bfloat16 or float16 yet: ");
+    bool first = true;
+    ((b << std::string_view(first ? "" : ", ") << dtype_name<typename Cs::value_type>,
+      first = false),
+     ...);
+    b << std::string_view(" (cast<float> first)");
+    return b;
+  }
+};
+} // namespace detail
+
 /// The one place where nodes are made: checks the op's dtype and shape rules and fails with a
 /// message naming the op, the problem and the offending shapes.
 template <class Op, class... Cs>
@@ -236,6 +260,9 @@ consteval auto make_node() {
     static_assert(op_contract_for<Op, Cs...>, "make_node: the op's dtype_error<...>() or "
                                               "rule(dims...) cannot take these operands (see "
                                               "ops/contract.hpp)");
+    return invalid_expr{};
+  } else if constexpr (detail::half_without_kernel<Op, Cs...>) {
+    using invalid [[maybe_unused]] = detail::reject<detail::half_kernel_message<Op, Cs...>>;
     return invalid_expr{};
   } else if constexpr (!Op::template dtype_error<detail::info_of<Cs>...>().empty()) {
     using invalid [[maybe_unused]] = detail::reject<detail::dtype_message<Op, Cs...>>;
@@ -296,7 +323,7 @@ using compute_type = typename detail::first_strong<Cs...>::type;
 namespace detail {
 template <class Op, class... Cs>
 struct op_compute {
-  using type = compute_type<Cs...>;
+  using type = compute_of<compute_type<Cs...>>; // bfloat16 and float16 compute in float32
 };
 template <class Op, class... Cs>
 requires requires {

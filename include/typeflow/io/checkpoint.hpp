@@ -63,7 +63,9 @@ inline constexpr dtype_info dtype_table[] = {{dtype_name<float>, "F32", 4},
                                              {dtype_name<double>, "F64", 8},
                                              {dtype_name<std::int32_t>, "I32", 4},
                                              {dtype_name<std::int64_t>, "I64", 8},
-                                             {dtype_name<bool>, "BOOL", sizeof(bool)}};
+                                             {dtype_name<bool>, "BOOL", sizeof(bool)},
+                                             {dtype_name<bfloat16>, "BF16", 2},
+                                             {dtype_name<float16>, "F16", 2}};
 static_assert(sizeof(bool) == 1, "typeflow/io/checkpoint.hpp: safetensors BOOL is one byte");
 
 inline const dtype_info* by_typeflow_name(std::string_view n) {
@@ -608,8 +610,9 @@ inline std::vector<st_tensor> read_file(const fs::path& file,
     const std::string& dt_name = dt->get_ref<const std::string&>();
     const dtype_info* d = by_st_name(dt_name);
     if (!d)
-      throw bad(which, "has dtype " + quote_name(dt_name) +
-                           ", which typeflow does not support (F32, F64, I32, I64, BOOL)");
+      throw bad(which,
+                "has dtype " + quote_name(dt_name) +
+                    ", which typeflow does not support (F32, F64, I32, I64, BOOL, BF16, F16)");
     if (!shape->is_array())
       throw bad(which, "has a shape that is not an array");
     std::vector<std::uint64_t> dims;

@@ -41,7 +41,7 @@ struct float_base : arith_base {
   static constexpr std::string_view dtype_error() {
     if (!same_dtype<Cs...>())
       return "operand dtypes differ";
-    if (!is_floating<compute_type<Cs...>>)
+    if (!is_floating<compute_of<compute_type<Cs...>>>)
       return "requires a floating-point dtype";
     return {};
   }

@@ -504,7 +504,8 @@ private:
   }
   template <std::size_t I, class D, class N, bool Fetched>
   static constexpr numerics_fn numerics_check() {
-    if constexpr ((Fetched || is_state_op<N>)&&std::is_floating_point_v<typename N::value_type>)
+    if constexpr ((Fetched || is_state_op<N>)&&(std::is_floating_point_v<typename N::value_type> ||
+                                                is_half<typename N::value_type>))
       return &check_finite<I, D, typename N::value_type>;
     else
       return nullptr;
@@ -517,11 +518,10 @@ private:
       return;
     auto scan = [&](const T* p) {
       for (std::int64_t e = 0; e < n; ++e)
-        if (!std::isfinite(p[e]))
+        if (const auto x = static_cast<compute_of<T>>(p[e]); !std::isfinite(x))
           throw error("check_numerics: " + name(I) + " has " +
-                      (std::isnan(p[e]) ? std::string("NaN") : std::string("Inf")) +
-                      " at element " + std::to_string(e) + " of " + v.dims.str() +
-                      " (nothing was committed)");
+                      (std::isnan(x) ? std::string("NaN") : std::string("Inf")) + " at element " +
+                      std::to_string(e) + " of " + v.dims.str() + " (nothing was committed)");
     };
     if constexpr (D::is_cpu)
       scan(static_cast<const T*>(v.data));

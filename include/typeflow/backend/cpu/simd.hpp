@@ -147,16 +147,23 @@ struct batch_op<Op> {
   }
 };
 
-/// Whether `stream_store` bypasses the caches for batches of F (AVX-512 or AVX builds).
+/// Whether `stream_store` bypasses the caches for batches of F (AVX-512 or AVX builds; F a
+/// float32 or float64, the only element types with vectors here).
 template <class F>
-inline constexpr bool has_stream_store =
+constexpr bool stream_store_for() {
+  if constexpr (!std::is_floating_point_v<F>)
+    return false;
+  else
 #if defined(__AVX512F__)
-    sizeof(vec<F>) == 64 || sizeof(vec<F>) == 32;
+    return sizeof(vec<F>) == 64 || sizeof(vec<F>) == 32;
 #elif defined(__AVX__)
-    sizeof(vec<F>) == 32;
+    return sizeof(vec<F>) == 32;
 #else
-    false;
+    return false;
 #endif
+}
+template <class F>
+inline constexpr bool has_stream_store = stream_store_for<F>();
 
 /// Stores a batch at p (aligned to the batch) with a non-temporal hint: the line is written
 /// without being read first, which saves a sixth of the traffic of a loop that reads four

@@ -1,0 +1,179 @@
+// 16-bit floating-point storage types: bfloat16 (8-bit exponent, 7-bit mantissa: float32's range
+// at a quarter of its precision) and float16 (IEEE 754 binary16: 5-bit exponent, 10-bit
+// mantissa). They hold values; arithmetic happens in float32 (an elementwise op on them computes
+// in float32 and rounds its result once, see compute_type in graph/node.hpp).
+//
+// Conversions from float32 round to nearest, ties to even, as PyTorch, NumPy and the hardware's
+// conversion instructions do: values past the largest finite one become infinities, float16 keeps
+// subnormals, a NaN stays a (quiet) NaN of the same sign. From float64 they convert through
+// float32 (as PyTorch's `double -> bfloat16` does). To float32 they are exact. Usable in constant
+// expressions, on the host and in CUDA kernels.
+#pragma once
+#include <bit>
+#include <cstdint>
+#include <iosfwd>
+#include <limits>
+#include <ostream>
+
+#include "dtype.hpp"
+
+namespace typeflow {
+
+namespace detail {
+TYPEFLOW_HD constexpr std::uint16_t float_to_bf16_bits(float f) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep the sign, make it quiet
+    return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
+  const std::uint32_t lsb = (u >> 16) & 1u;
+  return static_cast<std::uint16_t>((u + 0x7fffu + lsb) >> 16);
+}
+
+TYPEFLOW_HD constexpr std::uint16_t float_to_f16_bits(float f) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  const std::uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) // NaN: quiet, with the top mantissa bits kept
+    return static_cast<std::uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x03ffu));
+  if (a >= 0x477ff000u) // rounds past 65504: infinity (and infinity itself)
+    return static_cast<std::uint16_t>(sign | 0x7c00u);
+  if (a < 0x38800000u) { // below 2^-14: a float16 subnormal (or zero)
+    if (a < 0x33000000u) // below half the smallest subnormal 2^-25: zero (2^-25 itself ties to 0)
+      return sign;
+    const std::uint32_t mant = (a & 0x007fffffu) | 0x00800000u; // with the implicit one
+    const int shift = 126 - static_cast<int>(a >> 23);          // 14..24 - 1: to 2^-24 units
+    const std::uint32_t q = mant >> (shift + 0);
+    const std::uint32_t rest = mant & ((1u << shift) - 1u);
+    const std::uint32_t half = 1u << (shift - 1);
+    const std::uint32_t r = q + ((rest > half || (rest == half && (q & 1u))) ? 1u : 0u);
+    return static_cast<std::uint16_t>(sign | r);
+  }
+  // normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to even
+  const std::uint32_t rebased = a - 0x38000000u; // exponent - 112, in place
+  const std::uint32_t lsb = (rebased >> 13) & 1u;
+  return static_cast<std::uint16_t>(sign | ((rebased + 0x0fffu + lsb) >> 13));
+}
+
+TYPEFLOW_HD constexpr float f16_bits_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t e = (h >> 10) & 0x1fu, m = h & 0x03ffu;
+  if (e == 0x1f) // infinity or NaN
+    return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));
+  if (e != 0)
+    return std::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
+  if (m == 0)
+    return std::bit_cast<float>(sign);
+  // subnormal: m * 2^-24, exact in float32
+  int shift = 0;
+  std::uint32_t mm = m;
+  while (!(mm & 0x0400u)) {
+    mm <<= 1;
+    ++shift;
+  }
+  return std::bit_cast<float>(sign | ((113u - static_cast<std::uint32_t>(shift)) << 23) |
+                              ((mm & 0x03ffu) << 13));
+}
+} // namespace detail
+
+/// bfloat16: a float32 with its low 16 mantissa bits rounded away.
+struct bfloat16 {
+  std::uint16_t bits = 0;
+  constexpr bfloat16() = default;
+  TYPEFLOW_HD constexpr explicit bfloat16(float f) : bits(detail::float_to_bf16_bits(f)) {}
+  TYPEFLOW_HD constexpr explicit bfloat16(double d) : bfloat16(static_cast<float>(d)) {}
+  template <class I>
+  requires std::is_integral_v<I> TYPEFLOW_HD constexpr explicit bfloat16(I i)
+      : bfloat16(static_cast<float>(i)) {}
+  TYPEFLOW_HD constexpr operator float() const { // NOLINT: widening is exact
+    return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+  }
+  TYPEFLOW_HD static constexpr bfloat16 from_bits(std::uint16_t b) {
+    bfloat16 r;
+    r.bits = b;
+    return r;
+  }
+  friend TYPEFLOW_HD constexpr bool operator==(bfloat16 a, bfloat16 b) {
+    return static_cast<float>(a) == static_cast<float>(b);
+  }
+};
+
+/// float16: IEEE 754 binary16.
+struct float16 {
+  std::uint16_t bits = 0;
+  constexpr float16() = default;
+  TYPEFLOW_HD constexpr explicit float16(float f) : bits(detail::float_to_f16_bits(f)) {}
+  TYPEFLOW_HD constexpr explicit float16(double d) : float16(static_cast<float>(d)) {}
+  template <class I>
+  requires std::is_integral_v<I> TYPEFLOW_HD constexpr explicit float16(I i)
+      : float16(static_cast<float>(i)) {}
+  TYPEFLOW_HD constexpr operator float() const { // NOLINT: widening is exact
+    return detail::f16_bits_to_float(bits);
+  }
+  TYPEFLOW_HD static constexpr float16 from_bits(std::uint16_t b) {
+    float16 r;
+    r.bits = b;
+    return r;
+  }
+  friend TYPEFLOW_HD constexpr bool operator==(float16 a, float16 b) {
+    return static_cast<float>(a) == static_cast<float>(b);
+  }
+};
+
+static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2);
+
+template <>
+struct dtype_traits<bfloat16> {
+  static constexpr std::string_view name = "bfloat16";
+};
+template <>
+struct dtype_traits<float16> {
+  static constexpr std::string_view name = "float16";
+};
+
+/// Whether T is one of the 16-bit floating-point storage types.
+template <class T>
+inline constexpr bool is_half = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+
+/// The type T's values compute in: float32 for the 16-bit types, T itself otherwise.
+template <class T>
+using compute_of = std::conditional_t<is_half<T>, float, T>;
+
+inline std::ostream& operator<<(std::ostream& o, bfloat16 v) {
+  return o << static_cast<float>(v);
+}
+inline std::ostream& operator<<(std::ostream& o, float16 v) {
+  return o << static_cast<float>(v);
+}
+
+} // namespace typeflow
+
+template <>
+class std::numeric_limits<typeflow::bfloat16> {
+public:
+  static constexpr bool is_specialized = true;
+  static constexpr bool is_signed = true;
+  static constexpr bool has_infinity = true;
+  static constexpr bool has_quiet_NaN = true;
+  static constexpr int digits = 8;
+  static constexpr typeflow::bfloat16 lowest() { return typeflow::bfloat16::from_bits(0xff7f); }
+  static constexpr typeflow::bfloat16 max() { return typeflow::bfloat16::from_bits(0x7f7f); }
+  static constexpr typeflow::bfloat16 min() { return typeflow::bfloat16::from_bits(0x0080); }
+  static constexpr typeflow::bfloat16 epsilon() { return typeflow::bfloat16::from_bits(0x3c00); }
+  static constexpr typeflow::bfloat16 infinity() { return typeflow::bfloat16::from_bits(0x7f80); }
+  static constexpr typeflow::bfloat16 quiet_NaN() { return typeflow::bfloat16::from_bits(0x7fc0); }
+};
+template <>
+class std::numeric_limits<typeflow::float16> {
+public:
+  static constexpr bool is_specialized = true;
+  static constexpr bool is_signed = true;
+  static constexpr bool has_infinity = true;
+  static constexpr bool has_quiet_NaN = true;
+  static constexpr int digits = 11;
+  static constexpr typeflow::float16 lowest() { return typeflow::float16::from_bits(0xfbff); }
+  static constexpr typeflow::float16 max() { return typeflow::float16::from_bits(0x7bff); }
+  static constexpr typeflow::float16 min() { return typeflow::float16::from_bits(0x0400); }
+  static constexpr typeflow::float16 denorm_min() { return typeflow::float16::from_bits(0x0001); }
+  static constexpr typeflow::float16 epsilon() { return typeflow::float16::from_bits(0x1400); }
+  static constexpr typeflow::float16 infinity() { return typeflow::float16::from_bits(0x7c00); }
+  static constexpr typeflow::float16 quiet_NaN() { return typeflow::float16::from_bits(0x7e00); }
+};
