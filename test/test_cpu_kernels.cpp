@@ -762,6 +762,68 @@ TEST_SUITE("cpu_kernels") {
       }
   }
 
+  TEST_CASE("max-pool forward: the vector loop takes NaN and -inf as the scalar loop does") {
+    // A window's maximum starts at -inf and takes an element only where it is strictly greater:
+    // NaN is never taken (a window of NaNs gives -inf). 17 channels take the scalar loop, 32
+    // the vector one; both must give the same bits.
+    for (const i64 channels : {17, 32}) {
+      INFO("channels " << channels);
+      const cpu::window2d g{.n = 1,
+                            .h = 2,
+                            .w = 2,
+                            .c = channels,
+                            .kh = 2,
+                            .kw = 2,
+                            .o = channels,
+                            .oh = 1,
+                            .ow = 1,
+                            .sh = 2,
+                            .sw = 2,
+                            .dh = 1,
+                            .dw = 1,
+                            .ph = 0,
+                            .pw = 0};
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      const float inf = std::numeric_limits<float>::infinity();
+      std::vector<float> x(static_cast<std::size_t>(4 * channels));
+      for (i64 ci = 0; ci < channels; ++ci)
+        for (i64 p = 0; p < 4; ++p) {
+          float v = 0;
+          switch (ci % 4) {
+          case 0:
+            v = nan;
+            break; // all NaN: -inf
+          case 1:
+            v = p == 0 ? nan : static_cast<float>(p);
+            break; // NaN first: 3
+          case 2:
+            v = p == 3 ? nan : -inf;
+            break; // -inf and NaN: -inf
+          default:
+            v = p == 2 ? -0.0f : (p == 1 ? 0.0f : -1.0f); // 0 before -0: +0
+          }
+          x[static_cast<std::size_t>(p * channels + ci)] = v;
+        }
+      cpu::thread_pool pool(1);
+      std::vector<float> y(static_cast<std::size_t>(channels), 7.0f);
+      cpu::pool_forward<true, float>(pool, x.data(), g, y.data());
+      for (i64 ci = 0; ci < channels; ++ci) {
+        const float v = y[static_cast<std::size_t>(ci)];
+        switch (ci % 4) {
+        case 0:
+        case 2:
+          CHECK(v == -inf);
+          break;
+        case 1:
+          CHECK(v == 3.0f);
+          break;
+        default:
+          CHECK((v == 0.0f && !std::signbit(v)));
+        }
+      }
+    }
+  }
+
   // With OpenBLAS 0.3.21 (DYNAMIC_ARCH, Cooperlake kernels) an untransposed sgemm of
   // M*N*K <= 100^3 takes a small-matrix kernel that rounds differently from the blocked one, so
   // a split into slabs below that size changed bits ([300,100] x [100,40] split in two: about

@@ -372,6 +372,38 @@ void conv2d_backprop_filter(thread_pool& pool, const T* x, const T* dy, const wi
 /// Max or average pooling; padded positions are skipped (never a max, not counted).
 template <bool Max, class T>
 void pool_forward(thread_pool& pool, const T* x, const window2d& g, T* y) {
+#if defined(TYPEFLOW_HAS_XSIMD)
+  // Max pooling with whole vectors of channels: each output vector starts at -inf and takes a
+  // window element where it is strictly greater (the scalar loop's rule, so NaN is never taken
+  // and the bits are the same), kept in a register over the window and stored once.
+  if constexpr (Max && std::is_floating_point_v<T>) {
+    using B = simd::vec<T>;
+    constexpr std::int64_t W = B::size;
+    if (g.c % W == 0) {
+      pool.parallel_for(g.n * g.oh, 4, [&](std::int64_t r0, std::int64_t r1) {
+        const B lowest(-std::numeric_limits<T>::infinity());
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const std::int64_t b = r / g.oh, oy = r % g.oh;
+          const T* xb = x + b * g.h * g.w * g.c;
+          for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+            const auto [y0, y1, x0, x1] = clipped_window(g, oy, ox);
+            T* out = y + (r * g.ow + ox) * g.c;
+            for (std::int64_t c0 = 0; c0 < g.c; c0 += W) {
+              B best = lowest;
+              for (std::int64_t iy = y0; iy < y1; ++iy)
+                for (std::int64_t ix = x0; ix < x1; ++ix) {
+                  const B v = B::load_unaligned(xb + (iy * g.w + ix) * g.c + c0);
+                  best = xsimd::select(v > best, v, best);
+                }
+              best.store_unaligned(out + c0);
+            }
+          }
+        }
+      });
+      return;
+    }
+  }
+#endif
   pool.parallel_for(g.n * g.oh, 4, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const std::int64_t b = r / g.oh, oy = r % g.oh;
