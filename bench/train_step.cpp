@@ -8,6 +8,11 @@
 //                         (session_options::trace): its cost against typeflow_train_step, and,
 //                         with $TYPEFLOW_BENCH_PROFILE set to a file, the per-op profile of its
 //                         runs (io/trace.hpp's make_profile, as markdown) written there
+//   typeflow_train_step_bf16
+//                         the training step with session_options::precision = bfloat16
+//                         (convolutions and matmuls on bfloat16 operands, float32 accumulation;
+//                         skipped where the CPU has no native bfloat16): its speed against
+//                         typeflow_train_step
 // Compared with PyTorch eager by bench/torch_baselines.py.
 #include "common.hpp"
 
@@ -20,7 +25,7 @@ namespace {
 
 constexpr std::int64_t batch = 128;
 
-enum class mode { forward, train, traced };
+enum class mode { forward, train, traced, bf16 };
 
 template <mode M>
 void step(benchmark::State& state) {
@@ -35,7 +40,11 @@ void step(benchmark::State& state) {
   auto opts = bench_options();
   if constexpr (M == mode::traced)
     opts.trace = &rec;
+  if constexpr (M == mode::bf16)
+    opts.precision = ty::precision::bfloat16;
   ty::session s(opts);
+  if (M == mode::bf16 && !s.products_in_bfloat16())
+    return state.SkipWithError("no native bfloat16 on this CPU");
   s.initialize(mnist::train_op);
   const auto run = [&] {
     const auto feeds = [&](auto... fetches) {
@@ -67,5 +76,6 @@ void step(benchmark::State& state) {
 BENCHMARK(step<mode::train>)->Name("typeflow_train_step")->UseRealTime();
 BENCHMARK(step<mode::forward>)->Name("typeflow_forward")->UseRealTime();
 BENCHMARK(step<mode::traced>)->Name("typeflow_train_step_traced")->UseRealTime();
+BENCHMARK(step<mode::bf16>)->Name("typeflow_train_step_bf16")->UseRealTime();
 
 } // namespace

@@ -50,6 +50,7 @@ struct flags {
   int log_every = 100;
   std::string placement = "cpu";
   int replicas = 1;
+  std::string precision = "float32";
   std::string data_format = "idx";
   int reader_threads = 2;
   std::string graph;            // write the training graph's picture there (.svg, .png, .dot)
@@ -118,6 +119,10 @@ std::optional<int> parse(int argc, char** argv, flags& f) {
   app.add_option("--placement", f.placement,
                  "cpu, gpu or variables-on-cpu (the GPU policies need the CUDA build)")
       ->check(CLI::IsMember({"cpu", "gpu", "variables-on-cpu"}));
+  app.add_option("--precision", f.precision,
+                 "float32, or bfloat16: convolutions and matmuls on bfloat16 operands with "
+                 "float32 accumulation (CPUs with native bfloat16; float32 elsewhere)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--replicas", f.replicas, "towers, each on its share of every batch")
       ->check(CLI::IsMember({1, 2}));
   app.add_option("--graph", f.graph,
@@ -268,15 +273,21 @@ int run_training(const flags& f) {
     recorder.emplace();
     recorder->pause();
   }
-  ty::session<Placement> s(ty::session_options{.threads = f.threads,
-                                               .seed = f.seed,
-                                               .trace = recorder ? &*recorder : nullptr,
-                                               .log_device_placement = f.log_device_placement});
+  ty::session<Placement> s(ty::session_options{
+      .threads = f.threads,
+      .seed = f.seed,
+      .trace = recorder ? &*recorder : nullptr,
+      .log_device_placement = f.log_device_placement,
+      .precision = f.precision == "bfloat16" ? ty::precision::bfloat16 : ty::precision::float32});
   s.initialize(mnist::train_op);
   if (rank_of(s) != 0 && !std::freopen("/dev/null", "w", stdout)) // rank 0 logs
     throw ty::error("mnist: cannot silence rank " + std::to_string(rank_of(s)));
-  std::printf("%s: session: %d threads, placement %s, %d replica%s\n", now_string().c_str(),
-              s.threads(), f.placement.c_str(), f.replicas, f.replicas == 1 ? "" : "s");
+  std::printf(
+      "%s: session: %d threads, placement %s, %d replica%s, products in %s\n", now_string().c_str(),
+      s.threads(), f.placement.c_str(), f.replicas, f.replicas == 1 ? "" : "s",
+      s.products_in_bfloat16()
+          ? "bfloat16 (float32 accumulation)"
+          : (f.precision == "bfloat16" ? "float32 (no native bfloat16 on this CPU)" : "float32"));
 
   const std::filesystem::path ckpt =
       f.checkpoint_dir.empty() ? std::filesystem::path{}

@@ -128,6 +128,22 @@ if(PYTHON3)
   endif()
 endif()
 
+# --precision bfloat16: the session line says what the products compute in (bfloat16 where the
+# CPU runs it natively, else float32, said so), and the step trains.
+execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 256 --batch-size 64 --threads 2
+                --epochs 1 --precision bfloat16
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT out MATCHES
+   "products in (bfloat16 \\(float32 accumulation\\)|float32 \\(no native bfloat16 on this CPU\\))"
+   OR NOT out MATCHES "epoch 1 done, step 4, test accuracy = 0\\.[0-9]+")
+  message(FATAL_ERROR "--precision bfloat16: got ${rc}:\n${out}\n${err}")
+endif()
+execute_process(COMMAND "${EXE}" --precision float16 OUTPUT_VARIABLE out ERROR_VARIABLE err
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--precision: float16 not in {float32,bfloat16}")
+  message(FATAL_ERROR "an unknown precision should fail naming the choices; got ${rc}:\n${err}")
+endif()
+
 execute_process(COMMAND "${EXE}" --data-dir "${WORK}/no-such-dir" OUTPUT_VARIABLE out
                 ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(rc EQUAL 0 OR NOT err MATCHES "no-such-dir")

@@ -94,6 +94,8 @@ public:
   int threads() const {
     return std::apply([](const auto&... t) { return (0 + ... + t.threads()); }, towers_);
   }
+  /// Whether the towers' CPU products compute with bfloat16 operands (session_options::precision).
+  bool products_in_bfloat16() const { return std::get<0>(towers_).products_in_bfloat16(); }
   /// Statistics of tower 0's part of the last run.
   const run_stats& stats() const { return std::get<0>(towers_).stats(); }
 

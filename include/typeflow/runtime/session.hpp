@@ -41,6 +41,13 @@
 
 namespace typeflow {
 
+/// What a session's convolutions and matrix products compute in (session_options::precision).
+enum class precision {
+  float32,  ///< float32 throughout
+  bfloat16, ///< convolutions and matmuls read their operands rounded to bfloat16 and accumulate
+            ///< and write float32 (oneDNN, CPUs with AVX512-BF16 or AMX; float32 elsewhere)
+};
+
 struct session_options {
   int threads = 0;        ///< worker threads, BLAS included; 0: all hardware threads
   std::uint64_t seed = 0; ///< seeds every variable's initializer (with the variable's name)
@@ -77,6 +84,11 @@ struct session_options {
   /// instantiated. On a GPU the checked values are copied to the host (a debugging aid), and a
   /// run is not replayed as a CUDA graph.
   bool check_numerics = false;
+  /// The precision of the CPU's convolutions and matrix products, forward and gradients alike
+  /// (everything else, variables and activations included, stays in its own dtype).
+  /// precision::bfloat16 takes effect where oneDNN runs bfloat16 natively; elsewhere the session
+  /// computes in float32 (session::products_in_bfloat16() says which).
+  typeflow::precision precision = typeflow::precision::float32;
 };
 
 using backend::run_stats;
@@ -202,6 +214,9 @@ public:
       : opts_(o), pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)) {
     st_.allow_tf32 = o.allow_tf32;
     cpu_backend::set_blas_single_threaded();
+#if defined(TYPEFLOW_HAS_ONEDNN)
+    bf16_products_ = dnnl_->use_bf16(o.precision == precision::bfloat16);
+#endif
   }
 
   /// A tower of a replicated session: its own options and threads, the variables shared.
@@ -209,10 +224,21 @@ public:
     vars_ = std::move(vars);
   }
 
-  int threads() const { return pool_->size(); }
+  int threads() const {
+    return pool_->size();
+  }
+  /// Whether this session's CPU convolutions and matrix products compute with bfloat16
+  /// operands (session_options::precision on a CPU that runs them natively).
+  bool products_in_bfloat16() const {
+    return bf16_products_;
+  }
   /// oneDNN primitives this session has created (each once per geometry; 0 without oneDNN).
-  std::size_t onednn_primitives() const { return dnnl_->primitives(); }
-  const run_stats& stats() const { return st_.stats; }
+  std::size_t onednn_primitives() const {
+    return dnnl_->primitives();
+  }
+  const run_stats& stats() const {
+    return st_.stats;
+  }
 
   /// Evaluates the fetches. Returns a tuple with one owning tensor per fetch that has a value
   /// (groups have none): `auto [loss] = s.run(fetch(loss, train), feed(x, images));`
@@ -302,7 +328,9 @@ public:
   }
 
   /// How many variables the session holds.
-  std::size_t variable_count() const { return vars_->size(); }
+  std::size_t variable_count() const {
+    return vars_->size();
+  }
 
 private:
   using value = backend::rt_value;
@@ -1268,7 +1296,9 @@ private:
     }
   }
 
-  void note_step(std::size_t, name_fn) { ++st_.stats.steps; }
+  void note_step(std::size_t, name_fn) {
+    ++st_.stats.steps;
+  }
 
   template <class T>
   T* allocate(value& v) {
@@ -1424,6 +1454,7 @@ private:
   session_options opts_;
   std::unique_ptr<cpu_backend::thread_pool> pool_;
   std::unique_ptr<cpu_backend::onednn_cache> dnnl_ = std::make_unique<cpu_backend::onednn_cache>();
+  bool bf16_products_ = false;
   std::shared_ptr<backend::variable_store> vars_ = std::make_shared<backend::variable_store>();
   /// What the backends of its devices see (host buffers, statistics, the run counter, GPU
   /// state): a backend gets this, never the session.

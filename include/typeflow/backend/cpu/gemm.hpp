@@ -88,10 +88,11 @@ inline constexpr std::int64_t gemm_max_parts = 4;
 /// product of at least 2^21 m*n*k: BLAS libraries pick kernels by size (OpenBLAS's small-matrix
 /// kernel, below 100^3, rounds differently from its blocked one), and with every slab on the
 /// blocked kernel, few kernels round an element differently by how C is cut; the cut itself
-/// does not depend on the thread count (gemm_max_parts). Slabs are multiples of 16.
-template <class T, class Serial>
+/// does not depend on the thread count (gemm_max_parts). Slabs are multiples of 16. A and B may
+/// be of another type than C (bfloat16 operands of a float32 product).
+template <class T, class U, class Serial>
 void gemm_split(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
-                const T* a, const T* b, T* c, Serial&& serial) {
+                const T* a, const T* b, U* c, Serial&& serial) {
   const std::int64_t lda = ta ? m : k, ldb = tb ? k : n;
   const bool by_rows = m >= n;
   const std::int64_t side = by_rows ? m : n, unit = 16;

@@ -20,6 +20,7 @@ struct machine_info {
   std::string fused_isa;             ///< what the fused elementwise loops were compiled for
   std::string onednn_isa;            ///< what oneDNN's kernels use ("" without oneDNN)
   std::string blas;                  ///< the BLAS core in use ("" without BLAS)
+  bool bf16_products = false;        ///< precision::bfloat16 computes in bfloat16 here
   std::vector<std::string> warnings; ///< engines running below what the CPU can do
 
   /// One line: "CPU ...; fused loops ...; oneDNN ...; BLAS ...", then one line per warning.
@@ -34,6 +35,10 @@ struct machine_info {
     s += "; fused loops: " + fused_isa;
     s += "; convolutions and float32 matmul: " +
          (onednn_isa.empty() ? std::string("im2col + BLAS (no oneDNN)") : "oneDNN " + onednn_isa);
+    if (!onednn_isa.empty())
+      s += bf16_products ? "; bfloat16 products: native"
+                         : "; bfloat16 products: not native (precision::bfloat16 computes in "
+                           "float32)";
     if (!blas.empty())
       s += "; BLAS (float64): " + blas;
     for (const auto& w : warnings)
@@ -114,6 +119,7 @@ inline machine_info describe_machine() {
 #endif
 #if defined(TYPEFLOW_HAS_ONEDNN)
   m.onednn_isa = cpu_backend::onednn::isa_name();
+  m.bf16_products = cpu_backend::onednn::native_bf16();
   if ((avx2 && (m.onednn_isa == "sse41" || m.onednn_isa == "avx" || m.onednn_isa == "generic")) ||
       (avx512 && m.onednn_isa.rfind("avx512", 0) != 0))
     m.warnings.push_back("oneDNN runs " + m.onednn_isa + " kernels on a CPU with " +

@@ -78,20 +78,35 @@ inline dnnl_stream_t stream() {
 
 using md = dnnl_memory_desc_t;
 
-inline md tagged(std::initializer_list<std::int64_t> dims, dnnl_format_tag_t tag) {
+inline md tagged(std::initializer_list<std::int64_t> dims, dnnl_format_tag_t tag,
+                 dnnl_data_type_t dt = dnnl_f32) {
   md d;
   dnnl_dims_t v{};
   int n = 0;
   for (auto x : dims)
     v[n++] = x;
-  check(dnnl_memory_desc_init_by_tag(&d, n, v, dnnl_f32, tag), "a memory descriptor");
+  check(dnnl_memory_desc_init_by_tag(&d, n, v, dt, tag), "a memory descriptor");
   return d;
 }
-inline md strided(std::int64_t r, std::int64_t c, std::int64_t sr, std::int64_t sc) {
+inline md strided(std::int64_t r, std::int64_t c, std::int64_t sr, std::int64_t sc,
+                  dnnl_data_type_t dt = dnnl_f32) {
   md d;
   dnnl_dims_t v{r, c}, st{sr, sc};
-  check(dnnl_memory_desc_init_by_strides(&d, 2, v, dnnl_f32, st), "a memory descriptor");
+  check(dnnl_memory_desc_init_by_strides(&d, 2, v, dt, st), "a memory descriptor");
   return d;
+}
+
+/// Whether oneDNN runs bfloat16 products natively on this CPU (AVX512-BF16 or AMX); elsewhere
+/// it would emulate them, slower than float32, so a bfloat16 session computes in float32 there.
+inline bool native_bf16() {
+  const auto isa = dnnl_get_effective_cpu_isa();
+  return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+}
+
+/// n float32 values rounded to bfloat16 (nearest, ties to even), on the calling thread.
+inline void to_bf16(const float* src, std::int64_t n, bfloat16* dst) {
+  for (std::int64_t i = 0; i < n; ++i)
+    dst[i].bits = typeflow::detail::float_to_bf16_bits(src[i]);
 }
 inline bool equal(const md& a, const md& b) {
   return dnnl_memory_desc_equal(&a, &b) != 0;
@@ -250,7 +265,10 @@ inline void execute(const primitive& p, std::initializer_list<arg> args) {
 /// A convolution's primitives for one geometry (batch slab included); the forward ones by
 /// epilogue.
 struct conv_entry {
-  md src{}, dst{}, hwio{}, bias{};
+  // What the primitives read and write: float32 everywhere, except that a bfloat16 entry reads
+  // its input and its output's gradient as bfloat16 (src_in, dst_in); outputs and gradients
+  // are float32 either way (float32 accumulation).
+  md src_in{}, src{}, dst_in{}, dst{}, hwio{}, bias{};
   pd_handle fwd_pd;
   std::unique_ptr<primitive> fwd[3], bwd_data, bwd_weights;
 };
@@ -293,8 +311,8 @@ public:
         dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
         onednn::padding_r(g, pr);
         onednn::check(dnnl_dilated_convolution_forward_desc_init(
-                          &d, dnnl_forward_training, dnnl_convolution_direct, &e.src, &w, &e.bias,
-                          &e.dst, st, dil, pl, pr),
+                          &d, dnnl_forward_training, dnnl_convolution_direct, &e.src_in, &w,
+                          &e.bias, &e.dst, st, dil, pl, pr),
                       "a convolution with a bias");
         own.pd = create_pd(&d, nullptr, epi);
         pd = &own;
@@ -318,7 +336,7 @@ public:
       dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
       onednn::padding_r(g, pr);
       onednn::check(dnnl_dilated_convolution_backward_data_desc_init(
-                        &d, dnnl_convolution_direct, &e.src, &w, &e.dst, st, dil, pl, pr),
+                        &d, dnnl_convolution_direct, &e.src, &w, &e.dst_in, st, dil, pl, pr),
                     "a convolution's input gradient");
       onednn::pd_handle pd(create_pd(&d, e.fwd_pd.pd));
       auto p = onednn::make(pd, "a convolution's input gradient");
@@ -336,11 +354,12 @@ public:
     auto& e = conv_locked(g);
     if (!e.bwd_weights) {
       dnnl_convolution_desc_t d;
-      const onednn::md w = any_filter(g);
+      const onednn::md wg = any_filter(g, dnnl_f32); // the filter gradient: float32
       dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
       onednn::padding_r(g, pr);
-      onednn::check(dnnl_dilated_convolution_backward_weights_desc_init(
-                        &d, dnnl_convolution_direct, &e.src, &w, nullptr, &e.dst, st, dil, pl, pr),
+      onednn::check(dnnl_dilated_convolution_backward_weights_desc_init(&d, dnnl_convolution_direct,
+                                                                        &e.src_in, &wg, nullptr,
+                                                                        &e.dst_in, st, dil, pl, pr),
                     "a convolution's filter gradient");
       onednn::pd_handle pd(create_pd(&d, e.fwd_pd.pd));
       auto p = onednn::make(pd, "a convolution's filter gradient");
@@ -360,8 +379,9 @@ public:
                                   std::int64_t lda, std::int64_t ldb, std::int64_t ldc,
                                   std::array<onednn::md, 4>& descs,
                                   onednn::epilogue epi = onednn::epilogue::none) {
-    descs = {ta ? onednn::strided(m, k, 1, lda) : onednn::strided(m, k, lda, 1),
-             tb ? onednn::strided(k, n, 1, ldb) : onednn::strided(k, n, ldb, 1),
+    const dnnl_data_type_t in = bf16_ ? dnnl_bf16 : dnnl_f32;
+    descs = {ta ? onednn::strided(m, k, 1, lda, in) : onednn::strided(m, k, lda, 1, in),
+             tb ? onednn::strided(k, n, 1, ldb, in) : onednn::strided(k, n, ldb, 1, in),
              onednn::strided(m, n, ldc, 1), onednn::strided(1, n, n, 1)};
     std::lock_guard lock(mu_);
     const matmul_key key{ta, tb, m, n, k, lda, ldb, ldc, static_cast<std::int64_t>(epi)};
@@ -379,6 +399,19 @@ public:
     return *matmuls_.emplace(key, std::move(p)).first->second;
   }
 
+  /// bfloat16 products (see session_options::precision): convolutions and matrix products read
+  /// their inputs rounded to bfloat16 and accumulate and write float32. Set before the first
+  /// primitive is made (the cache holds one precision); on a CPU without native bfloat16 it
+  /// stays off. Returns whether it is on.
+  bool use_bf16(bool on) {
+    std::lock_guard lock(mu_);
+    if (primitives_ > 0 || !convs_.empty())
+      throw error("onednn_cache: the precision is set before the first primitive");
+    bf16_ = on && onednn::native_bf16();
+    return bf16_;
+  }
+  bool bf16() const { return bf16_; }
+
   /// Primitives created so far (a test checks that a second run creates none).
   std::size_t primitives() const {
     std::lock_guard lock(mu_);
@@ -386,8 +419,12 @@ public:
   }
 
 private:
-  static onednn::md any_filter(const window2d& g) {
-    return onednn::tagged({g.o, g.c, g.kh, g.kw}, dnnl_format_tag_any);
+  /// The filter as the primitives read it: bfloat16 in a bfloat16 cache.
+  onednn::md any_filter(const window2d& g) const {
+    return any_filter(g, bf16_ ? dnnl_bf16 : dnnl_f32);
+  }
+  static onednn::md any_filter(const window2d& g, dnnl_data_type_t dt) {
+    return onednn::tagged({g.o, g.c, g.kh, g.kw}, dnnl_format_tag_any, dt);
   }
   static dnnl_primitive_desc_t create_pd(const void* op_desc, const_dnnl_primitive_desc_t hint,
                                          onednn::epilogue epi = onednn::epilogue::none) {
@@ -404,8 +441,11 @@ private:
     if (it != convs_.end())
       return *it->second;
     auto e = std::make_unique<onednn::conv_entry>();
+    const dnnl_data_type_t in = bf16_ ? dnnl_bf16 : dnnl_f32;
     e->src = onednn::tagged({g.n, g.c, g.h, g.w}, dnnl_nhwc);
     e->dst = onednn::tagged({g.n, g.o, g.oh, g.ow}, dnnl_nhwc);
+    e->src_in = onednn::tagged({g.n, g.c, g.h, g.w}, dnnl_nhwc, in);
+    e->dst_in = onednn::tagged({g.n, g.o, g.oh, g.ow}, dnnl_nhwc, in);
     e->hwio = onednn::tagged({g.o, g.c, g.kh, g.kw}, dnnl_hwio);
     e->bias = onednn::tagged({g.o}, dnnl_x);
     const onednn::md w = any_filter(g);
@@ -413,14 +453,15 @@ private:
     dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
     onednn::padding_r(g, pr);
     onednn::check(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training,
-                                                             dnnl_convolution_direct, &e->src, &w,
-                                                             nullptr, &e->dst, st, dil, pl, pr),
+                                                             dnnl_convolution_direct, &e->src_in,
+                                                             &w, nullptr, &e->dst, st, dil, pl, pr),
                   "a convolution");
     e->fwd_pd.pd = create_pd(&d, nullptr);
     return *convs_.emplace(k, std::move(e)).first->second;
   }
 
   mutable std::mutex mu_;
+  bool bf16_ = false;
   std::map<conv_key, std::unique_ptr<onednn::conv_entry>> convs_;
   std::map<matmul_key, std::unique_ptr<onednn::primitive>> matmuls_;
   std::size_t primitives_ = 0;
@@ -443,6 +484,23 @@ inline const float* filter_for(const primitive& p, const md& hwio, const float* 
   buf.reset(new float[bytes(p.w) / sizeof(float) + 1]);
   execute(*p.reorder, {{DNNL_ARG_FROM, &hwio, w}, {DNNL_ARG_TO, &p.w, buf.get()}});
   return buf.get();
+}
+
+/// `src` (n float32 values) as a primitive of a bfloat16 cache reads it: rounded into `buf`, or
+/// `src` itself in a float32 cache.
+inline const void* input_for(const onednn_cache& cache, const float* src, std::int64_t n,
+                             std::unique_ptr<bfloat16[]>& buf) {
+  if (!cache.bf16())
+    return src;
+  buf.reset(new bfloat16[static_cast<std::size_t>(std::max<std::int64_t>(n, 1))]);
+  to_bf16(src, n, buf.get());
+  return buf.get();
+}
+
+/// n float32 values rounded to bfloat16 on the pool's threads.
+inline void to_bf16(thread_pool& pool, const float* src, std::int64_t n, bfloat16* dst) {
+  pool.parallel_for(n, std::int64_t{1} << 16,
+                    [&](std::int64_t b, std::int64_t e) { to_bf16(src + b, e - b, dst + b); });
 }
 
 /// The slab count of a batch of n images, and slab q's first image.
@@ -511,14 +569,16 @@ inline void onednn_conv2d_forward(onednn_cache& cache, thread_pool& pool, const 
       cache, pool, g, w,
       [&](const window2d& s) -> const primitive& { return cache.conv_forward(s, epi); },
       [&](const primitive& p, const conv_entry& e, const float* wq, std::int64_t b0, std::int64_t) {
-        const float* src = x + b0 * g.h * g.w * g.c;
+        const std::int64_t images = e.src.dims[0];
+        std::unique_ptr<bfloat16[]> buf;
+        const void* src = input_for(cache, x + b0 * g.h * g.w * g.c, images * g.h * g.w * g.c, buf);
         float* dst = y + b0 * g.oh * g.ow * g.o;
         if (epi == epilogue::none)
-          execute(p, {{DNNL_ARG_SRC, &e.src, src},
+          execute(p, {{DNNL_ARG_SRC, &e.src_in, src},
                       {DNNL_ARG_WEIGHTS, &p.w, wq},
                       {DNNL_ARG_DST, &e.dst, dst}});
         else
-          execute(p, {{DNNL_ARG_SRC, &e.src, src},
+          execute(p, {{DNNL_ARG_SRC, &e.src_in, src},
                       {DNNL_ARG_WEIGHTS, &p.w, wq},
                       {DNNL_ARG_BIAS, &e.bias, bias},
                       {DNNL_ARG_DST, &e.dst, dst}});
@@ -533,7 +593,11 @@ inline void onednn_conv2d_backprop_input(onednn_cache& cache, thread_pool& pool,
       cache, pool, g, w,
       [&](const window2d& s) -> const primitive& { return cache.conv_backward_data(s); },
       [&](const primitive& p, const conv_entry& e, const float* wq, std::int64_t b0, std::int64_t) {
-        execute(p, {{DNNL_ARG_DIFF_DST, &e.dst, dy + b0 * g.oh * g.ow * g.o},
+        const std::int64_t images = e.src.dims[0];
+        std::unique_ptr<bfloat16[]> buf;
+        const void* d =
+            input_for(cache, dy + b0 * g.oh * g.ow * g.o, images * g.oh * g.ow * g.o, buf);
+        execute(p, {{DNNL_ARG_DIFF_DST, &e.dst_in, d},
                     {DNNL_ARG_WEIGHTS, &p.w, wq},
                     {DNNL_ARG_DIFF_SRC, &e.src, dx + b0 * g.h * g.w * g.c}});
       });
@@ -554,8 +618,13 @@ inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool
         std::unique_ptr<float[]> blocked;
         if (p.reorder)
           blocked.reset(new float[bytes(p.w) / sizeof(float) + 1]);
-        execute(p, {{DNNL_ARG_SRC, &e.src, x + b0 * g.h * g.w * g.c},
-                    {DNNL_ARG_DIFF_DST, &e.dst, dy + b0 * g.oh * g.ow * g.o},
+        const std::int64_t images = e.src.dims[0];
+        std::unique_ptr<bfloat16[]> xb, db;
+        const void* xs = input_for(cache, x + b0 * g.h * g.w * g.c, images * g.h * g.w * g.c, xb);
+        const void* ds =
+            input_for(cache, dy + b0 * g.oh * g.ow * g.o, images * g.oh * g.ow * g.o, db);
+        execute(p, {{DNNL_ARG_SRC, &e.src_in, xs},
+                    {DNNL_ARG_DIFF_DST, &e.dst_in, ds},
                     {DNNL_ARG_DIFF_WEIGHTS, &p.w, blocked ? blocked.get() : out}});
         if (p.reorder)
           execute(*p.reorder, {{DNNL_ARG_FROM, &p.w, blocked.get()}, {DNNL_ARG_TO, &e.hwio, out}});
@@ -573,12 +642,16 @@ inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool
 }
 
 /// C[m,n] = op(A) op(B) (row strides lda, ldb, ldc) on the calling thread; with an epilogue
-/// (bias [n] given), relu?(op(A) op(B) + bias).
-inline void onednn_gemm_serial(onednn_cache& cache, bool ta, bool tb, std::int64_t m,
-                               std::int64_t n, std::int64_t k, const float* a, std::int64_t lda,
-                               const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
-                               const float* bias = nullptr,
-                               onednn::epilogue epi = onednn::epilogue::none) {
+/// (bias [n] given), relu?(op(A) op(B) + bias). A and B are float32, or bfloat16 in a bfloat16
+/// cache (C float32 either way).
+template <class In>
+void onednn_gemm_serial(onednn_cache& cache, bool ta, bool tb, std::int64_t m, std::int64_t n,
+                        std::int64_t k, const In* a, std::int64_t lda, const In* b,
+                        std::int64_t ldb, float* c, std::int64_t ldc, const float* bias = nullptr,
+                        onednn::epilogue epi = onednn::epilogue::none) {
+  static_assert(std::is_same_v<In, float> || std::is_same_v<In, bfloat16>);
+  if (cache.bf16() != std::is_same_v<In, bfloat16>)
+    throw error("onednn_gemm_serial: operands of the wrong precision for this cache");
   std::array<onednn::md, 4> d;
   const auto& p = cache.matmul(ta, tb, m, n, k, lda, ldb, ldc, d, epi);
   if (epi == onednn::epilogue::none)

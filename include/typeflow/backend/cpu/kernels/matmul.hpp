@@ -19,6 +19,22 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
   const T* pb = static_cast<const T*>(b.data);
 #if defined(TYPEFLOW_HAS_ONEDNN)
   if constexpr (std::is_same_v<T, float>) {
+    if (k > 0 && m > 0 && n > 0 && ctx.dnnl.bf16()) { // bfloat16 operands, float32 result
+      auto a16 = ctx.scratch<bfloat16>(batch * m * k), b16 = ctx.scratch<bfloat16>(batch * k * n);
+      auto* a_16 = static_cast<bfloat16*>(a16.get());
+      auto* b_16 = static_cast<bfloat16*>(b16.get());
+      onednn::to_bf16(ctx.pool, pa, batch * m * k, a_16);
+      onednn::to_bf16(ctx.pool, pb, batch * k * n, b_16);
+      const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
+                              const bfloat16* a_, std::int64_t lda, const bfloat16* b_,
+                              std::int64_t ldb, float* c_, std::int64_t ldc) {
+        onednn_gemm_serial(ctx.dnnl, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc);
+      };
+      for (std::int64_t i = 0; i < batch; ++i)
+        gemm_split(ctx.pool, TA, TB, m, n, k, a_16 + i * m * k, b_16 + i * k * n, out + i * m * n,
+                   serial);
+      return;
+    }
     if (k > 0 && m > 0 && n > 0) { // oneDNN divides by empty extents
       const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
                               const float* a_, std::int64_t lda, const float* b_, std::int64_t ldb,
@@ -51,6 +67,25 @@ bool kernel(context& ctx, ops::matmul<TA, TB>*, float*, value* vals,
   const float* pa = static_cast<const float*>(a.data);
   const float* pb = static_cast<const float*>(b.data);
   const float* bias = static_cast<const float*>(vals[B::index].data);
+  if (ctx.dnnl.bf16()) { // bfloat16 operands, float32 result and bias
+    auto a16 = ctx.scratch<bfloat16>(batch * m * k), b16 = ctx.scratch<bfloat16>(batch * k * n);
+    auto* a_16 = static_cast<bfloat16*>(a16.get());
+    auto* b_16 = static_cast<bfloat16*>(b16.get());
+    onednn::to_bf16(ctx.pool, pa, batch * m * k, a_16);
+    onednn::to_bf16(ctx.pool, pb, batch * k * n, b_16);
+    for (std::int64_t i = 0; i < batch; ++i) {
+      float* c = out + i * m * n;
+      const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
+                              const bfloat16* a_, std::int64_t lda, const bfloat16* b_,
+                              std::int64_t ldb, float* c_, std::int64_t ldc) {
+        onednn_gemm_serial(ctx.dnnl, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc,
+                           bias + (c_ - c) % n,
+                           Relu ? onednn::epilogue::bias_relu : onednn::epilogue::bias);
+      };
+      gemm_split(ctx.pool, TA, TB, m, n, k, a_16 + i * m * k, b_16 + i * k * n, c, serial);
+    }
+    return true;
+  }
   for (std::int64_t i = 0; i < batch; ++i) {
     float* c = out + i * m * n;
     const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,

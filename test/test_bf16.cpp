@@ -1,0 +1,160 @@
+// session_options::precision = bfloat16: convolutions (forward, input and filter gradients) and
+// matrix products (plain and with the bias/relu epilogue) read their operands rounded to bfloat16
+// and accumulate in float32. Checked against naive double loops over the bfloat16-rounded
+// operands (so the only error left is float32 accumulation), for bits independent of the thread
+// count, and that float32 sessions are unaffected. On a CPU without native bfloat16 the session
+// computes in float32, which the test then checks instead.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <tuple>
+#include <vector>
+
+#include "typeflow/typeflow.hpp"
+
+namespace ty = typeflow;
+using i64 = std::int64_t;
+
+namespace {
+
+constexpr i64 N = 3, H = 6, W = 5, C = 4, K = 3, O = 8;
+constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, H, W, C>>;
+constexpr auto f = ty::placeholder<"f", float, ty::shape<K, K, C, O>>;
+constexpr auto r = ty::placeholder<"r", float, ty::shape<ty::dyn, H, W, O>>;
+constexpr auto y = ty::conv2d<ty::padding::same>(x, f);
+constexpr auto conv_loss = ty::sum(y * r);
+
+constexpr i64 M = 37, KK = 300, NN = 70;
+constexpr auto a = ty::placeholder<"a", float, ty::shape<M, KK>>;
+constexpr auto b = ty::placeholder<"b", float, ty::shape<KK, NN>>;
+constexpr auto bias = ty::placeholder<"bias", float, ty::shape<NN>>;
+constexpr auto prod = ty::matmul(a, b);
+constexpr auto fused = ty::relu(ty::bias_add(ty::matmul(a, b), bias));
+
+ty::tensor<float> random(std::vector<i64> shape, unsigned seed) {
+  ty::tensor<float> t(shape);
+  for (i64 i = 0; i < t.size(); ++i)
+    t[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + seed) *
+                              (1.0 + 0.5 * std::cos(0.011 * static_cast<double>(i * seed))));
+  return t;
+}
+/// The operand as the products read it: rounded to bfloat16 when `round`.
+std::vector<double> operand(const ty::tensor<float>& t, bool round) {
+  std::vector<double> v(static_cast<std::size_t>(t.size()));
+  for (i64 i = 0; i < t.size(); ++i)
+    v[static_cast<std::size_t>(i)] = round ? static_cast<float>(ty::bfloat16(t[i])) : t[i];
+  return v;
+}
+
+struct results {
+  ty::tensor<float> y, dx, df, prod, fused;
+};
+results run(ty::precision p, int threads) {
+  ty::session<> s(ty::session_options{.threads = threads, .precision = p});
+  const auto [gx, gf] = ty::grad(conv_loss, x, f);
+  results out;
+  std::tie(out.y, out.dx, out.df) =
+      s.run(ty::fetch(y, gx, gf), ty::feed(x, random({N, H, W, C}, 1)),
+            ty::feed(f, random({K, K, C, O}, 2)), ty::feed(r, random({N, H, W, O}, 3)));
+  std::tie(out.prod, out.fused) =
+      s.run(ty::fetch(prod, fused), ty::feed(a, random({M, KK}, 4)),
+            ty::feed(b, random({KK, NN}, 5)), ty::feed(bias, random({NN}, 6)));
+  return out;
+}
+
+/// Checks `got` against `ref` with float32 accumulation's error bound: 1e-5 of the sum of
+/// the products' magnitudes (`mag`).
+void check_close(const char* what, const ty::tensor<float>& got, const std::vector<double>& ref,
+                 const std::vector<double>& mag) {
+  INFO(what);
+  REQUIRE(got.size() == static_cast<i64>(ref.size()));
+  i64 bad = 0;
+  for (i64 i = 0; i < got.size(); ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    bad += std::abs(static_cast<double>(got[i]) - ref[u]) > 1e-5 * (mag[u] + 1e-30) ? 1 : 0;
+  }
+  CHECK(bad == 0);
+}
+
+void check_against_loops(const results& got, bool round) {
+  const auto xv = operand(random({N, H, W, C}, 1), round);
+  const auto fv = operand(random({K, K, C, O}, 2), round);
+  const auto rv = operand(random({N, H, W, O}, 3), round);
+  // SAME, stride 1, 3x3: one pixel of padding on each side
+  std::vector<double> yr(static_cast<std::size_t>(N * H * W * O)), ym(yr.size()), dxr(xv.size()),
+      dxm(xv.size()), dfr(fv.size()), dfm(fv.size());
+  for (i64 n = 0; n < N; ++n)
+    for (i64 i = 0; i < H; ++i)
+      for (i64 j = 0; j < W; ++j)
+        for (i64 o = 0; o < O; ++o)
+          for (i64 ki = 0; ki < K; ++ki)
+            for (i64 kj = 0; kj < K; ++kj)
+              for (i64 c = 0; c < C; ++c) {
+                const i64 si = i + ki - 1, sj = j + kj - 1;
+                if (si < 0 || si >= H || sj < 0 || sj >= W)
+                  continue;
+                const auto yi = static_cast<std::size_t>(((n * H + i) * W + j) * O + o);
+                const auto xi = static_cast<std::size_t>(((n * H + si) * W + sj) * C + c);
+                const auto fi = static_cast<std::size_t>(((ki * K + kj) * C + c) * O + o);
+                yr[yi] += xv[xi] * fv[fi];
+                ym[yi] += std::abs(xv[xi] * fv[fi]);
+                dxr[xi] += rv[yi] * fv[fi];
+                dxm[xi] += std::abs(rv[yi] * fv[fi]);
+                dfr[fi] += xv[xi] * rv[yi];
+                dfm[fi] += std::abs(xv[xi] * rv[yi]);
+              }
+  check_close("conv2d forward", got.y, yr, ym);
+  check_close("conv2d input gradient", got.dx, dxr, dxm);
+  check_close("conv2d filter gradient", got.df, dfr, dfm);
+
+  const auto av = operand(random({M, KK}, 4), round), bv = operand(random({KK, NN}, 5), round);
+  const auto cv = random({NN}, 6);
+  std::vector<double> pr(static_cast<std::size_t>(M * NN)), pm(pr.size()), fr(pr.size());
+  for (i64 i = 0; i < M; ++i)
+    for (i64 j = 0; j < NN; ++j) {
+      double acc = 0, mag = 0;
+      for (i64 k = 0; k < KK; ++k) {
+        const double t =
+            av[static_cast<std::size_t>(i * KK + k)] * bv[static_cast<std::size_t>(k * NN + j)];
+        acc += t;
+        mag += std::abs(t);
+      }
+      const auto u = static_cast<std::size_t>(i * NN + j);
+      pr[u] = acc;
+      pm[u] = mag + std::abs(static_cast<double>(cv[j]));
+      fr[u] = std::max(0.0, acc + static_cast<double>(cv[j]));
+    }
+  check_close("matmul", got.prod, pr, pm);
+  check_close("matmul + bias + relu", got.fused, fr, pm);
+}
+
+bool same_bits(const ty::tensor<float>& p, const ty::tensor<float>& q) {
+  return p.size() == q.size() &&
+         std::memcmp(p.data(), q.data(), sizeof(float) * static_cast<std::size_t>(p.size())) == 0;
+}
+
+} // namespace
+
+TEST_CASE("bfloat16 products: conv2d, its gradients and matmul against double loops") {
+  ty::session<> probe(ty::session_options{.precision = ty::precision::bfloat16});
+  const bool native = probe.products_in_bfloat16();
+  if (!native)
+    MESSAGE("no native bfloat16 on this CPU: the bfloat16 session computes in float32");
+  const results b1 = run(ty::precision::bfloat16, 1);
+  check_against_loops(b1, native);
+  // the thread count does not change a bit
+  const results b2 = run(ty::precision::bfloat16, 2);
+  CHECK(same_bits(b1.y, b2.y));
+  CHECK(same_bits(b1.dx, b2.dx));
+  CHECK(same_bits(b1.df, b2.df));
+  CHECK(same_bits(b1.prod, b2.prod));
+  CHECK(same_bits(b1.fused, b2.fused));
+  // float32 sessions are unaffected, and the bfloat16 one really rounds its operands
+  const results f = run(ty::precision::float32, 2);
+  check_against_loops(f, false);
+  if (native) {
+    CHECK_FALSE(same_bits(f.y, b1.y));
+    CHECK_FALSE(same_bits(f.prod, b1.prod));
+  }
+}
