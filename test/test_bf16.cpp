@@ -158,3 +158,67 @@ TEST_CASE("bfloat16 products: conv2d, its gradients and matmul against double lo
     CHECK_FALSE(same_bits(f.prod, b1.prod));
   }
 }
+
+namespace {
+/// One product of the bigger shapes, [batch, m, k] x [batch, k, n] (transposed as asked), with
+/// and without the bias/relu epilogue, against double loops over the rounded operands.
+template <bool TA, bool TB, i64 Batch, i64 Mm, i64 Kk, i64 Nn>
+void big_product(bool round, ty::precision p, int threads, std::vector<ty::tensor<float>>& out) {
+  using SA = std::conditional_t<TA, ty::shape<Batch, Kk, Mm>, ty::shape<Batch, Mm, Kk>>;
+  using SB = std::conditional_t<TB, ty::shape<Batch, Nn, Kk>, ty::shape<Batch, Kk, Nn>>;
+  static constexpr auto pa = ty::placeholder<"pa", float, SA>;
+  static constexpr auto pb = ty::placeholder<"pb", float, SB>;
+  static constexpr auto pc = ty::placeholder<"pc", float, ty::shape<Nn>>;
+  static constexpr auto plain = ty::matmul<TA, TB>(pa, pb);
+  static constexpr auto epi = ty::relu(ty::bias_add(ty::matmul<TA, TB>(pa, pb), pc));
+  const auto at = random({Batch, TA ? Kk : Mm, TA ? Mm : Kk}, 7);
+  const auto bt = random({Batch, TB ? Nn : Kk, TB ? Kk : Nn}, 8);
+  const auto ct = random({Nn}, 9);
+  ty::session<> s(ty::session_options{.threads = threads, .precision = p});
+  auto [y, z] = s.run(ty::fetch(plain, epi), ty::feed(pa, at), ty::feed(pb, bt), ty::feed(pc, ct));
+  const auto av = operand(at, round), bv = operand(bt, round);
+  std::vector<double> ref(static_cast<std::size_t>(Batch * Mm * Nn)), mag(ref.size()),
+      fref(ref.size());
+  for (i64 q = 0; q < Batch; ++q)
+    for (i64 i = 0; i < Mm; ++i)
+      for (i64 j = 0; j < Nn; ++j) {
+        double acc = 0, m = 0;
+        for (i64 k = 0; k < Kk; ++k) {
+          const double x =
+              av[static_cast<std::size_t>(q * Mm * Kk + (TA ? k * Mm + i : i * Kk + k))];
+          const double w =
+              bv[static_cast<std::size_t>(q * Kk * Nn + (TB ? j * Kk + k : k * Nn + j))];
+          acc += x * w;
+          m += std::abs(x * w);
+        }
+        const auto u = static_cast<std::size_t>((q * Mm + i) * Nn + j);
+        ref[u] = acc;
+        mag[u] = m + std::abs(static_cast<double>(ct[j]));
+        fref[u] = std::max(0.0, acc + static_cast<double>(ct[j]));
+      }
+  check_close("big matmul", y, ref, mag);
+  check_close("big matmul + bias + relu", z, fref, mag);
+  out = {std::move(y), std::move(z)};
+}
+
+template <bool TA, bool TB, i64 Batch, i64 Mm, i64 Kk, i64 Nn>
+void big_case(bool native) {
+  INFO("ta " << TA << " tb " << TB << " batch " << Batch << " m " << Mm << " k " << Kk << " n "
+             << Nn);
+  std::vector<ty::tensor<float>> one, two;
+  big_product<TA, TB, Batch, Mm, Kk, Nn>(native, ty::precision::bfloat16, 1, one);
+  big_product<TA, TB, Batch, Mm, Kk, Nn>(native, ty::precision::bfloat16, 2, two);
+  CHECK(same_bits(one[0], two[0]));
+  CHECK(same_bits(one[1], two[1]));
+}
+} // namespace
+
+TEST_CASE("bfloat16 products: products cut into slabs (rows, columns), transposed, batched") {
+  const bool native = ty::session<>(ty::session_options{.precision = ty::precision::bfloat16})
+                          .products_in_bfloat16();
+  big_case<false, false, 1, 512, 256, 64>(native); // cut by rows
+  big_case<false, false, 1, 64, 256, 512>(native); // cut by columns (the bias offset per slab)
+  big_case<true, false, 1, 512, 256, 64>(native);
+  big_case<false, true, 1, 64, 256, 512>(native);
+  big_case<true, true, 3, 256, 128, 200>(native); // batched
+}

@@ -134,7 +134,7 @@ execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 256 --batch-
                 --epochs 1 --precision bfloat16
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR NOT out MATCHES
-   "products in (bfloat16 \\(float32 accumulation\\)|float32 \\(no native bfloat16 on this CPU\\))"
+   "CPU products in (bfloat16 \\(float32 accumulation\\)|float32 \\(no native bfloat16 on this CPU\\))"
    OR NOT out MATCHES "epoch 1 done, step 4, test accuracy = 0\\.[0-9]+")
   message(FATAL_ERROR "--precision bfloat16: got ${rc}:\n${out}\n${err}")
 endif()

@@ -4,8 +4,9 @@
 // in float32 and rounds its result once, see compute_type in graph/node.hpp).
 //
 // Conversions from float32 round to nearest, ties to even, as PyTorch, NumPy and the hardware's
-// conversion instructions do: values past the largest finite one become infinities, float16 keeps
-// subnormals, a NaN stays a (quiet) NaN of the same sign. From float64 they convert through
+// conversion instructions do (bit for bit PyTorch's for every value but NaN, whose payload may
+// differ): values past the largest finite one become infinities, float16 keeps subnormals, a
+// NaN stays a (quiet) NaN of the same sign. From float64 they convert through
 // float32 (as PyTorch's `double -> bfloat16` does). To float32 they are exact. Usable in constant
 // expressions, on the host and in CUDA kernels.
 #pragma once
@@ -14,6 +15,7 @@
 #include <iosfwd>
 #include <limits>
 #include <ostream>
+#include <type_traits>
 
 #include "dtype.hpp"
 
@@ -76,8 +78,8 @@ TYPEFLOW_HD constexpr float f16_bits_to_float(std::uint16_t h) {
 
 /// bfloat16: a float32 with its low 16 mantissa bits rounded away.
 struct bfloat16 {
-  std::uint16_t bits = 0;
-  constexpr bfloat16() = default;
+  std::uint16_t bits; ///< uninitialized by default, as a float is (a tensor zero-fills)
+  bfloat16() = default;
   TYPEFLOW_HD constexpr explicit bfloat16(float f) : bits(detail::float_to_bf16_bits(f)) {}
   TYPEFLOW_HD constexpr explicit bfloat16(double d) : bfloat16(static_cast<float>(d)) {}
   template <class I>
@@ -87,7 +89,7 @@ struct bfloat16 {
     return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
   }
   TYPEFLOW_HD static constexpr bfloat16 from_bits(std::uint16_t b) {
-    bfloat16 r;
+    bfloat16 r{};
     r.bits = b;
     return r;
   }
@@ -98,8 +100,8 @@ struct bfloat16 {
 
 /// float16: IEEE 754 binary16.
 struct float16 {
-  std::uint16_t bits = 0;
-  constexpr float16() = default;
+  std::uint16_t bits; ///< uninitialized by default, as a float is (a tensor zero-fills)
+  float16() = default;
   TYPEFLOW_HD constexpr explicit float16(float f) : bits(detail::float_to_f16_bits(f)) {}
   TYPEFLOW_HD constexpr explicit float16(double d) : float16(static_cast<float>(d)) {}
   template <class I>
@@ -109,7 +111,7 @@ struct float16 {
     return detail::f16_bits_to_float(bits);
   }
   TYPEFLOW_HD static constexpr float16 from_bits(std::uint16_t b) {
-    float16 r;
+    float16 r{};
     r.bits = b;
     return r;
   }
@@ -151,6 +153,29 @@ class std::numeric_limits<typeflow::bfloat16> {
 public:
   static constexpr bool is_specialized = true;
   static constexpr bool is_signed = true;
+  static constexpr bool is_integer = false;
+  static constexpr bool is_exact = false;
+  static constexpr bool has_signaling_NaN = true;
+  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
+  static constexpr bool has_denorm_loss = false;
+  static constexpr std::float_round_style round_style = std::round_to_nearest;
+  static constexpr bool is_iec559 = false;
+  static constexpr bool is_bounded = true;
+  static constexpr bool is_modulo = false;
+  static constexpr int radix = 2;
+  static constexpr bool traps = false;
+  static constexpr bool tinyness_before = false;
+  static constexpr typeflow::bfloat16 denorm_min() { return typeflow::bfloat16::from_bits(0x0001); }
+  static constexpr typeflow::bfloat16 round_error() {
+    return typeflow::bfloat16::from_bits(0x3f00);
+  }
+  static constexpr typeflow::bfloat16 signaling_NaN() {
+    return typeflow::bfloat16::from_bits(0x7fa0);
+  }
+  static constexpr int digits10 = 2, max_digits10 = 4;
+  static constexpr int min_exponent = -125, min_exponent10 = -37;
+  static constexpr int max_exponent = 128, max_exponent10 = 38;
+
   static constexpr bool has_infinity = true;
   static constexpr bool has_quiet_NaN = true;
   static constexpr int digits = 8;
@@ -166,6 +191,26 @@ class std::numeric_limits<typeflow::float16> {
 public:
   static constexpr bool is_specialized = true;
   static constexpr bool is_signed = true;
+  static constexpr bool is_integer = false;
+  static constexpr bool is_exact = false;
+  static constexpr bool has_signaling_NaN = true;
+  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
+  static constexpr bool has_denorm_loss = false;
+  static constexpr std::float_round_style round_style = std::round_to_nearest;
+  static constexpr bool is_iec559 = true;
+  static constexpr bool is_bounded = true;
+  static constexpr bool is_modulo = false;
+  static constexpr int radix = 2;
+  static constexpr bool traps = false;
+  static constexpr bool tinyness_before = false;
+  static constexpr typeflow::float16 round_error() { return typeflow::float16::from_bits(0x3800); }
+  static constexpr typeflow::float16 signaling_NaN() {
+    return typeflow::float16::from_bits(0x7d00);
+  }
+  static constexpr int digits10 = 3, max_digits10 = 5;
+  static constexpr int min_exponent = -13, min_exponent10 = -4;
+  static constexpr int max_exponent = 16, max_exponent10 = 4;
+
   static constexpr bool has_infinity = true;
   static constexpr bool has_quiet_NaN = true;
   static constexpr int digits = 11;

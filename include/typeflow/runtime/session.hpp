@@ -211,12 +211,10 @@ class session {
 public:
   session() : session(session_options{}) {}
   explicit session(session_options o)
-      : opts_(o), pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)) {
+      : opts_(o), pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)),
+        dnnl_(std::make_unique<cpu_backend::onednn_cache>(o.precision == precision::bfloat16)) {
     st_.allow_tf32 = o.allow_tf32;
     cpu_backend::set_blas_single_threaded();
-#if defined(TYPEFLOW_HAS_ONEDNN)
-    bf16_products_ = dnnl_->use_bf16(o.precision == precision::bfloat16);
-#endif
   }
 
   /// A tower of a replicated session: its own options and threads, the variables shared.
@@ -224,21 +222,13 @@ public:
     vars_ = std::move(vars);
   }
 
-  int threads() const {
-    return pool_->size();
-  }
+  int threads() const { return pool_->size(); }
   /// Whether this session's CPU convolutions and matrix products compute with bfloat16
   /// operands (session_options::precision on a CPU that runs them natively).
-  bool products_in_bfloat16() const {
-    return bf16_products_;
-  }
+  bool products_in_bfloat16() const { return dnnl_->bf16(); }
   /// oneDNN primitives this session has created (each once per geometry; 0 without oneDNN).
-  std::size_t onednn_primitives() const {
-    return dnnl_->primitives();
-  }
-  const run_stats& stats() const {
-    return st_.stats;
-  }
+  std::size_t onednn_primitives() const { return dnnl_->primitives(); }
+  const run_stats& stats() const { return st_.stats; }
 
   /// Evaluates the fetches. Returns a tuple with one owning tensor per fetch that has a value
   /// (groups have none): `auto [loss] = s.run(fetch(loss, train), feed(x, images));`
@@ -328,9 +318,7 @@ public:
   }
 
   /// How many variables the session holds.
-  std::size_t variable_count() const {
-    return vars_->size();
-  }
+  std::size_t variable_count() const { return vars_->size(); }
 
 private:
   using value = backend::rt_value;
@@ -1296,9 +1284,7 @@ private:
     }
   }
 
-  void note_step(std::size_t, name_fn) {
-    ++st_.stats.steps;
-  }
+  void note_step(std::size_t, name_fn) { ++st_.stats.steps; }
 
   template <class T>
   T* allocate(value& v) {
@@ -1453,8 +1439,7 @@ private:
   std::set<const void*> logged_; ///< plans whose placement was logged
   session_options opts_;
   std::unique_ptr<cpu_backend::thread_pool> pool_;
-  std::unique_ptr<cpu_backend::onednn_cache> dnnl_ = std::make_unique<cpu_backend::onednn_cache>();
-  bool bf16_products_ = false;
+  std::unique_ptr<cpu_backend::onednn_cache> dnnl_;
   std::shared_ptr<backend::variable_store> vars_ = std::make_shared<backend::variable_store>();
   /// What the backends of its devices see (host buffers, statistics, the run counter, GPU
   /// state): a backend gets this, never the session.

@@ -99,8 +99,10 @@ inline md strided(std::int64_t r, std::int64_t c, std::int64_t sr, std::int64_t 
 /// Whether oneDNN runs bfloat16 products natively on this CPU (AVX512-BF16 or AMX); elsewhere
 /// it would emulate them, slower than float32, so a bfloat16 session computes in float32 there.
 inline bool native_bf16() {
-  const auto isa = dnnl_get_effective_cpu_isa();
-  return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+  // oneDNN's ISA values are sets of feature bits: any ISA that contains AVX512-BF16's
+  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
+  return (isa & bf16) == bf16;
 }
 
 /// n float32 values rounded to bfloat16 (nearest, ties to even), on the calling thread.
@@ -399,17 +401,12 @@ public:
     return *matmuls_.emplace(key, std::move(p)).first->second;
   }
 
-  /// bfloat16 products (see session_options::precision): convolutions and matrix products read
-  /// their inputs rounded to bfloat16 and accumulate and write float32. Set before the first
-  /// primitive is made (the cache holds one precision); on a CPU without native bfloat16 it
-  /// stays off. Returns whether it is on.
-  bool use_bf16(bool on) {
-    std::lock_guard lock(mu_);
-    if (primitives_ > 0 || !convs_.empty())
-      throw error("onednn_cache: the precision is set before the first primitive");
-    bf16_ = on && onednn::native_bf16();
-    return bf16_;
-  }
+  /// A cache of float32 primitives, or with `bf16` (see session_options::precision) of bfloat16
+  /// ones: convolutions and matrix products read their inputs rounded to bfloat16 and
+  /// accumulate and write float32. On a CPU without native bfloat16 it holds float32 ones. The
+  /// precision is fixed for the cache's life.
+  explicit onednn_cache(bool bf16 = false) : bf16_(bf16 && onednn::native_bf16()) {}
+  /// Whether the primitives take bfloat16 inputs.
   bool bf16() const { return bf16_; }
 
   /// Primitives created so far (a test checks that a second run creates none).
@@ -461,7 +458,7 @@ private:
   }
 
   mutable std::mutex mu_;
-  bool bf16_ = false;
+  const bool bf16_;
   std::map<conv_key, std::unique_ptr<onednn::conv_entry>> convs_;
   std::map<matmul_key, std::unique_ptr<onednn::primitive>> matmuls_;
   std::size_t primitives_ = 0;
@@ -669,6 +666,8 @@ void onednn_gemm_serial(onednn_cache& cache, bool ta, bool tb, std::int64_t m, s
 /// Without oneDNN there is nothing to cache.
 class onednn_cache {
 public:
+  explicit onednn_cache(bool = false) {}
+  bool bf16() const { return false; }
   std::size_t primitives() const { return 0; }
 };
 
