@@ -283,8 +283,9 @@ int run_training(const flags& f) {
   if (rank_of(s) != 0 && !std::freopen("/dev/null", "w", stdout)) // rank 0 logs
     throw ty::error("mnist: cannot silence rank " + std::to_string(rank_of(s)));
   std::printf(
-      "%s: session: %d threads, placement %s, %d replica%s, CPU products in %s\n", now_string().c_str(),
-      s.threads(), f.placement.c_str(), f.replicas, f.replicas == 1 ? "" : "s",
+      "%s: session: %d threads, placement %s, %d replica%s, CPU products in %s\n",
+      now_string().c_str(), s.threads(), f.placement.c_str(), f.replicas,
+      f.replicas == 1 ? "" : "s",
       s.products_in_bfloat16()
           ? "bfloat16 (float32 accumulation)"
           : (f.precision == "bfloat16" ? "float32 (no native bfloat16 on this CPU)" : "float32"));
