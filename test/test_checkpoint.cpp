@@ -270,7 +270,7 @@ TEST_SUITE("checkpoint") {
     // The writer refuses what it cannot write, and leaves the previous file alone.
     const bytes_t before = slurp(file);
     CHECK_THROWS_AS(io::write_safetensors(file, {{"x", "float32", {2}, {1, 2, 3}}}), error);
-    CHECK_THROWS_AS(io::write_safetensors(file, {{"x", "float16", {1}, {1, 2}}}), error);
+    CHECK_THROWS_AS(io::write_safetensors(file, {{"x", "float8", {1}, {1}}}), error);
     CHECK_THROWS_AS(io::write_safetensors(file, {{"x", "int32", {-1}, {}}}), error);
     CHECK_THROWS_AS(io::write_safetensors(file, {ts[4], ts[4]}), error);
     CHECK_THROWS_AS(io::write_safetensors(file, {{"__metadata__", "bool", {1}, {1}}}), error);
@@ -479,8 +479,8 @@ TEST_SUITE("checkpoint") {
         CAPTURE(edit.second);
         rejected(edit_header(raw, edit.first, edit.second));
       }
-      CHECK(contains(message(edit_header(raw, "\"dtype\":\"F32\"", "\"dtype\":\"F16\"")),
-                     "dtype \"F16\", which typeflow does not support"));
+      CHECK(contains(message(edit_header(raw, "\"dtype\":\"F32\"", "\"dtype\":\"F8_E4M3\"")),
+                     "dtype \"F8_E4M3\", which typeflow does not support"));
       CHECK(contains(message(edit_header(raw, "\"format\":", "\"format\";")),
                      "at byte 25 of the header"));
       CHECK(contains(message(edit_header(raw, "\"global_step\"", "\"layer/biases\"")),
