@@ -57,6 +57,21 @@ TEST_CASE("every 16-bit pattern widens exactly and narrows back to itself") {
   CHECK(static_cast<float>(ty::float16::from_bits(0xc000)) == -2.0f);
   CHECK(static_cast<float>(ty::bfloat16::from_bits(0x4049)) == 3.140625f);
   static_assert(ty::float16(1.0f).bits == 0x3c00 && ty::bfloat16(1.0f).bits == 0x3f80);
+  // numeric_limits by the formats' definitions
+  using LH = std::numeric_limits<ty::float16>;
+  using LB = std::numeric_limits<ty::bfloat16>;
+  CHECK(static_cast<float>(LH::max()) == 65504.0f);
+  CHECK(static_cast<float>(LH::lowest()) == -65504.0f);
+  CHECK(static_cast<float>(LH::min()) == std::ldexp(1.0f, -14));
+  CHECK(static_cast<float>(LH::denorm_min()) == std::ldexp(1.0f, -24));
+  CHECK(static_cast<float>(LH::epsilon()) == std::ldexp(1.0f, -10));
+  CHECK(static_cast<float>(LB::epsilon()) == std::ldexp(1.0f, -7));
+  CHECK(static_cast<float>(LB::min()) == std::numeric_limits<float>::min());
+  CHECK(static_cast<float>(LB::max()) == std::ldexp(255.0f, 120));
+  CHECK(std::isinf(static_cast<float>(LH::infinity())));
+  CHECK(std::isnan(static_cast<float>(LB::quiet_NaN())));
+  CHECK(std::isnan(static_cast<float>(LH::signaling_NaN())));
+  CHECK((LH::digits == 11 && LB::digits == 8 && !LB::is_integer && LH::is_iec559));
   static_assert(ty::dtype_name<ty::bfloat16> == "bfloat16" &&
                 ty::dtype_name<ty::float16> == "float16");
 }

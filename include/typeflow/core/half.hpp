@@ -148,77 +148,57 @@ inline std::ostream& operator<<(std::ostream& o, float16 v) {
 
 } // namespace typeflow
 
-template <>
-class std::numeric_limits<typeflow::bfloat16> {
-public:
-  static constexpr bool is_specialized = true;
-  static constexpr bool is_signed = true;
-  static constexpr bool is_integer = false;
-  static constexpr bool is_exact = false;
-  static constexpr bool has_signaling_NaN = true;
-  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
-  static constexpr bool has_denorm_loss = false;
-  static constexpr std::float_round_style round_style = std::round_to_nearest;
-  static constexpr bool is_iec559 = false;
-  static constexpr bool is_bounded = true;
-  static constexpr bool is_modulo = false;
-  static constexpr int radix = 2;
-  static constexpr bool traps = false;
-  static constexpr bool tinyness_before = false;
-  static constexpr typeflow::bfloat16 denorm_min() { return typeflow::bfloat16::from_bits(0x0001); }
-  static constexpr typeflow::bfloat16 round_error() {
-    return typeflow::bfloat16::from_bits(0x3f00);
-  }
-  static constexpr typeflow::bfloat16 signaling_NaN() {
-    return typeflow::bfloat16::from_bits(0x7fa0);
-  }
-  static constexpr int digits10 = 2, max_digits10 = 4;
+namespace typeflow::detail {
+/// The bit patterns and extents std::numeric_limits gives for each 16-bit type.
+struct bfloat16_limits {
+  static constexpr bool iec559 = false;
+  static constexpr int digits = 8, digits10 = 2, max_digits10 = 4;
   static constexpr int min_exponent = -125, min_exponent10 = -37;
   static constexpr int max_exponent = 128, max_exponent10 = 38;
-
-  static constexpr bool has_infinity = true;
-  static constexpr bool has_quiet_NaN = true;
-  static constexpr int digits = 8;
-  static constexpr typeflow::bfloat16 lowest() { return typeflow::bfloat16::from_bits(0xff7f); }
-  static constexpr typeflow::bfloat16 max() { return typeflow::bfloat16::from_bits(0x7f7f); }
-  static constexpr typeflow::bfloat16 min() { return typeflow::bfloat16::from_bits(0x0080); }
-  static constexpr typeflow::bfloat16 epsilon() { return typeflow::bfloat16::from_bits(0x3c00); }
-  static constexpr typeflow::bfloat16 infinity() { return typeflow::bfloat16::from_bits(0x7f80); }
-  static constexpr typeflow::bfloat16 quiet_NaN() { return typeflow::bfloat16::from_bits(0x7fc0); }
+  static constexpr std::uint16_t lowest = 0xff7f, max = 0x7f7f, min = 0x0080, denorm_min = 0x0001,
+                                 epsilon = 0x3c00, round_error = 0x3f00, infinity = 0x7f80,
+                                 quiet_NaN = 0x7fc0, signaling_NaN = 0x7fa0;
 };
-template <>
-class std::numeric_limits<typeflow::float16> {
-public:
-  static constexpr bool is_specialized = true;
-  static constexpr bool is_signed = true;
-  static constexpr bool is_integer = false;
-  static constexpr bool is_exact = false;
-  static constexpr bool has_signaling_NaN = true;
-  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
-  static constexpr bool has_denorm_loss = false;
-  static constexpr std::float_round_style round_style = std::round_to_nearest;
-  static constexpr bool is_iec559 = true;
-  static constexpr bool is_bounded = true;
-  static constexpr bool is_modulo = false;
-  static constexpr int radix = 2;
-  static constexpr bool traps = false;
-  static constexpr bool tinyness_before = false;
-  static constexpr typeflow::float16 round_error() { return typeflow::float16::from_bits(0x3800); }
-  static constexpr typeflow::float16 signaling_NaN() {
-    return typeflow::float16::from_bits(0x7d00);
-  }
-  static constexpr int digits10 = 3, max_digits10 = 5;
+struct float16_limits {
+  static constexpr bool iec559 = true;
+  static constexpr int digits = 11, digits10 = 3, max_digits10 = 5;
   static constexpr int min_exponent = -13, min_exponent10 = -4;
   static constexpr int max_exponent = 16, max_exponent10 = 4;
-
-  static constexpr bool has_infinity = true;
-  static constexpr bool has_quiet_NaN = true;
-  static constexpr int digits = 11;
-  static constexpr typeflow::float16 lowest() { return typeflow::float16::from_bits(0xfbff); }
-  static constexpr typeflow::float16 max() { return typeflow::float16::from_bits(0x7bff); }
-  static constexpr typeflow::float16 min() { return typeflow::float16::from_bits(0x0400); }
-  static constexpr typeflow::float16 denorm_min() { return typeflow::float16::from_bits(0x0001); }
-  static constexpr typeflow::float16 epsilon() { return typeflow::float16::from_bits(0x1400); }
-  static constexpr typeflow::float16 infinity() { return typeflow::float16::from_bits(0x7c00); }
-  static constexpr typeflow::float16 quiet_NaN() { return typeflow::float16::from_bits(0x7e00); }
+  static constexpr std::uint16_t lowest = 0xfbff, max = 0x7bff, min = 0x0400, denorm_min = 0x0001,
+                                 epsilon = 0x1400, round_error = 0x3800, infinity = 0x7c00,
+                                 quiet_NaN = 0x7e00, signaling_NaN = 0x7d00;
 };
+/// std::numeric_limits of a 16-bit type H from its table L.
+template <class H, class L>
+struct half_numeric_limits {
+  static constexpr bool is_specialized = true, is_signed = true, is_integer = false,
+                        is_exact = false, has_infinity = true, has_quiet_NaN = true,
+                        has_signaling_NaN = true, has_denorm_loss = false, is_iec559 = L::iec559,
+                        is_bounded = true, is_modulo = false, traps = false,
+                        tinyness_before = false;
+  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
+  static constexpr std::float_round_style round_style = std::round_to_nearest;
+  static constexpr int radix = 2, digits = L::digits, digits10 = L::digits10,
+                       max_digits10 = L::max_digits10, min_exponent = L::min_exponent,
+                       min_exponent10 = L::min_exponent10, max_exponent = L::max_exponent,
+                       max_exponent10 = L::max_exponent10;
+  static constexpr H lowest() { return H::from_bits(L::lowest); }
+  static constexpr H max() { return H::from_bits(L::max); }
+  static constexpr H min() { return H::from_bits(L::min); }
+  static constexpr H denorm_min() { return H::from_bits(L::denorm_min); }
+  static constexpr H epsilon() { return H::from_bits(L::epsilon); }
+  static constexpr H round_error() { return H::from_bits(L::round_error); }
+  static constexpr H infinity() { return H::from_bits(L::infinity); }
+  static constexpr H quiet_NaN() { return H::from_bits(L::quiet_NaN); }
+  static constexpr H signaling_NaN() { return H::from_bits(L::signaling_NaN); }
+};
+} // namespace typeflow::detail
+
+template <>
+class std::numeric_limits<typeflow::bfloat16>
+    : public typeflow::detail::half_numeric_limits<typeflow::bfloat16,
+                                                   typeflow::detail::bfloat16_limits> {};
+template <>
+class std::numeric_limits<typeflow::float16>
+    : public typeflow::detail::half_numeric_limits<typeflow::float16,
+                                                   typeflow::detail::float16_limits> {};

@@ -33,7 +33,7 @@ struct replication_table {
   std::array<bool, N> once{};  ///< runs once after the all-reduces (reads one, maybe not directly)
   std::array<bool, N> batch{}; ///< the value depends on a fed batch (a placeholder)
   std::array<bool, S> read_once{}; ///< slot read by a node that runs once: kept past the towers
-  std::size_t all_reduces = 0, tower_nodes = 0, once_nodes = 0;
+  std::size_t all_reduces = 0;
 };
 } // namespace detail
 
@@ -62,8 +62,6 @@ struct replication {
         for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e)
           r.read_once[P::edge_slot(e)] = true;
       r.all_reduces += is_mean[j] ? 1 : 0;
-      r.once_nodes += r.once[j] ? 1 : 0;
-      r.tower_nodes += r.once[j] ? 0 : 1;
     }
     return r;
   }

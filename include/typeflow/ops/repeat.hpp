@@ -1,7 +1,8 @@
 // Control flow: a block of layers repeated N times with its variables stacked along a leading
 // layer axis (jax.lax.scan, flax nn.scan, dlib's repeat). nn/repeat.hpp builds these nodes from
 // a body function; the executor runs them (runtime/session.hpp) as loops over the body's own
-// plan, which is instantiated once whatever N is. They have no kernel of their own.
+// plan, which is instantiated once whatever N is. They have no kernel of their own (so none on a
+// GPU either: placement moves them to cpu<0>).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -19,11 +20,6 @@ struct repeat : no_dtype_rule {
   static constexpr node_kind kind = node_kind::nn;
   static constexpr std::string_view name = "repeat";
   static constexpr bool control_flow = true;
-  static constexpr bool host_only = true; ///< its loop runs on the CPU (placement says so)
-  static constexpr std::int64_t layers = N;
-  using body = Body;
-  using carry = Carry;
-  using params = type_list<Params...>;
   template <class X, class... S>
   using value_type = typename X::value_type;
   template <std::size_t RX, std::size_t... RS>
@@ -44,13 +40,6 @@ struct repeat_vjp : no_dtype_rule {
   static constexpr node_kind kind = node_kind::nn;
   static constexpr std::string_view name = "repeat_grad";
   static constexpr bool control_flow = true;
-  static constexpr bool host_only = true;
-  static constexpr std::int64_t layers = N;
-  using body = Body;
-  using carry = Carry;
-  using seed = Seed;
-  using grads = Grads;
-  using params = type_list<Params...>;
   template <class G, class X, class... S>
   using value_type = typename X::value_type;
   template <std::size_t RG, std::size_t RX, std::size_t... RS>

@@ -353,7 +353,7 @@ private:
     std::array<tower_part, towers> in;
     for (std::size_t k = 0; k < towers; ++k)
       in[k] = {parts[k].rows > 0 ? tv[k][i].data : nullptr, parts[k].rows};
-    cpu_backend::context ctx{*t0.pool_, *t0.st_.host_mem, t0.st_.stats, *t0.dnnl_, t0.st_.runs};
+    auto ctx = t0.cpu_context();
     cpu_backend::all_reduce_mean<T>(ctx, in, batch, const_cast<value*>(tv[0])[i]);
   }
 

@@ -1107,6 +1107,7 @@ private:
     bind_body<P, Ph>(v, static_cast<const T*>(s.data) + layer * n,
                      backend::rt_dims::from(Ph::shape_type::dims));
   }
+  /// What this session's CPU kernels get (its pool, buffers, statistics, oneDNN primitives).
   cpu_backend::context cpu_context() {
     return cpu_backend::context{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
   }
@@ -1214,13 +1215,13 @@ private:
     value* fr = local.data();
     if constexpr (K == step_kind::epilogue) {
       static_assert(D::is_cpu, "epilogues are folded on the CPU only");
-      cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
+      auto ctx = cpu_context();
       cpu_backend::epilogue_kernel<0>(ctx, fr, region);
     } else if constexpr (K == step_kind::prologue) {
       static_assert(D::is_cpu, "prologues are folded on the CPU only");
       static_assert(cpu_backend::has_prologue_kernel<0, Op, T, Region, Refs...>,
                     "a reduction that reads_fused_input needs a CPU kernel taking a prologue");
-      cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
+      auto ctx = cpu_context();
       cpu_backend::kernel<0>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), fr, Region{},
                              static_cast<Refs*>(nullptr)...);
     } else {
@@ -1231,7 +1232,7 @@ private:
       } else if constexpr (D::is_cpu && !cpu_backend::has_kernel<0, Op, T, Region, Refs...>) {
         using invalid [[maybe_unused]] = detail::reject<detail::no_cpu_kernel_message<Op>>;
       } else if constexpr (D::is_cpu) {
-        cpu_backend::context ctx{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
+        auto ctx = cpu_context();
         cpu_backend::kernel<0>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), fr, region,
                                static_cast<Refs*>(nullptr)...);
       } else

@@ -9,6 +9,21 @@
 
 namespace typeflow::cpu_backend {
 
+#if defined(TYPEFLOW_HAS_ONEDNN)
+/// A product's operands rounded to bfloat16 (na and nb elements), in buffers of the context's
+/// pool, for a bfloat16 cache's primitives: each operand converted once, not once per slab.
+struct bf16_operands {
+  std::shared_ptr<void> a_buf, b_buf;
+  const bfloat16 *a, *b;
+  bf16_operands(context& ctx, const float* pa, std::int64_t na, const float* pb, std::int64_t nb)
+      : a_buf(ctx.scratch<bfloat16>(na)), b_buf(ctx.scratch<bfloat16>(nb)),
+        a(static_cast<const bfloat16*>(a_buf.get())), b(static_cast<const bfloat16*>(b_buf.get())) {
+    onednn::to_bf16(ctx.pool, pa, na, static_cast<bfloat16*>(a_buf.get()));
+    onednn::to_bf16(ctx.pool, pb, nb, static_cast<bfloat16*>(b_buf.get()));
+  }
+};
+#endif
+
 template <std::size_t I, bool TA, bool TB, class T, class A, class B>
 void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) {
   const value &a = vals[A::index], &b = vals[B::index];
@@ -20,11 +35,8 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
 #if defined(TYPEFLOW_HAS_ONEDNN)
   if constexpr (std::is_same_v<T, float>) {
     if (k > 0 && m > 0 && n > 0 && ctx.dnnl.bf16()) { // bfloat16 operands, float32 result
-      auto a16 = ctx.scratch<bfloat16>(batch * m * k), b16 = ctx.scratch<bfloat16>(batch * k * n);
-      auto* a_16 = static_cast<bfloat16*>(a16.get());
-      auto* b_16 = static_cast<bfloat16*>(b16.get());
-      onednn::to_bf16(ctx.pool, pa, batch * m * k, a_16);
-      onednn::to_bf16(ctx.pool, pb, batch * k * n, b_16);
+      const bf16_operands ab(ctx, pa, batch * m * k, pb, batch * k * n);
+      const bfloat16 *a_16 = ab.a, *b_16 = ab.b;
       const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
                               const bfloat16* a_, std::int64_t lda, const bfloat16* b_,
                               std::int64_t ldb, float* c_, std::int64_t ldc) {
@@ -68,11 +80,8 @@ bool kernel(context& ctx, ops::matmul<TA, TB>*, float*, value* vals,
   const float* pb = static_cast<const float*>(b.data);
   const float* bias = static_cast<const float*>(vals[B::index].data);
   if (ctx.dnnl.bf16()) { // bfloat16 operands, float32 result and bias
-    auto a16 = ctx.scratch<bfloat16>(batch * m * k), b16 = ctx.scratch<bfloat16>(batch * k * n);
-    auto* a_16 = static_cast<bfloat16*>(a16.get());
-    auto* b_16 = static_cast<bfloat16*>(b16.get());
-    onednn::to_bf16(ctx.pool, pa, batch * m * k, a_16);
-    onednn::to_bf16(ctx.pool, pb, batch * k * n, b_16);
+    const bf16_operands ab(ctx, pa, batch * m * k, pb, batch * k * n);
+    const bfloat16 *a_16 = ab.a, *b_16 = ab.b;
     for (std::int64_t i = 0; i < batch; ++i) {
       float* c = out + i * m * n;
       const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
