@@ -142,6 +142,125 @@ consteval auto adam(LR, B1 = {}, B2 = {}, Eps = {}) {
   return adam_optimizer<LR, B1, B2, Eps>{};
 }
 
+/// Dynamic loss scaling's parameters. The defaults are PyTorch's GradScaler's (TensorFlow's
+/// LossScaleOptimizer starts at 2^15 and grows after 2000 steps too).
+struct loss_scale_params {
+  double initial = 65536.0; ///< the first scale (2^16)
+  double growth = 2.0;      ///< its factor after `interval` finite steps in a row ...
+  double backoff = 0.5;     ///< ... and after a step with an inf or NaN gradient
+  std::int64_t interval = 2000;
+};
+
+namespace detail {
+
+/// E's assignments made conditional on the scalar bool Ok: assign(v, x) keeps v where Ok is
+/// false, assign_add and assign_sub add zero: a skipped step changes no variable, bit for bit.
+template <class Ok, class E>
+consteval auto guarded(Ok, E) {
+  using Op = typename E::op;
+  if constexpr (std::is_same_v<Op, ops::group>) {
+    return []<class... C>(type_list<C...>) {
+      return typeflow::group(detail::guarded(Ok{}, C{})...);
+    }(typename E::children{});
+  } else if constexpr (is_state_op<E>) {
+    return []<class V, class X>(type_list<V, X>) {
+      if constexpr (Op::mode == ops::assign_mode::set)
+        return typeflow::assign(V{}, typeflow::where(Ok{}, X{}, V{}));
+      else if constexpr (Op::mode == ops::assign_mode::add)
+        return typeflow::assign_add(V{}, typeflow::where(Ok{}, X{}, typeflow::zeros_like(X{})));
+      else
+        return typeflow::assign_sub(V{}, typeflow::where(Ok{}, X{}, typeflow::zeros_like(X{})));
+    }(typename E::children{});
+  } else {
+    return E{};
+  }
+}
+
+/// a + b + ..., through typeflow::add (no operator: see below).
+template <class A, class... B>
+consteval auto add_all(A a, B... b) {
+  if constexpr (sizeof...(B) == 0)
+    return a;
+  else
+    return typeflow::add(a, detail::add_all(b...));
+}
+
+/// A gradient averaged over the towers (replica_mean), then divided by the loss scale S.
+template <class S, class V, class G>
+consteval auto unscale(S, V, G) {
+  return typeflow::div(typeflow::replica_mean(G{}), typeflow::cast<typename V::value_type>(S{}));
+}
+
+/// The I-th of N gradients grad(...) returned (one gradient is not a tuple).
+template <class G, std::size_t I, std::size_t N>
+consteval auto gradient_of() {
+  if constexpr (N == 1)
+    return G{};
+  else
+    return typename G::template type_at<I>{};
+}
+
+} // namespace detail
+
+/// Dynamic loss scaling around an optimizer, in the graph (PyTorch's GradScaler, TensorFlow's
+/// LossScaleOptimizer): the loss is multiplied by the variable `loss_scale` before
+/// differentiation and each gradient divided by it after (exact while no value over- or
+/// underflows: the scale is a power of two); a step whose gradients hold an inf or NaN applies
+/// no update (every assignment of the wrapped optimizer keeps its variable) and halves the scale;
+/// `interval` finite steps in a row double it (unless that overflows). `loss_scale` and
+/// `loss_scale/good_steps` are ordinary variables (checkpointed, readable); global_step counts
+/// every step, skipped or not, as TensorFlow's does. Nothing waits for the host: the skip is a
+/// predicate computed on the device, so a step captured as a CUDA graph keeps working.
+template <loss_scale_params P, class Opt>
+struct loss_scale_optimizer {
+  static constexpr auto scale =
+      variable<"loss_scale", float, shape<>, not_trainable<fill<P.initial>>>;
+  static constexpr auto good_steps =
+      variable<"loss_scale/good_steps", std::int64_t, shape<>, not_trainable<zeros>>;
+
+  template <expression Loss>
+  consteval auto minimize(Loss) const {
+    static_assert(Loss::shape_type::rank == 0, "minimize: the loss must be a scalar");
+    using Vs = trainable_variables_t<Loss>;
+    return []<class... V>(type_list<V...>) {
+      static_assert(sizeof...(V) > 0, "minimize: the loss depends on no trainable variable");
+      using T = typename Loss::value_type;
+      using G = decltype(typeflow::grad(typeflow::mul(Loss{}, typeflow::cast<T>(scale)), V{}...));
+      return []<std::size_t... I>(std::index_sequence<I...>) {
+        constexpr std::size_t n = sizeof...(V);
+        // inf * 0 and NaN * 0 are NaN, finite * 0 is 0: the sum is NaN exactly when a gradient
+        // holds an inf or NaN, and NaN is the one value unequal to itself.
+        constexpr auto probe = detail::add_all(typeflow::cast<float>(typeflow::sum(typeflow::mul(
+            detail::unscale(scale, V{}, detail::gradient_of<G, I, n>()), constant<0>)))...);
+        constexpr auto finite = typeflow::equal(probe, probe);
+        constexpr auto grown = typeflow::mul(scale, full<P.growth, float, shape<>>);
+        constexpr auto next_good = typeflow::add(good_steps, constant<1>);
+        constexpr auto grow = typeflow::equal(next_good, full<P.interval, std::int64_t, shape<>>);
+        constexpr auto grown_ok = typeflow::equal(typeflow::sub(grown, grown), constant<0>);
+        constexpr auto next_scale = typeflow::where(
+            finite, typeflow::where(grow, typeflow::where(grown_ok, grown, scale), scale),
+            typeflow::mul(scale, full<P.backoff, float, shape<>>));
+        constexpr auto zero_count = typeflow::zeros_like(good_steps);
+        constexpr auto next_count =
+            typeflow::where(finite, typeflow::where(grow, zero_count, next_good), zero_count);
+        return typeflow::group(
+            detail::guarded(
+                finite,
+                Opt::update(V{}, detail::unscale(scale, V{}, detail::gradient_of<G, I, n>())))...,
+            typeflow::assign(scale, next_scale), typeflow::assign(good_steps, next_count),
+            typeflow::assign_add(global_step, constant<1>));
+      }
+      (std::index_sequence_for<V...>{});
+    }(Vs{});
+  }
+};
+
+/// `loss_scaled(opt).minimize(loss)`, or with parameters: `loss_scaled<{.initial = 32768}>(opt)`.
+template <loss_scale_params P = loss_scale_params{}, class Opt>
+consteval auto loss_scaled(Opt) {
+  return loss_scale_optimizer<P, Opt>{};
+}
+
 /// TensorFlow's exponential_decay: lr * rate^(global_step / decay_steps), the exponent an
 /// integer division when Staircase. An expression: it changes every step with no recompilation.
 template <std::int64_t DecaySteps, auto Rate, bool Staircase = false, expression LR>
