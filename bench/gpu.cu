@@ -12,10 +12,14 @@
 //               [8192, 8192] float32 matrix) against the read bandwidth (the copy's, bytes read
 //               only: 4 * N)
 //   train_step  the seed model (examples/mnist/model.hpp), batch 128, on gpu<0>: one
-//               session::run of total_loss and train_op per step, batch fed from the host
+//               session::run of total_loss and train_op per step, batch fed from the host;
+//               convolutions as im2col + cuBLAS and on cuDNN, kernel by kernel and as one
+//               CUDA graph
 // Every result is checked against a double-precision host reference before it is timed. Times
 // are medians of CUDA-event (or host clock, for whole session runs) samples after warm-up.
 // Prints a table; writes JSON to argv[1] when given. Without a device: "skipped: no CUDA device".
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -310,34 +314,82 @@ void train_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train
     v = u(rng);
   for (auto& v : labels)
     v = static_cast<std::int32_t>(rng() % 10);
-  double ms_uncaptured = 0;
-  for (const bool graphs : {false, true}) {
-    ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{.seed = 1, .cuda_graphs = graphs});
-    auto step = [&] {
-      auto [loss] = s.run(ty::fetch(total_loss, train_op), ty::feed(images_ph, images),
-                          ty::feed(labels_ph, labels));
-      if (!std::isfinite(loss[0]))
-        throw ty::error("bench train_step: the loss is not finite");
-    };
-    const double ms = time_host(step, 300, 30);
-    if (graphs && s.stats().graph_launches != 1)
-      throw ty::error("bench train_step: the step was not replayed as a CUDA graph");
-    if (!graphs) {
-      ms_uncaptured = ms;
-      results.push_back({"seed model train step, batch 128, kernel by kernel", "images/s", ms,
-                         batch / ms * 1e3, "", 0});
-    } else {
-      results.push_back({"seed model train step, batch 128, one CUDA graph", "images/s", ms,
-                         batch / ms * 1e3, "kernel by kernel", ms_uncaptured / ms});
+  using convs_t = ty::gpu_convolutions;
+  for (const int variant : {0, 1, 2, 3, 4, 5}) {
+    const auto mode = variant % 3 == 0   ? convs_t::im2col
+                      : variant % 3 == 1 ? convs_t::cudnn
+                                         : convs_t::fastest;
+    const bool tf32 = variant >= 3;
+    if (mode != convs_t::im2col && !cb::has_cudnn)
+      continue;
+    const std::string convs = std::string(mode == convs_t::im2col  ? "im2col"
+                                          : mode == convs_t::cudnn ? "cuDNN"
+                                                                   : "fastest") +
+                              (tf32 ? " TF32" : " FP32");
+    double ms_uncaptured = 0;
+    for (const bool graphs : {false, true}) {
+      ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{
+          .seed = 1, .allow_tf32 = tf32, .convolutions = mode, .cuda_graphs = graphs});
+      auto step = [&] {
+        auto [loss] = s.run(ty::fetch(total_loss, train_op), ty::feed(images_ph, images),
+                            ty::feed(labels_ph, labels));
+        if (!std::isfinite(loss[0]))
+          throw ty::error("bench train_step: the loss is not finite");
+      };
+      const double ms = time_host(step, 300, 30);
+      if (graphs && s.stats().graph_launches != 1)
+        throw ty::error("bench train_step: the step was not replayed as a CUDA graph");
+      if (mode != convs_t::fastest &&
+          (s.stats().cudnn_convolutions > 0) != (mode == convs_t::cudnn))
+        throw ty::error("bench train_step: convolutions on cuDNN: " +
+                        std::to_string(s.stats().cudnn_convolutions));
+      const std::string name = "seed model train step, batch 128, " + convs + ", ";
+      if (!graphs) {
+        ms_uncaptured = ms;
+        results.push_back({name + "kernel by kernel", "images/s", ms, batch / ms * 1e3, "", 0});
+      } else {
+        results.push_back({name + "one CUDA graph", "images/s", ms, batch / ms * 1e3,
+                           "kernel by kernel", ms_uncaptured / ms});
+      }
     }
   }
+}
+
+/// For a kernel profiler (`ncu --profile-from-start off`): one step of the seed model, kernel
+/// by kernel, between cudaProfilerStart and cudaProfilerStop, after three warm-up steps.
+template <class Images, class Labels, class Loss, class Train>
+void profiled_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train_op,
+                   ty::gpu_convolutions mode, bool tf32) {
+  ty::tensor<float> images({128, 28, 28, 1});
+  ty::tensor<std::int32_t> labels({128});
+  for (std::int64_t i = 0; i < images.size(); ++i)
+    images[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
+  for (std::int64_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<std::int32_t>(i % 10);
+  ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{
+      .seed = 1, .allow_tf32 = tf32, .convolutions = mode, .cuda_graphs = false});
+  for (int k = 0; k < 4; ++k) {
+    if (k == 3) {
+      CHECK(cudaDeviceSynchronize());
+      CHECK(cudaProfilerStart());
+    }
+    (void)s.run(ty::fetch(total_loss, train_op), ty::feed(images_ph, images),
+                ty::feed(labels_ph, labels));
+  }
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaProfilerStop());
+  std::printf("profiled one step: convolutions %s, %s, %zu on cuDNN\n",
+              mode == ty::gpu_convolutions::im2col  ? "im2col"
+              : mode == ty::gpu_convolutions::cudnn ? "cuDNN"
+                                                    : "fastest",
+              tf32 ? "TF32" : "FP32", s.stats().cudnn_convolutions);
 }
 
 /// Where a step's time goes: the last of five runs of the seed's step traced (a traced step on
 /// a GPU synchronizes after each kernel, so each step's time is its GPU time plus the launch),
 /// the steps printed slowest first with their share of the step, then the per-op profile.
 template <class Images, class Labels, class Loss, class Train>
-void profile_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train_op) {
+void profile_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train_op, bool cudnn) {
   ty::tensor<float> images({128, 28, 28, 1});
   ty::tensor<std::int32_t> labels({128});
   for (std::int64_t i = 0; i < images.size(); ++i)
@@ -345,7 +397,10 @@ void profile_step(Images images_ph, Labels labels_ph, Loss total_loss, Train tra
   for (std::int64_t i = 0; i < labels.size(); ++i)
     labels[i] = static_cast<std::int32_t>(i % 10);
   ty::trace_recorder rec(ty::trace_recorder::options{.skip = 4, .runs = 1});
-  ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{.seed = 1, .trace = &rec});
+  ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{
+      .seed = 1,
+      .trace = &rec,
+      .convolutions = cudnn ? ty::gpu_convolutions::fastest : ty::gpu_convolutions::im2col});
   for (int k = 0; k < 5; ++k)
     (void)s.run(ty::fetch(total_loss, train_op), ty::feed(images_ph, images),
                 ty::feed(labels_ph, labels));
@@ -358,7 +413,8 @@ void profile_step(Images images_ph, Labels labels_ph, Loss total_loss, Train tra
     }
   std::sort(steps.begin(), steps.end(),
             [](const auto& a, const auto& b) { return a.duration > b.duration; });
-  std::printf("traced step: %zu steps, %.3f ms in all\n", steps.size(), total * 1e3);
+  std::printf("traced step (convolutions on %s): %zu steps, %.3f ms in all\n",
+              cudnn ? "the fastest" : "im2col + cuBLAS", steps.size(), total * 1e3);
   for (std::size_t k = 0; k < steps.size() && k < 25; ++k)
     std::printf("  %8.1f us %5.1f %%  %.110s\n", steps[k].duration * 1e6,
                 100 * steps[k].duration / total, steps[k].plan->label[steps[k].node].c_str());
@@ -381,8 +437,19 @@ int main(int argc, char** argv) {
     CHECK(cudaRuntimeGetVersion(&runtime));
     std::printf("device: %s, %d SMs, %.0f MB L2, CUDA driver %d, runtime %d\n", prop.name,
                 prop.multiProcessorCount, prop.l2CacheSize / 1e6, driver, runtime);
+    if (argc > 3 && std::string(argv[1]) == "--kernels") { // --kernels MODE tf32|fp32
+      const std::string m = argv[2];
+      profiled_step(mnist::images, mnist::labels, mnist::total_loss, mnist::train_op,
+                    m == "cudnn"    ? ty::gpu_convolutions::cudnn
+                    : m == "im2col" ? ty::gpu_convolutions::im2col
+                                    : ty::gpu_convolutions::fastest,
+                    std::string(argv[3]) == "tf32");
+      return 0;
+    }
     if (argc > 1 && std::string(argv[1]) == "--profile") {
-      profile_step(mnist::images, mnist::labels, mnist::total_loss, mnist::train_op);
+      for (const bool cudnn : {false, true})
+        if (!cudnn || cb::has_cudnn)
+          profile_step(mnist::images, mnist::labels, mnist::total_loss, mnist::train_op, cudnn);
       return 0;
     }
     cudaStream_t s;

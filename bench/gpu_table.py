@@ -33,7 +33,8 @@ def main():
         rate = f"{r['rate']:,.1f} {r['unit']}"
         print(f"| {r['name']} | {r['ms']:.4f} | {rate} | {against} |")
     step = [r for r in ours if r["name"].startswith("seed model train step")]
-    graph = next((r for r in step if "graph" in r["name"]), None)
+    graphs = [r for r in step if "graph" in r["name"]]
+    graph = min(graphs, key=lambda r: r["ms"]) if graphs else None  # the fastest captured step
     for r in base["results"]:
         ms = r["seconds"] * 1e3
         against = ""

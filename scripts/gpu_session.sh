@@ -2,7 +2,7 @@
 # Runs what needs a GPU on a lent GPU machine (issue 20), from binaries built elsewhere with
 # scripts/gpu_pack.sh (the machine has the CUDA toolkit but no Debian packages):
 #   bash scripts/gpu_session.sh [tests] [examples] [sanitize] [bench] [baselines] [mainjob]
-# With no argument: tests, examples and bench. Logs go to $OUT (or ./gpu-out), a summary to
+# With no argument: tests, examples and bench; they run in the order named. Logs go to $OUT (or ./gpu-out), a summary to
 # stdout. Reads .gpu/bin (the binaries) and .gpu/data (Fashion-MNIST's four .gz files).
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -12,7 +12,6 @@ DATA=$PWD/.gpu/data
 what=${*:-tests examples bench}
 # (sanitize, baselines and mainjob take minutes each: name them. MAINJOB_PLACEMENTS picks the
 # main job's placements, default both.)
-has() { [[ " $what " == *" $1 "* ]]; }
 
 # Shared libraries the binaries need that the machine keeps outside the loader's path (cuBLAS,
 # NCCL in Python wheels): found by name, added to LD_LIBRARY_PATH.
@@ -29,9 +28,18 @@ done
 } 2>&1 | tee "$OUT/env.txt"
 
 summary=()
+# DEADLINE (seconds from the start, default 1500): a step gets at most the time left before it,
+# and none when under 15 s are left, so that the summary and the logs always come back.
+deadline=${DEADLINE:-1500}
 run() { # name, timeout, command...
   local name=$1 limit=$2
   shift 2
+  local left=$((deadline - SECONDS))
+  if ((left < 15)); then
+    summary+=("$(printf '%-40s skipped: the deadline' "$name")")
+    return
+  fi
+  ((limit > left)) && limit=$left
   local start=$SECONDS
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
@@ -39,45 +47,52 @@ run() { # name, timeout, command...
     "$(grep -E 'FAIL|skipped|test cases|accuracy' "$OUT/$name.log" | tail -1 | cut -c1-90)")")
 }
 
-if has tests; then
+small=(--data-dir "$DATA" --train-limit 512 --epochs 1 --batch-size 64 --log-every 4 --threads 2)
+do_tests() {
   for t in "$BIN"/test_cuda_*; do
     run "$(basename "$t")" 300 "$t"
   done
-fi
-small=(--data-dir "$DATA" --train-limit 512 --epochs 1 --batch-size 64 --log-every 4 --threads 2)
-if has examples; then
+}
+do_examples() {
   for p in gpu variables-on-cpu; do # (cpu: the CI runs example.mnist_cuda.cpu)
     run "mnist_cuda.$p" 300 "$BIN/mnist_cuda" "${small[@]}" --placement "$p"
   done
   run mnist_cuda.replicas2 120 "$BIN/mnist_cuda" "${small[@]}" --placement variables-on-cpu \
     --replicas 2
-fi
-if has sanitize; then
-  for tool in memcheck racecheck synccheck; do
-    for t in test_cuda_fused test_cuda_session test_cuda_ops test_cuda_layout test_cuda_runtime; do
+}
+do_sanitize() { # SANITIZE_TOOLS and SANITIZE_TESTS narrow it (default: all of them)
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+    for t in ${SANITIZE_TESTS:-test_cuda_fused test_cuda_session test_cuda_ops test_cuda_layout \
+      test_cuda_runtime}; do
       run "sanitizer.$tool.$t" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/$t"
     done
+    run "sanitizer.$tool.mnist_gpu" 300 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$BIN/mnist_cuda" --data-dir "$DATA" --train-limit 256 --epochs 1 --batch-size 64 \
+      --log-every 4 --threads 2 --placement gpu
   done
-  run sanitizer.memcheck.mnist_gpu 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    "$BIN/mnist_cuda" --data-dir "$DATA" --train-limit 256 --epochs 1 --batch-size 64 \
-    --log-every 4 --threads 2 --placement gpu
-fi
-if has bench; then
+}
+do_bench() {
   run gpu_bench 400 "$BIN/gpu_bench" "$OUT/gpu_bench.json"
   cp "$OUT/gpu_bench.log" "$OUT/gpu_bench.txt"
   CUDA_LAUNCH_BLOCKING=1 run gpu_profile 120 "$BIN/gpu_bench" --profile
   cp "$OUT/gpu_profile.log" "$OUT/gpu_profile.txt"
-fi
-if has baselines; then
+}
+do_baselines() {
   XLA_PYTHON_CLIENT_PREALLOCATE=false run gpu_baselines 500 python3 bench/gpu_baselines.py \
     --out "$OUT/gpu_baselines.json"
-fi
-if has mainjob; then
+}
+do_mainjob() {
   for p in ${MAINJOB_PLACEMENTS:-gpu variables-on-cpu}; do
     run "mainjob.$p" 590 "$BIN/mnist_cuda" --data-dir "$DATA" --epochs 10 --threads 8 \
       --placement "$p"
   done
-fi
+}
+for step in $what; do
+  case $step in
+  tests | examples | sanitize | bench | baselines | mainjob) "do_$step" ;;
+  *) summary+=("unknown step '$step'") ;;
+  esac
+done
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
 # At most 8 files come back from the machine: the logs travel as one archive.
 (cd "$OUT" && tar czf logs.tar.gz --remove-files ./*.log 2>/dev/null)

@@ -207,6 +207,8 @@ std::array<std::string, N> fallbacks(const std::array<std::size_t, N>& roots) {
 struct tally_t {
   bool device = false;
   int cases = 0, failed = 0;
+  ty::gpu_convolutions convolutions = ty::gpu_convolutions::fastest; ///< the GPU sessions'
+  std::size_t cudnn_runs = 0; ///< the last GPU run's convolutions on cuDNN
 } tally;
 
 void report(const std::string& name, const std::string& value_error, const std::string& on_cpu) {
@@ -251,13 +253,15 @@ void check(const std::string& group, const Feeds& feeds, const item<E>&... items
   if (tally.device) {
     try {
       ty::session<> cs(ty::session_options{.seed = 7});
-      ty::session<ty::on<ty::gpu<0>>> gs(ty::session_options{.seed = 7});
+      ty::session<ty::on<ty::gpu<0>>> gs(
+          ty::session_options{.seed = 7, .convolutions = tally.convolutions});
       // (Not `const auto`: a const tuple of the results costs nvcc's device front end
       // seconds per case.)
       auto co =
           std::apply([&](const auto&... f) { return cs.run(ty::fetch_t<E...>{}, f...); }, feeds);
       auto go =
           std::apply([&](const auto&... f) { return gs.run(ty::fetch_t<E...>{}, f...); }, feeds);
+      tally.cudnn_runs = gs.stats().cudnn_convolutions;
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         ((errors[I] = compare(std::get<I>(go), std::get<I>(co), tols[I])), ...);
       }
@@ -549,7 +553,7 @@ void matmul_case(T) {
 // KH*KW*O for the input gradient, N*OH*OW for the filter gradient. float64: the SAME
 // convolution and its gradients.
 template <class T>
-void conv_case(T) {
+void conv_case(T, const char* name = "conv2d") {
   using ty::padding;
   constexpr auto x = ty::placeholder<"x", T, ty::shape<2, 9, 10, 3>>;
   constexpr auto f = ty::placeholder<"f", T, ty::shape<3, 3, 3, 4>>;
@@ -566,7 +570,7 @@ void conv_case(T) {
   constexpr auto g6 = ty::placeholder<"g6", T, typename decltype(c6)::shape_type>;
   const auto xv = make(x, wave(0.1)), fv = make(f, wave(0.2)), f2v = make(f2, wave(0.3)),
              g1v = make(g1, wave(1.1)), g4v = make(g4, wave(1.4)), g6v = make(g6, wave(1.6));
-  const std::string group = dtype_group<T>("conv2d");
+  const std::string group = dtype_group<T>(name);
   if constexpr (std::is_same_v<T, float>)
     check(group,
           std::make_tuple(ty::feed(x, xv), ty::feed(f, fv), ty::feed(f2, f2v), ty::feed(g1, g1v),
@@ -585,6 +589,31 @@ void conv_case(T) {
     check(group, std::make_tuple(ty::feed(x, xv), ty::feed(f, fv), ty::feed(g1, g1v)),
           at("same", c1, accum(27)), at("grad same x", ty::grad(ty::sum(c1 * g1), x), accum(36)),
           at("grad same f", ty::grad(ty::sum(c1 * g1), f), accum(180)));
+}
+
+// The float32 convolutions on every GPU path, each against the CPU: the fastest per geometry
+// (the default: timed on first use), cuDNN wherever it takes the geometry (where the build has
+// it; it takes every case but SAME stride 2 over 10 columns, whose padding is asymmetric), and
+// im2col + cuBLAS.
+void conv_paths_case() {
+  conv_case(float{});
+  tally.convolutions = ty::gpu_convolutions::cudnn;
+  conv_case(float{}, "conv2d cudnn");
+  const std::size_t on_cudnn = tally.cudnn_runs;
+  tally.convolutions = ty::gpu_convolutions::im2col;
+  conv_case(float{}, "conv2d im2col");
+  tally.convolutions = ty::gpu_convolutions::fastest;
+  if (!tally.device)
+    return;
+  // Forward passes: every case but one; gradients: six.
+  const std::size_t expected = ty::cuda_backend::has_cudnn ? 12 : 0;
+  std::printf("convolution steps on cuDNN: %zu with gpu_convolutions::cudnn, %zu with im2col\n",
+              on_cudnn, tally.cudnn_runs);
+  report("conv2d/float32 on cuDNN where it takes the geometry, never with im2col",
+         on_cudnn == expected && tally.cudnn_runs == 0
+             ? ""
+             : "cuDNN ran where it should not, or not where it should",
+         "");
 }
 
 // max_pool and avg_pool, SAME and VALID, non-overlapping and overlapping windows, a 3x2 window
@@ -713,7 +742,7 @@ int main() {
   reduce_case(double{});
   matmul_case(float{});
   matmul_case(double{});
-  conv_case(float{});
+  conv_paths_case();
   conv_case(double{});
   pool_case(float{});
   softmax_case(float{}, std::int32_t{});

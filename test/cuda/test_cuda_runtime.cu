@@ -3,7 +3,8 @@
 // the caching allocator's size classes; the fused kernel's parameters (vector path, broadcast
 // strides); the device evaluator of a region, called on the host, against the CPU loop's; the
 // placement of the ops with GPU kernels; and the index arithmetic of the layout, argmax and
-// dropout kernels (backend/cuda/layout.cuh), run on the host against the CPU kernels.
+// dropout kernels (backend/cuda/layout.cuh), run on the host against the CPU kernels, and of the
+// window kernels (im2col, col2im, pooling: backend/cuda/nn.cuh) against naive loops.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "typeflow/backend/cuda/fused.cuh"
 #include "typeflow/backend/cuda/layout.cuh"
+#include "typeflow/backend/cuda/nn.cuh"
 #include "typeflow/typeflow.hpp"
 
 namespace ty = typeflow;
@@ -477,4 +479,170 @@ TEST_CASE("the dropout hash is shared: the masks are those drawn before it was")
   CHECK_THROWS_WITH(ty::backend::check_keep_prob(0.0),
                     "typeflow: dropout: keep_prob must be in (0, 1], got 0.000000");
   CHECK_NOTHROW(ty::backend::check_keep_prob(1.0));
+}
+
+TEST_CASE("fast_divider divides exactly below 2^31 (the window kernels' 32-bit index math)") {
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  std::vector<std::int64_t> divisors{1,
+                                     2,
+                                     3,
+                                     5,
+                                     7,
+                                     25,
+                                     32,
+                                     800,
+                                     3136,
+                                     65535,
+                                     65536,
+                                     1000003,
+                                     (std::int64_t{1} << 30) + 1,
+                                     (std::int64_t{1} << 31) - 1};
+  for (int k = 0; k < 200; ++k)
+    divisors.push_back(static_cast<std::int64_t>(next() % ((std::uint64_t{1} << 31) - 1)) + 1);
+  for (const std::int64_t d : divisors) {
+    const cb::fast_divider f(d);
+    std::vector<std::uint32_t> ns{0, 1, static_cast<std::uint32_t>(d - 1),
+                                  static_cast<std::uint32_t>(d), (1u << 31) - 1};
+    if (d < (std::int64_t{1} << 30))
+      ns.push_back(static_cast<std::uint32_t>(2 * d - 1));
+    for (int k = 0; k < 500; ++k)
+      ns.push_back(static_cast<std::uint32_t>(next() % (1u << 31)));
+    for (const std::uint32_t n : ns) {
+      INFO(n << " / " << d);
+      CHECK(f.div(n) == static_cast<std::uint32_t>(n / static_cast<std::uint64_t>(d)));
+    }
+  }
+}
+
+namespace {
+struct same_window {
+  static constexpr auto pad = ty::padding::same;
+};
+struct valid_window {
+  static constexpr auto pad = ty::padding::valid;
+};
+
+/// Every element of a window function, with 32-bit and 64-bit indices.
+template <class F>
+std::vector<double> all_of(F f, const ty::backend::window2d& g, std::int64_t n) {
+  std::vector<double> out(static_cast<std::size_t>(n));
+  const cb::window_dividers<std::uint32_t> narrow(g);
+  const cb::window_dividers<std::int64_t> wide(g);
+  for (std::int64_t i = 0; i < n; ++i) {
+    out[static_cast<std::size_t>(i)] = f(narrow, static_cast<std::uint32_t>(i));
+    CHECK(f(wide, i) == out[static_cast<std::size_t>(i)]);
+  }
+  return out;
+}
+} // namespace
+
+TEST_CASE("im2col, col2im and pooling: the GPU's index arithmetic against naive loops (on the "
+          "host)") {
+  using ty::backend::window2d;
+  struct geometry {
+    bool same;
+    std::int64_t n, h, w, c, kh, kw, sh, sw, dh, dw;
+  };
+  // SAME and VALID; strided, dilated; an odd SAME padding (the extra row after); the seed's
+  // 5x5 convolution and 2x2 pool.
+  const geometry geometries[] = {
+      {true, 2, 9, 10, 3, 3, 3, 1, 1, 1, 1},  {true, 2, 9, 10, 3, 3, 3, 2, 2, 1, 1},
+      {false, 2, 9, 10, 3, 3, 2, 2, 3, 1, 1}, {true, 1, 9, 10, 2, 3, 3, 2, 1, 1, 2},
+      {false, 1, 9, 10, 2, 3, 2, 1, 1, 2, 3}, {true, 2, 14, 14, 4, 5, 5, 1, 1, 1, 1},
+      {true, 2, 14, 14, 4, 2, 2, 2, 2, 1, 1}, {true, 1, 7, 7, 3, 3, 3, 2, 2, 1, 1}};
+  for (const auto& q : geometries) {
+    const auto x = dims_of({q.n, q.h, q.w, q.c});
+    const window2d g =
+        q.same ? ty::backend::window_of<same_window>(x, q.kh, q.kw, 4, q.sh, q.sw, q.dh, q.dw)
+               : ty::backend::window_of<valid_window>(x, q.kh, q.kw, 4, q.sh, q.sw, q.dh, q.dw);
+    INFO("input " << x.str() << " window " << q.kh << "x" << q.kw << " strides " << q.sh << "x"
+                  << q.sw << " dilations " << q.dh << "x" << q.dw << (q.same ? " SAME" : " VALID"));
+    // Small integers with ties: every sum below is exact whatever its order.
+    std::vector<double> xv(static_cast<std::size_t>(x.numel()));
+    for (std::size_t i = 0; i < xv.size(); ++i)
+      xv[i] = static_cast<double>((i * 7) % 5) - 2;
+    auto at = [&](std::int64_t b, std::int64_t iy, std::int64_t ix, std::int64_t ci) {
+      return ((b * g.h + iy) * g.w + ix) * g.c + ci;
+    };
+    // im2col and its adjoint col2im (a scatter-add of the patches).
+    const std::int64_t rows = g.rows(), patch = g.patch();
+    std::vector<double> col_ref(static_cast<std::size_t>(rows * patch), 0.0);
+    std::vector<double> colv(col_ref.size());
+    for (std::size_t i = 0; i < colv.size(); ++i)
+      colv[i] = static_cast<double>((i * 3) % 7) - 3;
+    std::vector<double> dx_ref(xv.size(), 0.0);
+    for (std::int64_t b = 0; b < g.n; ++b)
+      for (std::int64_t oy = 0; oy < g.oh; ++oy)
+        for (std::int64_t ox = 0; ox < g.ow; ++ox)
+          for (std::int64_t ky = 0; ky < g.kh; ++ky)
+            for (std::int64_t kx = 0; kx < g.kw; ++kx)
+              for (std::int64_t ci = 0; ci < g.c; ++ci) {
+                const std::int64_t r = (b * g.oh + oy) * g.ow + ox, p = (ky * g.kw + kx) * g.c + ci;
+                const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh,
+                                   ix = ox * g.sw - g.pw + kx * g.dw;
+                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
+                  continue;
+                col_ref[static_cast<std::size_t>(r * patch + p)] =
+                    xv[static_cast<std::size_t>(at(b, iy, ix, ci))];
+                dx_ref[static_cast<std::size_t>(at(b, iy, ix, ci))] +=
+                    colv[static_cast<std::size_t>(r * patch + p)];
+              }
+    CHECK(all_of(cb::im2col_fn<double>{xv.data(), g}, g, rows * patch) == col_ref);
+    CHECK(all_of(cb::col2im_fn<double>{colv.data(), g}, g, x.numel()) == dx_ref);
+    // Pooling over the same window (no dilation: pools have none).
+    if (q.dh != 1 || q.dw != 1)
+      continue;
+    const std::int64_t outputs = g.n * g.oh * g.ow * g.c;
+    std::vector<double> dyv(static_cast<std::size_t>(outputs));
+    for (std::size_t i = 0; i < dyv.size(); ++i)
+      dyv[i] = static_cast<double>((i * 5) % 9) - 4;
+    std::vector<double> max_ref(dyv.size()), avg_ref(dyv.size()), dmax_ref(xv.size(), 0.0),
+        davg_ref(xv.size(), 0.0);
+    for (std::int64_t b = 0; b < g.n; ++b)
+      for (std::int64_t oy = 0; oy < g.oh; ++oy)
+        for (std::int64_t ox = 0; ox < g.ow; ++ox)
+          for (std::int64_t ci = 0; ci < g.c; ++ci) {
+            const auto o = static_cast<std::size_t>(((b * g.oh + oy) * g.ow + ox) * g.c + ci);
+            double best = -INFINITY, sum = 0;
+            std::int64_t best_at = -1, count = 0;
+            for (std::int64_t iy = oy * g.sh - g.ph; iy < oy * g.sh - g.ph + g.kh; ++iy)
+              for (std::int64_t ix = ox * g.sw - g.pw; ix < ox * g.sw - g.pw + g.kw; ++ix) {
+                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
+                  continue;
+                const double v = xv[static_cast<std::size_t>(at(b, iy, ix, ci))];
+                if (best_at < 0 || v > best) {
+                  best = v;
+                  best_at = at(b, iy, ix, ci);
+                }
+                sum += v;
+                ++count;
+              }
+            max_ref[o] = best;
+            avg_ref[o] = sum / static_cast<double>(count > 0 ? count : 1);
+            if (best_at >= 0)
+              dmax_ref[static_cast<std::size_t>(best_at)] += dyv[o];
+            for (std::int64_t iy = oy * g.sh - g.ph; iy < oy * g.sh - g.ph + g.kh; ++iy)
+              for (std::int64_t ix = ox * g.sw - g.pw; ix < ox * g.sw - g.pw + g.kw; ++ix)
+                if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+                  davg_ref[static_cast<std::size_t>(at(b, iy, ix, ci))] +=
+                      dyv[o] / static_cast<double>(count);
+          }
+    CHECK(all_of(cb::pool_forward_fn<true, double>{xv.data(), g}, g, outputs) == max_ref);
+    const auto avg = all_of(cb::pool_forward_fn<false, double>{xv.data(), g}, g, outputs);
+    const auto dmax =
+        all_of(cb::pool_backward_fn<true, double>{xv.data(), dyv.data(), g}, g, x.numel());
+    const auto davg =
+        all_of(cb::pool_backward_fn<false, double>{xv.data(), dyv.data(), g}, g, x.numel());
+    CHECK(dmax == dmax_ref);
+    for (std::size_t i = 0; i < avg.size(); ++i)
+      CHECK(avg[i] == doctest::Approx(avg_ref[i]).epsilon(1e-12));
+    for (std::size_t i = 0; i < davg.size(); ++i)
+      CHECK(davg[i] == doctest::Approx(davg_ref[i]).epsilon(1e-12));
+  }
 }

@@ -48,6 +48,8 @@ enum class precision {
             ///< and write float32 (oneDNN, CPUs with AVX512-BF16 or AMX; float32 elsewhere)
 };
 
+using backend::gpu_convolutions;
+
 struct session_options {
   int threads = 0;        ///< worker threads, BLAS included; 0: all hardware threads
   std::uint64_t seed = 0; ///< seeds every variable's initializer (with the variable's name)
@@ -65,9 +67,15 @@ struct session_options {
   /// CUDA backend: let float32 matmul and convolutions use TF32 tensor cores (about 1e-3
   /// relative error instead of 1e-6; off by default, as in PyTorch's matmul).
   bool allow_tf32 = false;
+  /// CUDA backend: how float32 convolutions and their gradients run, where CMake found cuDNN
+  /// (TYPEFLOW_HAS_CUDNN): the faster of cuDNN and im2col + cuBLAS for each geometry, timed
+  /// the first time it runs (fastest), cuDNN wherever it takes the geometry (cudnn), or
+  /// im2col + cuBLAS (im2col). cuDNN cannot take an odd SAME padding (the extra row after).
+  gpu_convolutions convolutions = gpu_convolutions::fastest;
   /// CUDA backend: a run whose plan lies wholly on one GPU (fed from placeholders) is captured
-  /// as one CUDA graph the first time it runs with given feed extents, and replayed by later
-  /// runs with the same extents (one launch per step). Off: every step is launched by the host.
+  /// as one CUDA graph the second time it runs with given feed extents (the first warms up
+  /// kernel by kernel), and replayed by later runs with the same extents (one launch per step).
+  /// Off: every step is launched by the host.
   bool cuda_graphs = true;
   /// Replication across processes (distributed/mpi.hpp): gradients are packed into buckets of
   /// this many bytes per all-reduce (Horovod's tensor fusion) ...
@@ -214,6 +222,7 @@ public:
       : opts_(o), pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)),
         dnnl_(std::make_unique<cpu_backend::onednn_cache>(o.precision == precision::bfloat16)) {
     st_.allow_tf32 = o.allow_tf32;
+    st_.convolutions = o.convolutions;
     cpu_backend::set_blas_single_threaded();
   }
 
@@ -246,7 +255,7 @@ public:
         std::array<backend::rt_value, P::slots> vals;
         begin_run<P>(vals.data(), feeds...);
         if constexpr (graph_capturable<P>())
-          if (opts_.cuda_graphs && !tr_.run && !opts_.check_numerics)
+          if (opts_.cuda_graphs && !tr_.run && !opts_.check_numerics && warmed_up<P>(vals.data()))
             return run_graph<P, F...>(vals.data());
         run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
         backend::end_steps(st_); // device-side checks (a bad label): throws before any commit
@@ -765,11 +774,13 @@ private:
 
   // ---- a run as one CUDA graph -----------------------------------------------------------------
   //
-  // A plan whose every step runs on one GPU, fed only from placeholders, is captured the first
-  // time it runs with given feed extents: the steps and the assignments are recorded as one CUDA
-  // graph, its buffers held for it; later runs with the same extents upload the feeds into the
-  // graph's buffers and launch it once. No step waits for the host: device-side checks are read
-  // after the launch, and the assignments are skipped on the device when one failed.
+  // A plan whose every step runs on one GPU, fed only from placeholders, is captured the second
+  // time it runs with given feed extents (the first warms up kernel by kernel: libraries load
+  // their kernels and convolutions time their algorithms, neither of which a capture allows):
+  // the steps and the assignments are recorded as one CUDA graph, its buffers held for it; later
+  // runs with the same extents upload the feeds into the graph's buffers and launch it once. No
+  // step waits for the host: device-side checks are read after the launch, and the assignments are
+  // skipped on the device when one failed.
 
   template <class P>
   static consteval bool graph_capturable() {
@@ -807,6 +818,19 @@ private:
           return false;
       return gpu >= 0;
     }
+  }
+  /// Whether this plan ran before with these feed extents (else they are noted, and the run
+  /// goes kernel by kernel).
+  template <class P>
+  bool warmed_up(const value* vals) {
+    std::vector<std::int64_t> key;
+    for (std::size_t i = 0; i < P::size; ++i)
+      if (P::fact.placeholder[i]) {
+        key.push_back(static_cast<std::int64_t>(vals[i].dims.rank));
+        key.insert(key.end(), vals[i].dims.d.begin(), vals[i].dims.d.begin() + vals[i].dims.rank);
+      }
+    static char plan_key; // one per plan type (its address)
+    return !warmed_[&plan_key].insert(std::move(key)).second;
   }
   template <class P>
   static constexpr int graph_gpu() {
@@ -1445,7 +1469,8 @@ private:
   /// What the backends of its devices see (host buffers, statistics, the run counter, GPU
   /// state): a backend gets this, never the session.
   backend::session_state st_;
-  std::map<const void*, graph_record> graphs_; ///< captured runs, by plan
+  std::map<const void*, graph_record> graphs_;                        ///< captured runs, by plan
+  std::map<const void*, std::set<std::vector<std::int64_t>>> warmed_; ///< feed extents run, by plan
   template <class>
   friend class session;
 };

@@ -22,12 +22,19 @@
 
 namespace typeflow::backend {
 
+/// How a CUDA session runs float32 convolutions and their gradients (session_options::
+/// convolutions): the faster of cuDNN and im2col + cuBLAS per geometry, timed once per process
+/// (fastest); cuDNN wherever it takes the geometry, its heuristic's algorithm (cudnn); or
+/// im2col + cuBLAS only (im2col). float64 always takes im2col.
+enum class gpu_convolutions { fastest, cudnn, im2col };
+
 /// The part of a session that backends read and update.
 struct session_state {
   std::shared_ptr<buffer_pool> host_mem = std::make_shared<buffer_pool>(); ///< host buffers
   run_stats stats;        ///< the current run's statistics
   std::uint64_t runs = 0; ///< runs started so far (seeds dropout masks)
   bool allow_tf32 = false;
+  gpu_convolutions convolutions = gpu_convolutions::fastest; ///< session_options::convolutions
   /// One slot per accelerator (type-erased backend state, created on first use), so that the
   /// session's layout is the same in translation units compiled with and without a backend.
   std::array<std::shared_ptr<void>, 16> accelerators{};

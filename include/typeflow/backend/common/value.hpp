@@ -133,15 +133,16 @@ using variable_store = std::map<std::string, variable_record, std::less<>>;
 
 /// Statistics of the last run, the instrumentation behind the tests of the plan.
 struct run_stats {
-  std::size_t steps = 0;             // kernels executed (materialized nodes, leaves excluded)
-  std::size_t fused_nodes = 0;       // elementwise nodes computed inside fused loops
-  std::size_t buffers_allocated = 0; // fresh heap allocations by the pool during the run
-  std::size_t buffers_reused = 0;    // buffers the pool handed out again
-  std::size_t peak_bytes = 0;        // peak bytes of live intermediate buffers
-  std::size_t transfers = 0;         // tensors sent from one device to another
-  std::size_t transfer_bytes = 0;    // ... and their bytes
-  std::size_t graph_captures = 0;    // the run captured its steps as a CUDA graph (1) ...
-  std::size_t graph_launches = 0;    // ... and launched a captured graph (1)
+  std::size_t steps = 0;              // kernels executed (materialized nodes, leaves excluded)
+  std::size_t fused_nodes = 0;        // elementwise nodes computed inside fused loops
+  std::size_t buffers_allocated = 0;  // fresh heap allocations by the pool during the run
+  std::size_t buffers_reused = 0;     // buffers the pool handed out again
+  std::size_t peak_bytes = 0;         // peak bytes of live intermediate buffers
+  std::size_t transfers = 0;          // tensors sent from one device to another
+  std::size_t transfer_bytes = 0;     // ... and their bytes
+  std::size_t graph_captures = 0;     // the run captured its steps as a CUDA graph (1) ...
+  std::size_t graph_launches = 0;     // ... and launched a captured graph (1)
+  std::size_t cudnn_convolutions = 0; // convolution steps that ran on cuDNN
 };
 
 /// Size-bucketed pool: a buffer goes back to its bucket when its last reference is dropped, so

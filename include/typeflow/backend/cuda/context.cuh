@@ -33,6 +33,9 @@ struct gpu_context {
   int* flags = nullptr;
   int* host_flags = nullptr; ///< pinned
   std::vector<std::string> checks;
+  /// cudnn.cuh's state (its handle, the convolutions' plans), made by the first convolution
+  /// that runs on cuDNN.
+  std::shared_ptr<void> cudnn;
 
   gpu_context(int d, bool allow_tf32) : device(select(d)) {
     TYPEFLOW_CUDA_CHECK(cublasCreate(&blas));

@@ -1,5 +1,6 @@
-// CUDA kernels of the neural-network ops: conv2d forward and backward as im2col + cuBLAS (the
-// adjoint col2im gathers, so no atomics and deterministic sums), max/avg pooling and their
+// CUDA kernels of the neural-network ops: conv2d forward and backward on cuDNN where it takes
+// them (cudnn.cuh: float32, symmetric padding), else as im2col + cuBLAS (the adjoint col2im
+// gathers, so no atomics and deterministic sums), max/avg pooling and their
 // gradients (gathering too: each input element sums the windows that read it), and the fused
 // sparse softmax cross-entropy (one thread per row; a bad label sets a flag the host checks).
 // The window geometry is backend/common/window.hpp's, shared with the CPU.
@@ -8,11 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "../../core/error.hpp"
 #include "../../ops/nn.hpp"
 #include "../common/window.hpp"
 #include "context.cuh"
+#include "cudnn.cuh"
 #include "matmul.cuh"
 #include "runtime.hpp"
 
@@ -28,108 +31,244 @@ inline int grid_for(std::int64_t n, int threads = 256) {
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
-template <class T>
-__global__ void im2col_kernel(const T* x, window2d g, T* col) {
+// ---- the window kernels' index arithmetic ----------------------------------------------------
+//
+// Each kernel is a grid-stride loop over its output elements whose body is a __host__ __device__
+// function of the element's index (the host tests run them against the CPU kernels: unit.
+// cuda_runtime). Splitting a flat NHWC index takes several divisions per element: with 64-bit
+// operands they dominated these kernels (im2col of conv2 at batch 128: 259 us on an H200). Below
+// 2^31 elements they use 32-bit indices and a multiply-and-shift per division (fast_divider).
+
+/// Division by a divisor fixed at launch, as a multiply-high, an add and a shift (Granlund and
+/// Montgomery's method, the form of PyTorch's IntDivider): exact for dividends and divisors below
+/// 2^31.
+struct fast_divider {
+  std::uint32_t d = 1, magic = 1, shift = 0;
+  fast_divider() = default;
+  explicit fast_divider(std::int64_t divisor)
+      : d(static_cast<std::uint32_t>(divisor > 0 ? divisor : 1)) {
+    while (shift < 32 && (std::uint64_t{1} << shift) < d)
+      ++shift;
+    const std::uint64_t one = 1;
+    magic = static_cast<std::uint32_t>(((one << 32) * ((one << shift) - d)) / d + 1);
+  }
+  __host__ __device__ std::uint32_t div(std::uint32_t n) const {
+#ifdef __CUDA_ARCH__
+    const std::uint32_t t = __umulhi(n, magic);
+#else
+    const auto t = static_cast<std::uint32_t>((std::uint64_t{n} * magic) >> 32);
+#endif
+    return (t + n) >> shift;
+  }
+};
+/// Plain 64-bit division, for tensors of 2^31 elements or more.
+struct plain_divider {
+  std::int64_t d = 1;
+  plain_divider() = default;
+  explicit plain_divider(std::int64_t divisor) : d(divisor > 0 ? divisor : 1) {}
+  __host__ __device__ std::int64_t div(std::int64_t n) const { return n / d; }
+};
+
+/// The divisors of a window op's index arithmetic; I is the index type (std::uint32_t: fast
+/// division, std::int64_t: plain).
+template <class I>
+struct window_dividers {
+  using divider = std::conditional_t<std::is_same_v<I, std::uint32_t>, fast_divider, plain_divider>;
+  divider c, w, h, ow, oh, kw, patch, sh, sw;
+  explicit window_dividers(const window2d& g)
+      : c(g.c), w(g.w), h(g.h), ow(g.ow), oh(g.oh), kw(g.kw), patch(g.kh * g.kw * g.c), sh(g.sh),
+        sw(g.sw) {}
+};
+
+/// q = n / d and the remainder, with d's own division.
+template <class I, class D>
+__host__ __device__ inline I split(I n, const D& d, I& rem) {
+  const I q = static_cast<I>(d.div(n));
+  rem = n - q * static_cast<I>(d.d);
+  return q;
+}
+
+/// col[r, p]: row r = (b, oy, ox) of the output, p = (ky, kx, ci) of the patch.
+template <class T, class I>
+__host__ __device__ T im2col_at(const T* x, const window2d& g, const window_dividers<I>& dv,
+                                I idx) {
+  I p, ci, kx, ox, oy;
+  const I r = split(idx, dv.patch, p);
+  const I ky = split(split(p, dv.c, ci), dv.kw, kx);
+  const I b = split(split(r, dv.ow, ox), dv.oh, oy);
+  const std::int64_t iy = static_cast<std::int64_t>(oy) * g.sh - g.ph +
+                          static_cast<std::int64_t>(ky) * g.dh,
+                     ix = static_cast<std::int64_t>(ox) * g.sw - g.pw +
+                          static_cast<std::int64_t>(kx) * g.dw;
+  return (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
+             ? T(0)
+             : x[((static_cast<std::int64_t>(b) * g.h + iy) * g.w + ix) * g.c + ci];
+}
+
+/// dx[b, iy, ix, ci] = the sum of the patch entries that im2col copied from there, in (ky, kx)
+/// order.
+template <class T, class I>
+__host__ __device__ T col2im_at(const T* col, const window2d& g, const window_dividers<I>& dv,
+                                I idx) {
+  I ci, ix, iy;
+  const I b = split(split(split(idx, dv.c, ci), dv.w, ix), dv.h, iy);
   const std::int64_t patch = g.kh * g.kw * g.c;
-  TYPEFLOW_GRID_STRIDE(idx, g.n * g.oh * g.ow * patch) {
-    const std::int64_t p = idx % patch, r = idx / patch;
-    const std::int64_t ci = p % g.c, kx = (p / g.c) % g.kw, ky = p / (g.c * g.kw);
-    const std::int64_t ox = r % g.ow, oy = (r / g.ow) % g.oh, b = r / (g.ow * g.oh);
-    const std::int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
-    col[idx] = (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w)
-                   ? T(0)
-                   : x[((b * g.h + iy) * g.w + ix) * g.c + ci];
-  }
-}
-
-/// dx[b, iy, ix, ci] = sum of the patch entries that im2col copied from there.
-template <class T>
-__global__ void col2im_kernel(const T* col, window2d g, T* dx) {
-  const std::int64_t patch = g.kh * g.kw * g.c;
-  TYPEFLOW_GRID_STRIDE(idx, g.n * g.h * g.w * g.c) {
-    const std::int64_t ci = idx % g.c, ix = (idx / g.c) % g.w, iy = (idx / (g.c * g.w)) % g.h,
-                       b = idx / (g.c * g.w * g.h);
-    T acc = 0;
-    for (std::int64_t ky = 0; ky < g.kh; ++ky) {
-      const std::int64_t ty = iy + g.ph - ky * g.dh;
-      if (ty < 0 || ty % g.sh != 0 || ty / g.sh >= g.oh)
+  T acc = 0;
+  for (std::int64_t ky = 0; ky < g.kh; ++ky) {
+    const std::int64_t ty = static_cast<std::int64_t>(iy) + g.ph - ky * g.dh;
+    if (ty < 0)
+      continue;
+    I ry;
+    const I oy = split(static_cast<I>(ty), dv.sh, ry);
+    if (ry != 0 || oy >= g.oh)
+      continue;
+    for (std::int64_t kx = 0; kx < g.kw; ++kx) {
+      const std::int64_t tx = static_cast<std::int64_t>(ix) + g.pw - kx * g.dw;
+      if (tx < 0)
         continue;
-      for (std::int64_t kx = 0; kx < g.kw; ++kx) {
-        const std::int64_t tx = ix + g.pw - kx * g.dw;
-        if (tx < 0 || tx % g.sw != 0 || tx / g.sw >= g.ow)
-          continue;
-        acc +=
-            col[((b * g.oh + ty / g.sh) * g.ow + tx / g.sw) * patch + (ky * g.kw + kx) * g.c + ci];
-      }
-    }
-    dx[idx] = acc;
-  }
-}
-
-template <bool Max, class T>
-__global__ void pool_forward_kernel(const T* x, window2d g, T* y) {
-  TYPEFLOW_GRID_STRIDE(idx, g.n * g.oh * g.ow * g.c) {
-    const std::int64_t ci = idx % g.c, ox = (idx / g.c) % g.ow, oy = (idx / (g.c * g.ow)) % g.oh,
-                       b = idx / (g.c * g.ow * g.oh);
-    const std::int64_t y0 = std::max(oy * g.sh - g.ph, std::int64_t{0}),
-                       y1 = std::min(oy * g.sh - g.ph + g.kh, g.h);
-    const std::int64_t x0 = std::max(ox * g.sw - g.pw, std::int64_t{0}),
-                       x1 = std::min(ox * g.sw - g.pw + g.kw, g.w);
-    T acc = Max ? -std::numeric_limits<T>::infinity() : T(0);
-    for (std::int64_t iy = y0; iy < y1; ++iy)
-      for (std::int64_t ix = x0; ix < x1; ++ix) {
-        const T v = x[((b * g.h + iy) * g.w + ix) * g.c + ci];
-        acc = Max ? (v > acc ? v : acc) : acc + v;
-      }
-    if (!Max) {
-      const std::int64_t n = (y1 - y0) * (x1 - x0);
-      acc = acc / static_cast<T>(n > 0 ? n : 1);
-    }
-    y[idx] = acc;
-  }
-}
-
-/// Each input element gathers the gradient of every window that reads it: for max, only from
-/// windows whose first maximum (row-major) it is.
-template <bool Max, class T>
-__global__ void pool_backward_kernel(const T* x, const T* dy, window2d g, T* dx) {
-  TYPEFLOW_GRID_STRIDE(idx, g.n * g.h * g.w * g.c) {
-    const std::int64_t ci = idx % g.c, ix = (idx / g.c) % g.w, iy = (idx / (g.c * g.w)) % g.h,
-                       b = idx / (g.c * g.w * g.h);
-    T acc = 0;
-    // Windows oy with oy*sh - ph <= iy < oy*sh - ph + kh.
-    for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-      const std::int64_t wy = oy * g.sh - g.ph;
-      if (iy < wy || iy >= wy + g.kh)
+      I rx;
+      const I ox = split(static_cast<I>(tx), dv.sw, rx);
+      if (rx != 0 || ox >= g.ow)
         continue;
-      for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-        const std::int64_t wx = ox * g.sw - g.pw;
-        if (ix < wx || ix >= wx + g.kw)
-          continue;
-        const std::int64_t y0 = std::max(wy, std::int64_t{0}), y1 = std::min(wy + g.kh, g.h);
-        const std::int64_t x0 = std::max(wx, std::int64_t{0}), x1 = std::min(wx + g.kw, g.w);
-        const T grad = dy[((b * g.oh + oy) * g.ow + ox) * g.c + ci];
-        if (Max) {
-          std::int64_t best_y = y0, best_x = x0;
-          T best = x[((b * g.h + y0) * g.w + x0) * g.c + ci];
-          for (std::int64_t yy = y0; yy < y1; ++yy)
-            for (std::int64_t xx = x0; xx < x1; ++xx) {
-              const T v = x[((b * g.h + yy) * g.w + xx) * g.c + ci];
-              if (v > best) {
-                best = v;
-                best_y = yy;
-                best_x = xx;
-              }
+      acc += col[((static_cast<std::int64_t>(b) * g.oh + oy) * g.ow + ox) * patch +
+                 (ky * g.kw + kx) * g.c + ci];
+    }
+  }
+  return acc;
+}
+
+/// y[b, oy, ox, ci]: the maximum (Max) or the mean of its window clipped to the input.
+template <bool Max, class T, class I>
+__host__ __device__ T pool_forward_at(const T* x, const window2d& g, const window_dividers<I>& dv,
+                                      I idx) {
+  I ci, ox, oy;
+  const I b = split(split(split(idx, dv.c, ci), dv.ow, ox), dv.oh, oy);
+  const std::int64_t wy = static_cast<std::int64_t>(oy) * g.sh - g.ph,
+                     wx = static_cast<std::int64_t>(ox) * g.sw - g.pw;
+  const std::int64_t y0 = wy > 0 ? wy : 0, y1 = wy + g.kh < g.h ? wy + g.kh : g.h;
+  const std::int64_t x0 = wx > 0 ? wx : 0, x1 = wx + g.kw < g.w ? wx + g.kw : g.w;
+  T acc = Max ? -std::numeric_limits<T>::infinity() : T(0);
+  for (std::int64_t iy = y0; iy < y1; ++iy)
+    for (std::int64_t ix = x0; ix < x1; ++ix) {
+      const T v = x[((static_cast<std::int64_t>(b) * g.h + iy) * g.w + ix) * g.c + ci];
+      acc = Max ? (v > acc ? v : acc) : acc + v;
+    }
+  if (!Max) {
+    const std::int64_t n = (y1 - y0) * (x1 - x0);
+    acc = acc / static_cast<T>(n > 0 ? n : 1);
+  }
+  return acc;
+}
+
+/// dx[b, iy, ix, ci] gathers the gradient of every window that reads it (ascending oy, then ox):
+/// for max, only from windows whose first maximum (row-major) it is. Only the windows that can
+/// hold (iy, ix) are visited: oy in [(iy + ph - kh) / sh + 1, (iy + ph) / sh].
+template <bool Max, class T, class I>
+__host__ __device__ T pool_backward_at(const T* x, const T* dy, const window2d& g,
+                                       const window_dividers<I>& dv, I idx) {
+  I ci, ixi, iyi;
+  const I b = split(split(split(idx, dv.c, ci), dv.w, ixi), dv.h, iyi);
+  const std::int64_t iy = iyi, ix = ixi, bb = b;
+  const std::int64_t ly = iy + g.ph - g.kh, lx = ix + g.pw - g.kw;
+  const std::int64_t oy0 =
+      ly < 0 ? 0 : static_cast<std::int64_t>(dv.sh.div(static_cast<I>(ly))) + 1;
+  const std::int64_t ox0 =
+      lx < 0 ? 0 : static_cast<std::int64_t>(dv.sw.div(static_cast<I>(lx))) + 1;
+  const std::int64_t hy = static_cast<std::int64_t>(dv.sh.div(static_cast<I>(iy + g.ph))),
+                     hx = static_cast<std::int64_t>(dv.sw.div(static_cast<I>(ix + g.pw)));
+  const std::int64_t oy1 = hy < g.oh - 1 ? hy : g.oh - 1, ox1 = hx < g.ow - 1 ? hx : g.ow - 1;
+  T acc = 0;
+  for (std::int64_t oy = oy0; oy <= oy1; ++oy) {
+    const std::int64_t wy = oy * g.sh - g.ph;
+    if (iy < wy || iy >= wy + g.kh)
+      continue;
+    for (std::int64_t ox = ox0; ox <= ox1; ++ox) {
+      const std::int64_t wx = ox * g.sw - g.pw;
+      if (ix < wx || ix >= wx + g.kw)
+        continue;
+      const std::int64_t y0 = wy > 0 ? wy : 0, y1 = wy + g.kh < g.h ? wy + g.kh : g.h;
+      const std::int64_t x0 = wx > 0 ? wx : 0, x1 = wx + g.kw < g.w ? wx + g.kw : g.w;
+      const T grad = dy[((bb * g.oh + oy) * g.ow + ox) * g.c + ci];
+      if (Max) {
+        std::int64_t best_y = y0, best_x = x0;
+        T best = x[((bb * g.h + y0) * g.w + x0) * g.c + ci];
+        for (std::int64_t yy = y0; yy < y1; ++yy)
+          for (std::int64_t xx = x0; xx < x1; ++xx) {
+            const T v = x[((bb * g.h + yy) * g.w + xx) * g.c + ci];
+            if (v > best) {
+              best = v;
+              best_y = yy;
+              best_x = xx;
             }
-          if (best_y == iy && best_x == ix)
-            acc += grad;
-        } else {
-          acc += grad / static_cast<T>((y1 - y0) * (x1 - x0));
-        }
+          }
+        if (best_y == iy && best_x == ix)
+          acc += grad;
+      } else {
+        acc += grad / static_cast<T>((y1 - y0) * (x1 - x0));
       }
     }
-    dx[idx] = acc;
   }
+  return acc;
+}
+
+/// The element functions above bound to their operands.
+template <class T>
+struct im2col_fn {
+  const T* x;
+  window2d g;
+  template <class I>
+  __host__ __device__ T operator()(const window_dividers<I>& dv, I i) const {
+    return im2col_at(x, g, dv, i);
+  }
+};
+template <class T>
+struct col2im_fn {
+  const T* col;
+  window2d g;
+  template <class I>
+  __host__ __device__ T operator()(const window_dividers<I>& dv, I i) const {
+    return col2im_at(col, g, dv, i);
+  }
+};
+template <bool Max, class T>
+struct pool_forward_fn {
+  const T* x;
+  window2d g;
+  template <class I>
+  __host__ __device__ T operator()(const window_dividers<I>& dv, I i) const {
+    return pool_forward_at<Max>(x, g, dv, i);
+  }
+};
+template <bool Max, class T>
+struct pool_backward_fn {
+  const T* x;
+  const T* dy;
+  window2d g;
+  template <class I>
+  __host__ __device__ T operator()(const window_dividers<I>& dv, I i) const {
+    return pool_backward_at<Max>(x, dy, g, dv, i);
+  }
+};
+
+/// out[i] = f(dividers, i) for every i < n.
+template <class I, class T, class F>
+__global__ void window_kernel(T* out, I n, window_dividers<I> dv, F f) {
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<I>(blockDim.x) * gridDim.x)
+    out[i] = f(dv, i);
+}
+/// Launches window_kernel over n elements, with 32-bit indices below 2^31.
+template <class T, class F>
+void launch_window(context& ctx, const window2d& g, T* out, std::int64_t n, F f) {
+  if (n <= 0)
+    return;
+  if (n < (std::int64_t{1} << 31))
+    window_kernel<<<grid_for(n), 256, 0, ctx.stream()>>>(out, static_cast<std::uint32_t>(n),
+                                                         window_dividers<std::uint32_t>(g), f);
+  else
+    window_kernel<<<grid_for(n), 256, 0, ctx.stream()>>>(out, n, window_dividers<std::int64_t>(g),
+                                                         f);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
 }
 
 /// Grad: softmax - onehot per row; else the loss per row. A label outside [0, k) sets *bad.
@@ -166,8 +305,7 @@ __global__ void sparse_xent_kernel(const T* logits, const L* labels, std::int64_
 template <class T>
 const T* im2col(context& ctx, const T* x, const window2d& g, value& holder) {
   T* col = ctx.scratch<T>(holder, g.rows() * g.patch());
-  im2col_kernel<<<grid_for(g.rows() * g.patch()), 256, 0, ctx.stream()>>>(x, g, col);
-  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+  launch_window(ctx, g, col, g.rows() * g.patch(), im2col_fn<T>{x, g});
   return col;
 }
 
@@ -177,10 +315,17 @@ void kernel(context& ctx, ops::conv2d<P, SH, SW, DH, DW>*, T*, value* vals, void
   const auto g = backend::conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims,
                                                                       vals[W::index].dims);
   T* y = ctx.scratch<T>(vals[I], g.rows() * g.o);
-  value tmp;
-  const T* col = im2col(ctx, static_cast<const T*>(vals[X::index].data), g, tmp);
-  gemm_strided_batched<T>(ctx.blas(), false, false, g.rows(), g.o, g.patch(), col,
-                          static_cast<const T*>(vals[W::index].data), y, 1);
+  const T* x = static_cast<const T*>(vals[X::index].data);
+  const T* w = static_cast<const T*>(vals[W::index].data);
+  auto by_im2col = [&] {
+    value tmp;
+    const T* col = im2col(ctx, x, g, tmp);
+    gemm_strided_batched<T>(ctx.blas(), false, false, g.rows(), g.o, g.patch(), col, w, y, 1);
+  };
+  if constexpr (std::is_same_v<T, float>)
+    convolve_forward(ctx, g, x, w, y, by_im2col);
+  else
+    by_im2col();
 }
 
 template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
@@ -190,13 +335,18 @@ void kernel(context& ctx, ops::conv2d_backprop_input<P, SH, SW, DH, DW>*, T*, va
   const auto g = backend::conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims,
                                                                       vals[W::index].dims);
   T* dx = ctx.scratch<T>(vals[I], g.n * g.h * g.w * g.c);
-  value tmp;
-  T* col = ctx.scratch<T>(tmp, g.rows() * g.patch());
-  gemm_strided_batched<T>(ctx.blas(), false, true, g.rows(), g.patch(), g.o,
-                          static_cast<const T*>(vals[G::index].data),
-                          static_cast<const T*>(vals[W::index].data), col, 1);
-  col2im_kernel<<<grid_for(g.n * g.h * g.w * g.c), 256, 0, ctx.stream()>>>(col, g, dx);
-  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+  const T* dy = static_cast<const T*>(vals[G::index].data);
+  const T* w = static_cast<const T*>(vals[W::index].data);
+  auto by_col2im = [&] {
+    value tmp;
+    T* col = ctx.scratch<T>(tmp, g.rows() * g.patch());
+    gemm_strided_batched<T>(ctx.blas(), false, true, g.rows(), g.patch(), g.o, dy, w, col, 1);
+    launch_window(ctx, g, dx, g.n * g.h * g.w * g.c, col2im_fn<T>{col, g});
+  };
+  if constexpr (std::is_same_v<T, float>)
+    convolve_backward_data(ctx, g, dy, w, dx, by_col2im);
+  else
+    by_col2im();
 }
 
 template <std::size_t I, padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH,
@@ -206,10 +356,17 @@ void kernel(context& ctx, ops::conv2d_backprop_filter<P, SH, SW, DH, DW>*, T*, v
   const auto g = backend::conv_window<ops::conv2d<P, SH, SW, DH, DW>>(vals[X::index].dims,
                                                                       vals[W::index].dims);
   T* dw = ctx.scratch<T>(vals[I], g.patch() * g.o);
-  value tmp;
-  const T* col = im2col(ctx, static_cast<const T*>(vals[X::index].data), g, tmp);
-  gemm_strided_batched<T>(ctx.blas(), true, false, g.patch(), g.o, g.rows(), col,
-                          static_cast<const T*>(vals[G::index].data), dw, 1);
+  const T* x = static_cast<const T*>(vals[X::index].data);
+  const T* dy = static_cast<const T*>(vals[G::index].data);
+  auto by_im2col = [&] {
+    value tmp;
+    const T* col = im2col(ctx, x, g, tmp);
+    gemm_strided_batched<T>(ctx.blas(), true, false, g.patch(), g.o, g.rows(), col, dy, dw, 1);
+  };
+  if constexpr (std::is_same_v<T, float>)
+    convolve_backward_filter(ctx, g, x, dy, dw, by_im2col);
+  else
+    by_im2col();
 }
 
 template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW,
@@ -218,9 +375,9 @@ void kernel(context& ctx, ops::pool<K, P, KH, KW, SH, SW>*, T*, value* vals, voi
   const auto g = backend::pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
   const std::int64_t n = g.n * g.oh * g.ow * g.c;
   T* y = ctx.scratch<T>(vals[I], n);
-  pool_forward_kernel<K == ops::pool_kind::max>
-      <<<grid_for(n), 256, 0, ctx.stream()>>>(static_cast<const T*>(vals[X::index].data), g, y);
-  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+  launch_window(
+      ctx, g, y, n,
+      pool_forward_fn<K == ops::pool_kind::max, T>{static_cast<const T*>(vals[X::index].data), g});
 }
 
 template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW,
@@ -229,10 +386,10 @@ void kernel(context& ctx, ops::pool_grad<K, P, KH, KW, SH, SW>*, T*, value* vals
   const auto g = backend::pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
   const std::int64_t n = g.n * g.h * g.w * g.c;
   T* dx = ctx.scratch<T>(vals[I], n);
-  pool_backward_kernel<K == ops::pool_kind::max>
-      <<<grid_for(n), 256, 0, ctx.stream()>>>(static_cast<const T*>(vals[X::index].data),
-                                              static_cast<const T*>(vals[G::index].data), g, dx);
-  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+  launch_window(
+      ctx, g, dx, n,
+      pool_backward_fn<K == ops::pool_kind::max, T>{static_cast<const T*>(vals[X::index].data),
+                                                    static_cast<const T*>(vals[G::index].data), g});
 }
 
 /// The fused cross-entropy (Grad: its gradient); a bad label sets a device flag that the
