@@ -74,7 +74,7 @@ struct cudnn_conv_plan {
     std::size_t workspace;
   };
   std::vector<candidate> candidates;  ///< cuDNN's heuristic order
-  std::array<std::int64_t, 15> key{}; ///< the pass, the geometry, TF32
+  std::array<std::int64_t, 17> key{}; ///< the pass, the geometry, TF32
   cudnn_conv_plan() = default;
   cudnn_conv_plan(const cudnn_conv_plan&) = delete;
   cudnn_conv_plan& operator=(const cudnn_conv_plan&) = delete;
@@ -94,10 +94,15 @@ struct cudnn_conv_plan {
 /// A GPU's cuDNN handle (on the session's stream) and its plans by geometry.
 struct cudnn_state {
   cudnnHandle_t handle = nullptr;
-  std::map<std::array<std::int64_t, 15>, std::unique_ptr<cudnn_conv_plan>> plans;
+  std::map<std::array<std::int64_t, 17>, std::unique_ptr<cudnn_conv_plan>> plans;
+  cudnn_state() = default; ///< cuDNN unusable: no handle
   explicit cudnn_state(cudaStream_t s) {
     TYPEFLOW_CUDA_CHECK(cudnnCreate(&handle));
-    TYPEFLOW_CUDA_CHECK(cudnnSetStream(handle, s));
+    if (cudnnSetStream(handle, s) != CUDNN_STATUS_SUCCESS) {
+      cudnnDestroy(handle);
+      handle = nullptr;
+      throw error("cudnnSetStream failed");
+    }
   }
   ~cudnn_state() {
     plans.clear();
@@ -212,11 +217,18 @@ inline cudnn_conv_plan* plan_of(context& ctx, conv_pass pass, const window2d& g)
       g.w <= 0 || g.c <= 0 || g.o <= 0 || g.oh <= 0 || g.ow <= 0)
     return nullptr;
   auto& slot = ctx.gpu.cudnn;
-  if (!slot)
-    slot = std::make_shared<cudnn_state>(ctx.stream());
+  if (!slot) {
+    try {
+      slot = std::make_shared<cudnn_state>(ctx.stream());
+    } catch (const error&) { // no usable cuDNN (a sub-library missing): im2col from now on
+      slot = std::make_shared<cudnn_state>();
+    }
+  }
   auto& st = *static_cast<cudnn_state*>(slot.get());
+  if (!st.handle)
+    return nullptr;
   const bool tf32 = ctx.session.allow_tf32;
-  const std::array<std::int64_t, 15> key{static_cast<std::int64_t>(pass),
+  const std::array<std::int64_t, 17> key{static_cast<std::int64_t>(pass),
                                          g.n,
                                          g.h,
                                          g.w,
@@ -230,13 +242,19 @@ inline cudnn_conv_plan* plan_of(context& ctx, conv_pass pass, const window2d& g)
                                          g.dw,
                                          g.ph,
                                          g.pw,
+                                         g.oh, // the padding after: SAME's odd padding
+                                         g.ow, // has VALID's padding before
                                          tf32 ? 1 : 0};
   auto [it, fresh] = st.plans.try_emplace(key);
   if (fresh) {
     it->second = std::make_unique<cudnn_conv_plan>();
     it->second->key = key;
-    if (!make_plan(st.handle, *it->second, pass, g, tf32))
+    try {
+      if (!make_plan(st.handle, *it->second, pass, g, tf32))
+        it->second->candidates.clear();
+    } catch (const error&) { // a geometry cuDNN cannot describe (2^31 elements or more)
       it->second->candidates.clear();
+    }
   }
   return it->second->usable() ? it->second.get() : nullptr;
 }
@@ -254,12 +272,16 @@ struct conv_choice {
 /// (captured or not) runs a geometry the same way, so their results agree bit for bit.
 struct conv_choices {
   std::mutex mu;
-  std::map<std::array<std::int64_t, 16>, conv_choice> by_key;
+  std::map<std::array<std::int64_t, 18>, conv_choice> by_key;
   static conv_choices& get() {
     static conv_choices c;
     return c;
   }
 };
+
+/// Candidates whose workspace exceeds this are not timed (nor run): FFT algorithms can ask for
+/// gigabytes, which the caching allocator would then keep.
+inline constexpr std::size_t max_timed_workspace = std::size_t{256} << 20;
 
 /// The mean time of three runs of f after one (f returns false: it cannot run).
 template <class F>
@@ -290,9 +312,9 @@ void run_conv(context& ctx, conv_pass pass, const window2d& g, Prepare prepare, 
     fallback();
     return;
   }
-  std::array<std::int64_t, 16> key{};
+  std::array<std::int64_t, 18> key{};
   std::copy(p->key.begin(), p->key.end(), key.begin());
-  key[15] = ctx.gpu.device;
+  key[17] = ctx.gpu.device;
   auto& all = conv_choices::get();
   conv_choice choice;
   bool known = false;
@@ -320,8 +342,15 @@ void run_conv(context& ctx, conv_pass pass, const window2d& g, Prepare prepare, 
       return true;
     });
     for (const auto& c : p->candidates) {
+      if (c.workspace > max_timed_workspace)
+        continue;
       const conv_choice candidate{c.algo, c.workspace};
-      const float ms = time_of(ctx.stream(), [&] { return run_cudnn(candidate); });
+      float ms = -1;
+      try {
+        ms = time_of(ctx.stream(), [&] { return run_cudnn(candidate); });
+      } catch (const error&) { // its workspace does not fit: not a candidate
+        (void)cudaGetLastError();
+      }
       if (ms >= 0 && ms < best) {
         best = ms;
         choice = candidate;
