@@ -1,9 +1,9 @@
-// session_options::precision = bfloat16: convolutions (forward, input and filter gradients) and
-// matrix products (plain and with the bias/relu epilogue) read their operands rounded to bfloat16
-// and accumulate in float32. Checked against naive double loops over the bfloat16-rounded
-// operands (so the only error left is float32 accumulation), for bits independent of the thread
-// count, and that float32 sessions are unaffected. On a CPU without native bfloat16 the session
-// computes in float32, which the test then checks instead.
+// session_options::precision = bfloat16 and float16: convolutions (forward, input and filter
+// gradients) and matrix products (plain and with the bias/relu epilogue) read their operands
+// rounded to bfloat16 (float16) and accumulate in float32. Checked against naive double loops over
+// the bfloat16-rounded operands (so the only error left is float32 accumulation), for bits
+// independent of the thread count, and that float32 sessions are unaffected. On a CPU without
+// native bfloat16 the session computes in float32, which the test then checks instead.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -39,11 +39,16 @@ ty::tensor<float> random(std::vector<i64> shape, unsigned seed) {
                               (1.0 + 0.5 * std::cos(0.011 * static_cast<double>(i * seed))));
   return t;
 }
-/// The operand as the products read it: rounded to bfloat16 when `round`.
-std::vector<double> operand(const ty::tensor<float>& t, bool round) {
+/// How the products read their operands.
+enum class rounding { none, bf16, f16 };
+/// The operand as the products read it.
+std::vector<double> operand(const ty::tensor<float>& t, rounding round) {
   std::vector<double> v(static_cast<std::size_t>(t.size()));
   for (i64 i = 0; i < t.size(); ++i)
-    v[static_cast<std::size_t>(i)] = round ? static_cast<float>(ty::bfloat16(t[i])) : t[i];
+    v[static_cast<std::size_t>(i)] =
+        round == rounding::bf16  ? static_cast<float>(ty::bfloat16(t[i]))
+        : round == rounding::f16 ? static_cast<float>(ty::float16(t[i]))
+                                 : t[i];
   return v;
 }
 
@@ -77,7 +82,7 @@ void check_close(const char* what, const ty::tensor<float>& got, const std::vect
   CHECK(bad == 0);
 }
 
-void check_against_loops(const results& got, bool round) {
+void check_against_loops(const results& got, rounding round) {
   const auto xv = operand(random({N, H, W, C}, 1), round);
   const auto fv = operand(random({K, K, C, O}, 2), round);
   const auto rv = operand(random({N, H, W, O}, 3), round);
@@ -142,7 +147,7 @@ TEST_CASE("bfloat16 products: conv2d, its gradients and matmul against double lo
   if (!native)
     MESSAGE("no native bfloat16 on this CPU: the bfloat16 session computes in float32");
   const results b1 = run(ty::precision::bfloat16, 1);
-  check_against_loops(b1, native);
+  check_against_loops(b1, native ? rounding::bf16 : rounding::none);
   // the thread count does not change a bit
   const results b2 = run(ty::precision::bfloat16, 2);
   CHECK(same_bits(b1.y, b2.y));
@@ -152,10 +157,33 @@ TEST_CASE("bfloat16 products: conv2d, its gradients and matmul against double lo
   CHECK(same_bits(b1.fused, b2.fused));
   // float32 sessions are unaffected, and the bfloat16 one really rounds its operands
   const results f = run(ty::precision::float32, 2);
-  check_against_loops(f, false);
+  check_against_loops(f, rounding::none);
   if (native) {
     CHECK_FALSE(same_bits(f.y, b1.y));
     CHECK_FALSE(same_bits(f.prod, b1.prod));
+  }
+}
+
+TEST_CASE("float16 products: conv2d, its gradients and matmul against double loops") {
+  const bool on =
+      ty::session<>(ty::session_options{.precision = ty::precision::float16}).products_in_float16();
+  if (!on)
+    MESSAGE("a build without oneDNN: the float16 session computes in float32");
+  const results h1 = run(ty::precision::float16, 1);
+  check_against_loops(h1, on ? rounding::f16 : rounding::none);
+  const results h2 = run(ty::precision::float16, 2);
+  CHECK(same_bits(h1.y, h2.y));
+  CHECK(same_bits(h1.dx, h2.dx));
+  CHECK(same_bits(h1.df, h2.df));
+  CHECK(same_bits(h1.prod, h2.prod));
+  CHECK(same_bits(h1.fused, h2.fused));
+  if (on) { // it rounds, and not as bfloat16 does
+    const results f = run(ty::precision::float32, 2);
+    CHECK_FALSE(same_bits(f.y, h1.y));
+    CHECK_FALSE(same_bits(f.df, h1.df));
+    CHECK_FALSE(same_bits(f.prod, h1.prod));
+    const results b = run(ty::precision::bfloat16, 2);
+    CHECK_FALSE(same_bits(b.prod, h1.prod));
   }
 }
 
@@ -163,7 +191,8 @@ namespace {
 /// One product of the bigger shapes, [batch, m, k] x [batch, k, n] (transposed as asked), with
 /// and without the bias/relu epilogue, against double loops over the rounded operands.
 template <bool TA, bool TB, i64 Batch, i64 Mm, i64 Kk, i64 Nn>
-void big_product(bool round, ty::precision p, int threads, std::vector<ty::tensor<float>>& out) {
+void big_product(rounding round, ty::precision p, int threads,
+                 std::vector<ty::tensor<float>>& out) {
   using SA = std::conditional_t<TA, ty::shape<Batch, Kk, Mm>, ty::shape<Batch, Mm, Kk>>;
   using SB = std::conditional_t<TB, ty::shape<Batch, Nn, Kk>, ty::shape<Batch, Kk, Nn>>;
   static constexpr auto pa = ty::placeholder<"pa", float, SA>;
@@ -202,23 +231,29 @@ void big_product(bool round, ty::precision p, int threads, std::vector<ty::tenso
 }
 
 template <bool TA, bool TB, i64 Batch, i64 Mm, i64 Kk, i64 Nn>
-void big_case(bool native) {
+void big_case(rounding round, ty::precision p) {
   INFO("ta " << TA << " tb " << TB << " batch " << Batch << " m " << Mm << " k " << Kk << " n "
              << Nn);
   std::vector<ty::tensor<float>> one, two;
-  big_product<TA, TB, Batch, Mm, Kk, Nn>(native, ty::precision::bfloat16, 1, one);
-  big_product<TA, TB, Batch, Mm, Kk, Nn>(native, ty::precision::bfloat16, 2, two);
+  big_product<TA, TB, Batch, Mm, Kk, Nn>(round, p, 1, one);
+  big_product<TA, TB, Batch, Mm, Kk, Nn>(round, p, 2, two);
   CHECK(same_bits(one[0], two[0]));
   CHECK(same_bits(one[1], two[1]));
 }
 } // namespace
 
-TEST_CASE("bfloat16 products: products cut into slabs (rows, columns), transposed, batched") {
+TEST_CASE("bfloat16 and float16 products: cut into slabs (rows, columns), transposed, batched") {
   const bool native = ty::session<>(ty::session_options{.precision = ty::precision::bfloat16})
                           .products_in_bfloat16();
-  big_case<false, false, 1, 512, 256, 64>(native); // cut by rows
-  big_case<false, false, 1, 64, 256, 512>(native); // cut by columns (the bias offset per slab)
-  big_case<true, false, 1, 512, 256, 64>(native);
-  big_case<false, true, 1, 64, 256, 512>(native);
-  big_case<true, true, 3, 256, 128, 200>(native); // batched
+  const bool half =
+      ty::session<>(ty::session_options{.precision = ty::precision::float16}).products_in_float16();
+  for (const auto p : {ty::precision::bfloat16, ty::precision::float16}) {
+    const rounding r = p == ty::precision::bfloat16 ? (native ? rounding::bf16 : rounding::none)
+                                                    : (half ? rounding::f16 : rounding::none);
+    big_case<false, false, 1, 512, 256, 64>(r, p); // cut by rows
+    big_case<false, false, 1, 64, 256, 512>(r, p); // cut by columns (the bias offset per slab)
+    big_case<true, false, 1, 512, 256, 64>(r, p);
+    big_case<false, true, 1, 64, 256, 512>(r, p);
+    big_case<true, true, 3, 256, 128, 200>(r, p); // batched
+  }
 }

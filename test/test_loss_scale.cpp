@@ -125,3 +125,66 @@ TEST_CASE("loss-scaled training equals plain training over the finite batches, b
   CHECK(scaled.read(weights)[0] != fresh.read(weights)[0]);
   CHECK(scaled.read(biases).size() == 1);
 }
+
+namespace {
+constexpr auto tx = ty::placeholder<"tx", float, ty::shape<8, 4>>;
+// dloss/dpred = 1e-8 / 8 per row: under float16's smallest subnormal (2^-24, about 6e-8).
+constexpr auto tiny_loss =
+    ty::mul(ty::mean(ty::dense<"tiny", 1, ty::uniform<-0.5, 0.5>>(tx)), ty::constant<1e-8>);
+constexpr auto tiny_w = ty::find_variable<"tiny/weights">(tiny_loss);
+constexpr auto sgd = ty::gradient_descent(ty::constant<1e6>);
+} // namespace
+
+TEST_CASE("float16 products: a gradient under 2^-24 vanishes unscaled, and loss scaling keeps it") {
+  const auto opts = [](ty::precision p) { return ty::session_options{.seed = 5, .precision = p}; };
+  ty::session<> half(opts(ty::precision::float16)), scaled(opts(ty::precision::float16)),
+      exact(opts(ty::precision::float32));
+  if (!half.products_in_float16()) {
+    MESSAGE("a build without oneDNN: no float16 products to check");
+    return;
+  }
+  ty::tensor<float> xv({8, 4});
+  for (std::int64_t i = 0; i < xv.size(); ++i)
+    xv[i] = static_cast<float>(0.25 + 0.05 * static_cast<double>(i % 7));
+  const auto w0 = exact.read(tiny_w);
+  (void)half.run(ty::fetch(sgd.minimize(tiny_loss)), ty::feed(tx, xv));
+  (void)scaled.run(ty::fetch(ty::loss_scaled(sgd).minimize(tiny_loss)), ty::feed(tx, xv));
+  (void)exact.run(ty::fetch(sgd.minimize(tiny_loss)), ty::feed(tx, xv));
+  const auto wh = half.read(tiny_w), ws = scaled.read(tiny_w), we = exact.read(tiny_w);
+  for (std::int64_t i = 0; i < w0.size(); ++i) {
+    INFO("weight " << i);
+    CHECK(wh[i] == w0[i]); // the weights' gradient underflowed to zero in float16
+    const double want = static_cast<double>(we[i]) - w0[i],
+                 got = static_cast<double>(ws[i]) - w0[i];
+    CHECK(want != 0);
+    CHECK(std::abs(got - want) <= 2e-3 * std::abs(want)); // float16's rounding of x and dy
+  }
+}
+
+namespace {
+/// An optimizer that adds its step (assign_add), to check that a skipped step keeps -0.0.
+struct add_descent {
+  template <class V, class G>
+  static consteval auto update(V v, G g) {
+    return ty::assign_add(v, ty::mul(g, ty::constant<-0.1>));
+  }
+};
+} // namespace
+
+TEST_CASE("a skipped step keeps every bit, -0.0 included, for assign_add updates too") {
+  ty::session<> s(ty::session_options{.seed = 3});
+  constexpr auto train = ty::loss_scaled(add_descent{}).minimize(loss);
+  ty::tensor<float> zeros({4, 1});
+  for (auto& v : zeros)
+    v = -0.0f;
+  s.write(weights, zeros);
+  const auto [bad_x, bad_y] = batch(1, true);
+  (void)s.run(ty::fetch(train), ty::feed(x, bad_x), ty::feed(y, bad_y));
+  const auto w = s.read(weights);
+  for (std::int64_t i = 0; i < w.size(); ++i)
+    CHECK(std::signbit(w[i]));
+  CHECK(s.read(ty::find_variable<"loss_scale">(train))[0] == 32768.0f);
+  const auto [xv, yv] = batch(2, false);
+  (void)s.run(ty::fetch(train), ty::feed(x, xv), ty::feed(y, yv));
+  CHECK(s.read(weights)[0] != 0.0f); // a finite step adds its update
+}

@@ -120,9 +120,10 @@ std::optional<int> parse(int argc, char** argv, flags& f) {
                  "cpu, gpu or variables-on-cpu (the GPU policies need the CUDA build)")
       ->check(CLI::IsMember({"cpu", "gpu", "variables-on-cpu"}));
   app.add_option("--precision", f.precision,
-                 "float32, or bfloat16: convolutions and matmuls on bfloat16 operands with "
-                 "float32 accumulation (CPUs with native bfloat16; float32 elsewhere)")
-      ->check(CLI::IsMember({"float32", "bfloat16"}));
+                 "float32; bfloat16: the CPU's convolutions and matmuls on bfloat16 operands with "
+                 "float32 accumulation (CPUs with native bfloat16; float32 elsewhere); float16: "
+                 "on float16-rounded operands (emulated), with dynamic loss scaling")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   app.add_option("--replicas", f.replicas, "towers, each on its share of every batch")
       ->check(CLI::IsMember({1, 2}));
   app.add_option("--graph", f.graph,
@@ -147,6 +148,9 @@ std::optional<int> parse(int argc, char** argv, flags& f) {
     if (f.train_limit > 0 && f.data_format == "tfrecord")
       throw CLI::ValidationError("--train-limit", "reads IDX files; for TFRecord write fewer "
                                                   "records (mnist_to_tfrecord --limit)");
+    if (f.precision == "float16" && (f.placement != "cpu" || f.replicas != 1))
+      throw CLI::ValidationError("--precision", "float16 trains with --placement cpu and one "
+                                                "replica");
     if (f.replicas != 1 && f.placement == "gpu")
       throw CLI::ValidationError("--replicas", "2 on GPUs keeps the variables on the CPU, as the "
                                                "seed does: use --placement variables-on-cpu");
@@ -230,9 +234,11 @@ struct picture_placement<typeflow::replicate_policy<Reducer, Tower, D0, D...>> {
 template <class D>
 using seed_tower = typeflow::variables_on<typeflow::cpu<0>, typeflow::compute_on<D>>;
 
-/// Trains with every node placed by Placement.
-template <class Placement>
+/// Trains with every node placed by Placement, by the training op Train (mnist::train_op, or
+/// mnist::scaled_train_op under loss scaling).
+template <class Placement, class Train = std::remove_const_t<decltype(mnist::train_op)>>
 int run_training(const flags& f) {
+  constexpr Train train_op{};
   namespace ty = typeflow;
   // First: the CPU and what each engine makes of it (and a warning for a generic fallback).
   std::printf("%s: %s\n", now_string().c_str(), ty::describe_machine().str().c_str());
@@ -261,7 +267,7 @@ int run_training(const flags& f) {
 
   if (!f.graph.empty()) {
     using Pictured = typename picture_placement<Placement>::type;
-    ty::save_graph(ty::to_dot<Pictured>(ty::fetch(mnist::total_loss, mnist::train_op),
+    ty::save_graph(ty::to_dot<Pictured>(ty::fetch(mnist::total_loss, train_op),
                                         ty::dot_options{.collapse_regions = f.graph_collapse}),
                    f.graph);
     std::printf("%s: the training graph%s written to %s\n", now_string().c_str(),
@@ -273,22 +279,25 @@ int run_training(const flags& f) {
     recorder.emplace();
     recorder->pause();
   }
-  ty::session<Placement> s(ty::session_options{
-      .threads = f.threads,
-      .seed = f.seed,
-      .trace = recorder ? &*recorder : nullptr,
-      .log_device_placement = f.log_device_placement,
-      .precision = f.precision == "bfloat16" ? ty::precision::bfloat16 : ty::precision::float32});
-  s.initialize(mnist::train_op);
+  ty::session<Placement> s(
+      ty::session_options{.threads = f.threads,
+                          .seed = f.seed,
+                          .trace = recorder ? &*recorder : nullptr,
+                          .log_device_placement = f.log_device_placement,
+                          .precision = f.precision == "bfloat16"  ? ty::precision::bfloat16
+                                       : f.precision == "float16" ? ty::precision::float16
+                                                                  : ty::precision::float32});
+  s.initialize(train_op);
   if (rank_of(s) != 0 && !std::freopen("/dev/null", "w", stdout)) // rank 0 logs
     throw ty::error("mnist: cannot silence rank " + std::to_string(rank_of(s)));
-  std::printf(
-      "%s: session: %d threads, placement %s, %d replica%s, CPU products in %s\n",
-      now_string().c_str(), s.threads(), f.placement.c_str(), f.replicas,
-      f.replicas == 1 ? "" : "s",
-      s.products_in_bfloat16()
-          ? "bfloat16 (float32 accumulation)"
-          : (f.precision == "bfloat16" ? "float32 (no native bfloat16 on this CPU)" : "float32"));
+  std::printf("%s: session: %d threads, placement %s, %d replica%s, CPU products in %s\n",
+              now_string().c_str(), s.threads(), f.placement.c_str(), f.replicas,
+              f.replicas == 1 ? "" : "s",
+              s.products_in_bfloat16()    ? "bfloat16 (float32 accumulation)"
+              : s.products_in_float16()   ? "float16 (emulated, float32 accumulation; loss scaling)"
+              : f.precision == "bfloat16" ? "float32 (no native bfloat16 on this CPU)"
+              : f.precision == "float16"  ? "float32 (no oneDNN in this build; loss scaling)"
+                                          : "float32");
 
   const std::filesystem::path ckpt =
       f.checkpoint_dir.empty() ? std::filesystem::path{}
@@ -367,7 +376,7 @@ int run_training(const flags& f) {
       recorder->resume();
     const auto t0 = std::chrono::steady_clock::now();
     auto [loss] =
-        s.run(ty::fetch(mnist::total_loss, mnist::train_op),
+        s.run(ty::fetch(mnist::total_loss, train_op),
               ty::feed(mnist::images, ty::tensor_view<float>(b.images.data() + part.begin * 28 * 28,
                                                              {part.rows, 28, 28, 1})),
               ty::feed(mnist::labels,
@@ -393,6 +402,9 @@ int run_training(const flags& f) {
       accuracy = test_accuracy(s, test);
       std::printf("%s: epoch %lld done, step %lld, test accuracy = %.4f\n", now_string().c_str(),
                   static_cast<long long>(epoch + 1), static_cast<long long>(step), accuracy);
+      if constexpr (!std::is_same_v<Train, std::remove_const_t<decltype(mnist::train_op)>>)
+        std::printf("%s: loss scale = %g\n", now_string().c_str(),
+                    static_cast<double>(s.read(ty::find_variable<"loss_scale">(train_op))[0]));
       if (!ckpt.empty()) {
         ty::save_checkpoint(s, ckpt);
         std::printf("%s: checkpoint written to %s\n", now_string().c_str(), ckpt.c_str());
@@ -432,12 +444,18 @@ int main(int argc, char** argv) try {
   flags f;
   if (const auto exit_code = parse(argc, argv, f))
     return *exit_code;
-#ifndef TYPEFLOW_MNIST_CUDA // (the CUDA build leaves CPU towers to the g++ build)
+#ifndef TYPEFLOW_MNIST_CUDA // (the CUDA build leaves CPU towers and float16 to the g++ build)
   if (f.placement == "cpu" && f.replicas == 2)
     return run_training<ty::replicate<ty::cpu<0>, ty::cpu<1>>>(f);
+  if (f.placement == "cpu" && f.precision == "float16")
+    return run_training<ty::on<ty::cpu<0>>, std::remove_const_t<decltype(mnist::scaled_train_op)>>(
+        f);
 #else
   if (f.placement == "cpu" && f.replicas == 2)
     throw ty::error("mnist_cuda: CPU towers are in the g++ build (mnist --replicas 2)");
+  if (f.precision == "float16")
+    throw ty::error("mnist_cuda: float16 products are the CPU's, in the g++ build (mnist "
+                    "--precision float16)");
 #endif
   if (f.placement == "cpu")
     return run_training<ty::on<ty::cpu<0>>>(f);

@@ -138,9 +138,25 @@ if(NOT rc EQUAL 0 OR NOT out MATCHES
    OR NOT out MATCHES "epoch 1 done, step 4, test accuracy = 0\\.[0-9]+")
   message(FATAL_ERROR "--precision bfloat16: got ${rc}:\n${out}\n${err}")
 endif()
-execute_process(COMMAND "${EXE}" --precision float16 OUTPUT_VARIABLE out ERROR_VARIABLE err
+# --precision float16: float16-rounded products (emulated) under dynamic loss scaling, whose
+# scale each epoch logs.
+execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 256 --batch-size 64 --threads 2
+                --epochs 1 --precision float16
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR NOT out MATCHES
+   "CPU products in (float16 \\(emulated, float32 accumulation; loss scaling\\)|float32 \\(no oneDNN in this build; loss scaling\\))"
+   OR NOT out MATCHES "epoch 1 done, step 4, test accuracy = 0\\.[0-9]+"
+   OR NOT out MATCHES "loss scale = [0-9]+")
+  message(FATAL_ERROR "--precision float16: got ${rc}:\n${out}\n${err}")
+endif()
+execute_process(COMMAND "${EXE}" --precision float16 --replicas 2 OUTPUT_VARIABLE out
+                ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "float16 trains with --placement cpu and one replica")
+  message(FATAL_ERROR "--precision float16 --replicas 2 should fail saying why; got ${rc}:\n${err}")
+endif()
+execute_process(COMMAND "${EXE}" --precision float8 OUTPUT_VARIABLE out ERROR_VARIABLE err
                 RESULT_VARIABLE rc)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "--precision: float16 not in {float32,bfloat16}")
+if(NOT rc EQUAL 2 OR NOT err MATCHES "--precision: float8 not in {float32,bfloat16,float16}")
   message(FATAL_ERROR "an unknown precision should fail naming the choices; got ${rc}:\n${err}")
 endif()
 

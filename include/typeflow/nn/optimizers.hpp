@@ -153,8 +153,12 @@ struct loss_scale_params {
 
 namespace detail {
 
-/// E's assignments made conditional on the scalar bool Ok: assign(v, x) keeps v where Ok is
-/// false, assign_add and assign_sub add zero: a skipped step changes no variable, bit for bit.
+template <class E>
+inline constexpr bool is_group = std::is_same_v<typename E::op, ops::group>;
+
+/// E's assignments made conditional on the scalar bool Ok: assign(v, x) and assign_add(v, x)
+/// keep v where Ok is false (v + x computed as the commit would), assign_sub subtracts zero
+/// (v - 0 is v, -0 included): a skipped step changes no variable, bit for bit.
 template <class Ok, class E>
 consteval auto guarded(Ok, E) {
   using Op = typename E::op;
@@ -167,11 +171,14 @@ consteval auto guarded(Ok, E) {
       if constexpr (Op::mode == ops::assign_mode::set)
         return typeflow::assign(V{}, typeflow::where(Ok{}, X{}, V{}));
       else if constexpr (Op::mode == ops::assign_mode::add)
-        return typeflow::assign_add(V{}, typeflow::where(Ok{}, X{}, typeflow::zeros_like(X{})));
+        return typeflow::assign(V{}, typeflow::where(Ok{}, typeflow::add(V{}, X{}), V{}));
       else
         return typeflow::assign_sub(V{}, typeflow::where(Ok{}, X{}, typeflow::zeros_like(X{})));
     }(typename E::children{});
   } else {
+    static_assert(is_group<E> || is_state_op<E>,
+                  "loss_scaled: the optimizer's update must be assignments, or groups of them "
+                  "(a skipped step must be able to keep every variable)");
     return E{};
   }
 }
@@ -208,8 +215,9 @@ consteval auto gradient_of() {
 /// underflows: the scale is a power of two); a step whose gradients hold an inf or NaN applies
 /// no update (every assignment of the wrapped optimizer keeps its variable) and halves the scale;
 /// `interval` finite steps in a row double it (unless that overflows). `loss_scale` and
-/// `loss_scale/good_steps` are ordinary variables (checkpointed, readable); global_step counts
-/// every step, skipped or not, as TensorFlow's does. Nothing waits for the host: the skip is a
+/// `loss_scale/good_steps` are ordinary variables (checkpointed, readable; one pair per graph:
+/// two loss-scaled optimizers in one run would share them); global_step counts every step,
+/// skipped or not, as TensorFlow's does. Nothing waits for the host: the skip is a
 /// predicate computed on the device, so a step captured as a CUDA graph keeps working.
 template <loss_scale_params P, class Opt>
 struct loss_scale_optimizer {
@@ -221,6 +229,21 @@ struct loss_scale_optimizer {
   template <expression Loss>
   consteval auto minimize(Loss) const {
     static_assert(Loss::shape_type::rank == 0, "minimize: the loss must be a scalar");
+    constexpr bool wide = std::is_same_v<typename Loss::value_type, float> ||
+                          std::is_same_v<typename Loss::value_type, double>;
+    static_assert(wide, "loss_scaled: the loss must be float32 or float64 (the scale, 2^16, is "
+                        "infinite in float16; float16 products come from "
+                        "session_options::precision)");
+    if constexpr (!wide)
+      return invalid_expr{};
+    else
+      return minimize_impl(Loss{});
+  }
+
+private:
+  // (16-bit variables are not trainable: the master weights are float32 or float64.)
+  template <class Loss>
+  static consteval auto minimize_impl(Loss) {
     using Vs = trainable_variables_t<Loss>;
     return []<class... V>(type_list<V...>) {
       static_assert(sizeof...(V) > 0, "minimize: the loss depends on no trainable variable");

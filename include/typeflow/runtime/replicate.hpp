@@ -96,6 +96,7 @@ public:
   }
   /// Whether the towers' CPU products compute with bfloat16 operands (session_options::precision).
   bool products_in_bfloat16() const { return std::get<0>(towers_).products_in_bfloat16(); }
+  bool products_in_float16() const { return std::get<0>(towers_).products_in_float16(); }
   /// Statistics of tower 0's part of the last run.
   const run_stats& stats() const { return std::get<0>(towers_).stats(); }
 

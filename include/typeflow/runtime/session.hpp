@@ -46,6 +46,9 @@ enum class precision {
   float32,  ///< float32 throughout
   bfloat16, ///< convolutions and matmuls read their operands rounded to bfloat16 and accumulate
             ///< and write float32 (oneDNN, CPUs with AVX512-BF16 or AMX; float32 elsewhere)
+  float16,  ///< convolutions and matmuls read their operands rounded to float16 and accumulate
+            ///< and write float32: float16's numerics (underflow below 2^-24, overflow past
+            ///< 65504: what loss scaling is for), emulated on float32 kernels (oneDNN builds)
 };
 
 using backend::gpu_convolutions;
@@ -95,7 +98,9 @@ struct session_options {
   /// The precision of the CPU's convolutions and matrix products, forward and gradients alike
   /// (everything else, variables and activations included, stays in its own dtype).
   /// precision::bfloat16 takes effect where oneDNN runs bfloat16 natively; elsewhere the session
-  /// computes in float32 (session::products_in_bfloat16() says which).
+  /// computes in float32 (session::products_in_bfloat16() says which). precision::float16
+  /// rounds the operands in every oneDNN build (session::products_in_float16()), at float32's
+  /// speed or a little under (the rounding is a pass over the operands).
   typeflow::precision precision = typeflow::precision::float32;
 };
 
@@ -220,7 +225,8 @@ public:
   session() : session(session_options{}) {}
   explicit session(session_options o)
       : opts_(o), pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)),
-        dnnl_(std::make_unique<cpu_backend::onednn_cache>(o.precision == precision::bfloat16)) {
+        dnnl_(std::make_unique<cpu_backend::onednn_cache>(o.precision == precision::bfloat16,
+                                                          o.precision == precision::float16)) {
     st_.allow_tf32 = o.allow_tf32;
     st_.convolutions = o.convolutions;
     cpu_backend::set_blas_single_threaded();
@@ -235,6 +241,8 @@ public:
   /// Whether this session's CPU convolutions and matrix products compute with bfloat16
   /// operands (session_options::precision on a CPU that runs them natively).
   bool products_in_bfloat16() const { return dnnl_->bf16(); }
+  /// Whether the CPU's convolutions and matrix products read float16-rounded operands.
+  bool products_in_float16() const { return dnnl_->f16(); }
   /// oneDNN primitives this session has created (each once per geometry; 0 without oneDNN).
   std::size_t onednn_primitives() const { return dnnl_->primitives(); }
   const run_stats& stats() const { return st_.stats; }

@@ -405,9 +405,13 @@ public:
   /// ones: convolutions and matrix products read their inputs rounded to bfloat16 and
   /// accumulate and write float32. On a CPU without native bfloat16 it holds float32 ones. The
   /// precision is fixed for the cache's life.
-  explicit onednn_cache(bool bf16 = false) : bf16_(bf16 && onednn::native_bf16()) {}
+  explicit onednn_cache(bool bf16 = false, bool f16 = false)
+      : bf16_(bf16 && onednn::native_bf16()), f16_(f16) {}
   /// Whether the primitives take bfloat16 inputs.
   bool bf16() const { return bf16_; }
+  /// Whether inputs are rounded to float16 before float32 primitives read them (float16
+  /// products, emulated: oneDNN has float16 kernels only for AVX512-FP16 CPUs).
+  bool f16() const { return f16_; }
 
   /// Primitives created so far (a test checks that a second run creates none).
   std::size_t primitives() const {
@@ -458,7 +462,7 @@ private:
   }
 
   mutable std::mutex mu_;
-  const bool bf16_;
+  const bool bf16_, f16_;
   std::map<conv_key, std::unique_ptr<onednn::conv_entry>> convs_;
   std::map<matmul_key, std::unique_ptr<onednn::primitive>> matmuls_;
   std::size_t primitives_ = 0;
@@ -483,15 +487,35 @@ inline const float* filter_for(const primitive& p, const md& hwio, const float* 
   return buf.get();
 }
 
-/// `src` (n float32 values) as a primitive of a bfloat16 cache reads it: rounded into `buf`, or
-/// `src` itself in a float32 cache.
+/// n float32 values rounded to float16 and back (nearest, ties to even; what a float16 operand
+/// holds), on the calling thread.
+inline void round_to_f16(const float* src, std::int64_t n, float* dst) {
+  for (std::int64_t i = 0; i < n; ++i)
+    dst[i] = typeflow::detail::f16_bits_to_float(typeflow::detail::float_to_f16_bits(src[i]));
+}
+
+/// An input converted for a cache's primitives (bfloat16, or float32 rounded to float16).
+struct input_buffer {
+  std::unique_ptr<bfloat16[]> b16;
+  std::unique_ptr<float[]> f16;
+};
+
+/// `src` (n float32 values) as a primitive of the cache reads it: rounded to bfloat16 (a
+/// bfloat16 cache) or to float16 values (a float16 one) into `buf`, or `src` itself.
 inline const void* input_for(const onednn_cache& cache, const float* src, std::int64_t n,
-                             std::unique_ptr<bfloat16[]>& buf) {
-  if (!cache.bf16())
-    return src;
-  buf.reset(new bfloat16[static_cast<std::size_t>(std::max<std::int64_t>(n, 1))]);
-  to_bf16(src, n, buf.get());
-  return buf.get();
+                             input_buffer& buf) {
+  const auto size = static_cast<std::size_t>(std::max<std::int64_t>(n, 1));
+  if (cache.bf16()) {
+    buf.b16.reset(new bfloat16[size]);
+    to_bf16(src, n, buf.b16.get());
+    return buf.b16.get();
+  }
+  if (cache.f16()) {
+    buf.f16.reset(new float[size]);
+    round_to_f16(src, n, buf.f16.get());
+    return buf.f16.get();
+  }
+  return src;
 }
 
 /// n float32 values rounded to bfloat16 on the pool's threads.
@@ -531,7 +555,12 @@ template <class Get, class Call>
 void for_each_slab(onednn_cache& cache, thread_pool& pool, const window2d& g, const float* w,
                    Get&& get, Call&& call) {
   const std::int64_t parts = slabs(g.n);
-  std::unique_ptr<float[]> buf[2];
+  std::unique_ptr<float[]> buf[2], w16;
+  if (w && cache.f16()) { // the filter as a float16 operand holds it
+    w16.reset(new float[static_cast<std::size_t>(g.patch() * g.o)]);
+    round_to_f16(w, g.patch() * g.o, w16.get());
+    w = w16.get();
+  }
   const float* wf[2] = {w, w};
   const primitive* pf[2] = {};
   for (int i = 0; i < 2; ++i) {
@@ -567,7 +596,7 @@ inline void onednn_conv2d_forward(onednn_cache& cache, thread_pool& pool, const 
       [&](const window2d& s) -> const primitive& { return cache.conv_forward(s, epi); },
       [&](const primitive& p, const conv_entry& e, const float* wq, std::int64_t b0, std::int64_t) {
         const std::int64_t images = e.src.dims[0];
-        std::unique_ptr<bfloat16[]> buf;
+        input_buffer buf;
         const void* src = input_for(cache, x + b0 * g.h * g.w * g.c, images * g.h * g.w * g.c, buf);
         float* dst = y + b0 * g.oh * g.ow * g.o;
         if (epi == epilogue::none)
@@ -591,7 +620,7 @@ inline void onednn_conv2d_backprop_input(onednn_cache& cache, thread_pool& pool,
       [&](const window2d& s) -> const primitive& { return cache.conv_backward_data(s); },
       [&](const primitive& p, const conv_entry& e, const float* wq, std::int64_t b0, std::int64_t) {
         const std::int64_t images = e.src.dims[0];
-        std::unique_ptr<bfloat16[]> buf;
+        input_buffer buf;
         const void* d =
             input_for(cache, dy + b0 * g.oh * g.ow * g.o, images * g.oh * g.ow * g.o, buf);
         execute(p, {{DNNL_ARG_DIFF_DST, &e.dst_in, d},
@@ -616,7 +645,7 @@ inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool
         if (p.reorder)
           blocked.reset(new float[bytes(p.w) / sizeof(float) + 1]);
         const std::int64_t images = e.src.dims[0];
-        std::unique_ptr<bfloat16[]> xb, db;
+        input_buffer xb, db;
         const void* xs = input_for(cache, x + b0 * g.h * g.w * g.c, images * g.h * g.w * g.c, xb);
         const void* ds =
             input_for(cache, dy + b0 * g.oh * g.ow * g.o, images * g.oh * g.ow * g.o, db);
@@ -666,8 +695,9 @@ void onednn_gemm_serial(onednn_cache& cache, bool ta, bool tb, std::int64_t m, s
 /// Without oneDNN there is nothing to cache.
 class onednn_cache {
 public:
-  explicit onednn_cache(bool = false) {}
+  explicit onednn_cache(bool = false, bool = false) {}
   bool bf16() const { return false; }
+  bool f16() const { return false; }
   std::size_t primitives() const { return 0; }
 };
 

@@ -1,6 +1,8 @@
 // CPU kernels of the matmul ops. Matrix products: oneDNN's matmul primitive for float32
 // (backend/cpu/onednn.hpp), else the split BLAS/portable GEMM (backend/cpu/gemm.hpp).
 #pragma once
+#include <optional>
+
 #include "../../../graph/flat.hpp"
 #include "../../../ops/matmul.hpp"
 #include "../context.hpp"
@@ -20,6 +22,23 @@ struct bf16_operands {
         a(static_cast<const bfloat16*>(a_buf.get())), b(static_cast<const bfloat16*>(b_buf.get())) {
     onednn::to_bf16(ctx.pool, pa, na, static_cast<bfloat16*>(a_buf.get()));
     onednn::to_bf16(ctx.pool, pb, nb, static_cast<bfloat16*>(b_buf.get()));
+  }
+};
+/// A product's operands rounded to float16 values (na and nb elements) for a float16 cache,
+/// whose primitives are float32: float16 products, emulated.
+struct f16_operands {
+  std::shared_ptr<void> a_buf, b_buf;
+  const float *a, *b;
+  f16_operands(context& ctx, const float* pa, std::int64_t na, const float* pb, std::int64_t nb)
+      : a_buf(ctx.scratch<float>(na)), b_buf(ctx.scratch<float>(nb)),
+        a(static_cast<const float*>(a_buf.get())), b(static_cast<const float*>(b_buf.get())) {
+    round(ctx, pa, na, static_cast<float*>(a_buf.get()));
+    round(ctx, pb, nb, static_cast<float*>(b_buf.get()));
+  }
+  static void round(context& ctx, const float* src, std::int64_t n, float* dst) {
+    ctx.pool.parallel_for(n, std::int64_t{1} << 16, [&](std::int64_t b, std::int64_t e) {
+      onednn::round_to_f16(src + b, e - b, dst + b);
+    });
   }
 };
 #endif
@@ -46,6 +65,12 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
         gemm_split(ctx.pool, TA, TB, m, n, k, a_16 + i * m * k, b_16 + i * k * n, out + i * m * n,
                    serial);
       return;
+    }
+    std::optional<f16_operands> rounded; // float16 products: the operands rounded first
+    if (k > 0 && m > 0 && n > 0 && ctx.dnnl.f16()) {
+      rounded.emplace(ctx, pa, batch * m * k, pb, batch * k * n);
+      pa = rounded->a;
+      pb = rounded->b;
     }
     if (k > 0 && m > 0 && n > 0) { // oneDNN divides by empty extents
       const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
@@ -79,6 +104,12 @@ bool kernel(context& ctx, ops::matmul<TA, TB>*, float*, value* vals,
   const float* pa = static_cast<const float*>(a.data);
   const float* pb = static_cast<const float*>(b.data);
   const float* bias = static_cast<const float*>(vals[B::index].data);
+  std::optional<f16_operands> rounded; // float16 products: the operands rounded first
+  if (ctx.dnnl.f16()) {
+    rounded.emplace(ctx, pa, batch * m * k, pb, batch * k * n);
+    pa = rounded->a;
+    pb = rounded->b;
+  }
   if (ctx.dnnl.bf16()) { // bfloat16 operands, float32 result and bias
     const bf16_operands ab(ctx, pa, batch * m * k, pb, batch * k * n);
     const bfloat16 *a_16 = ab.a, *b_16 = ab.b;
