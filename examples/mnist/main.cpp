@@ -34,6 +34,14 @@
 #include "typeflow/io/idx.hpp"
 #include "typeflow/io/trace.hpp"
 
+#ifndef TYPEFLOW_MNIST_CUDA // (float16 products are the CPU's: the g++ build trains them)
+namespace mnist {
+/// The seed's step under dynamic loss scaling (--precision float16): what keeps gradients under
+/// float16's smallest subnormal from vanishing in its products.
+inline constexpr auto scaled_train_op = ty::loss_scaled(optimizer).minimize(total_loss);
+} // namespace mnist
+#endif
+
 namespace {
 
 struct flags {

@@ -40,9 +40,6 @@ inline constexpr auto total_loss = ty::add_weight_decay(cross_entropy);
 inline constexpr auto learning_rate = ty::hyperparameter<"learning_rate", float, 0.01>;
 inline constexpr auto optimizer = ty::momentum(learning_rate, ty::constant<0.9>, ty::nesterov);
 inline constexpr auto train_op = optimizer.minimize(total_loss);
-/// The same step under dynamic loss scaling (--precision float16): what keeps gradients under
-/// float16's smallest subnormal from vanishing in its products.
-inline constexpr auto scaled_train_op = ty::loss_scaled(optimizer).minimize(total_loss);
 
 /// The predicted class of each image.
 inline constexpr auto predictions = ty::argmax<1>(logits);
