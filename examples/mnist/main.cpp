@@ -39,6 +39,7 @@ namespace mnist {
 /// The seed's step under dynamic loss scaling (--precision float16): what keeps gradients under
 /// float16's smallest subnormal from vanishing in its products.
 inline constexpr auto scaled_train_op = ty::loss_scaled(optimizer).minimize(total_loss);
+inline constexpr auto loss_scale = ty::find_variable<"loss_scale">(scaled_train_op);
 } // namespace mnist
 #endif
 
@@ -410,9 +411,11 @@ int run_training(const flags& f) {
       accuracy = test_accuracy(s, test);
       std::printf("%s: epoch %lld done, step %lld, test accuracy = %.4f\n", now_string().c_str(),
                   static_cast<long long>(epoch + 1), static_cast<long long>(step), accuracy);
-      if constexpr (!std::is_same_v<Train, std::remove_const_t<decltype(mnist::train_op)>>)
+#ifndef TYPEFLOW_MNIST_CUDA
+      if constexpr (std::is_same_v<Train, std::remove_const_t<decltype(mnist::scaled_train_op)>>)
         std::printf("%s: loss scale = %g\n", now_string().c_str(),
-                    static_cast<double>(s.read(ty::find_variable<"loss_scale">(train_op))[0]));
+                    static_cast<double>(s.read(mnist::loss_scale)[0]));
+#endif
       if (!ckpt.empty()) {
         ty::save_checkpoint(s, ckpt);
         std::printf("%s: checkpoint written to %s\n", now_string().c_str(), ckpt.c_str());
