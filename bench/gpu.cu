@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mnist/model.hpp"
@@ -355,17 +356,23 @@ void train_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train
   }
 }
 
-/// For a kernel profiler (`ncu --profile-from-start off`): one step of the seed model, kernel
-/// by kernel, between cudaProfilerStart and cudaProfilerStop, after three warm-up steps.
-template <class Images, class Labels, class Loss, class Train>
-void profiled_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train_op,
-                   ty::gpu_convolutions mode, bool tf32) {
+/// The batch the profiled steps run: 128 smooth images, labels cycling through the classes.
+std::pair<ty::tensor<float>, ty::tensor<std::int32_t>> profile_batch() {
   ty::tensor<float> images({128, 28, 28, 1});
   ty::tensor<std::int32_t> labels({128});
   for (std::int64_t i = 0; i < images.size(); ++i)
     images[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
   for (std::int64_t i = 0; i < labels.size(); ++i)
     labels[i] = static_cast<std::int32_t>(i % 10);
+  return {images, labels};
+}
+
+/// For a kernel profiler (`ncu --profile-from-start off`): one step of the seed model, kernel
+/// by kernel, between cudaProfilerStart and cudaProfilerStop, after three warm-up steps.
+template <class Images, class Labels, class Loss, class Train>
+void profiled_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train_op,
+                   ty::gpu_convolutions mode, bool tf32) {
+  const auto [images, labels] = profile_batch();
   ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{
       .seed = 1, .allow_tf32 = tf32, .convolutions = mode, .cuda_graphs = false});
   for (int k = 0; k < 4; ++k) {
@@ -390,12 +397,7 @@ void profiled_step(Images images_ph, Labels labels_ph, Loss total_loss, Train tr
 /// the steps printed slowest first with their share of the step, then the per-op profile.
 template <class Images, class Labels, class Loss, class Train>
 void profile_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train_op, bool cudnn) {
-  ty::tensor<float> images({128, 28, 28, 1});
-  ty::tensor<std::int32_t> labels({128});
-  for (std::int64_t i = 0; i < images.size(); ++i)
-    images[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i)));
-  for (std::int64_t i = 0; i < labels.size(); ++i)
-    labels[i] = static_cast<std::int32_t>(i % 10);
+  const auto [images, labels] = profile_batch();
   ty::trace_recorder rec(ty::trace_recorder::options{.skip = 4, .runs = 1});
   ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{
       .seed = 1,

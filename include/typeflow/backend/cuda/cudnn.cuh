@@ -302,8 +302,8 @@ float time_of(cudaStream_t s, F f) {
 /// kept for the process. Inside a capture a geometry not yet timed takes cuDNN's heuristic
 /// choice (the session warms a plan up uncaptured first, so this is rare). With
 /// gpu_convolutions::cudnn nothing is timed: the heuristic's first algorithm that runs. `prepare`
-/// runs before cuDNN (the filter's transpose), `call(algo, workspace, bytes)` is cuDNN's call,
-/// `finish` after it.
+/// runs before cuDNN (the filter's transpose), `call(plan, algo, workspace, bytes)` is cuDNN's
+/// call, `finish` after it.
 template <class Prepare, class Call, class Finish, class Fallback>
 void run_conv(context& ctx, conv_pass pass, const window2d& g, Prepare prepare, Call call,
               Finish finish, Fallback fallback) {
@@ -329,7 +329,7 @@ void run_conv(context& ctx, conv_pass pass, const window2d& g, Prepare prepare, 
     value workspace;
     void* ws = c.workspace ? ctx.scratch<char>(workspace, static_cast<std::int64_t>(c.workspace))
                            : nullptr;
-    const cudnnStatus_t e = call(c.algo, ws, c.workspace);
+    const cudnnStatus_t e = call(*p, c.algo, ws, c.workspace);
     if (e != CUDNN_STATUS_SUCCESS && CUDNN_STATUS_CATEGORY(e) != CUDNN_STATUS_NOT_SUPPORTED)
       check(e, "cuDNN convolution", __FILE__, __LINE__);
     return e == CUDNN_STATUS_SUCCESS;
@@ -379,6 +379,18 @@ void run_conv(context& ctx, conv_pass pass, const window2d& g, Prepare prepare, 
   ++ctx.session.stats.cudnn_convolutions;
 }
 
+/// A `prepare` of run_conv: the HWIO filter w transposed into cuDNN's [O, KH*KW*C], into a
+/// buffer `holder` keeps, once.
+inline auto filter_transposer(context& ctx, const window2d& g, const float* w, value& holder,
+                              float*& out) {
+  return [&ctx, &g, w, &holder, &out] {
+    if (!out) {
+      out = ctx.scratch<float>(holder, g.patch() * g.o);
+      transpose_2d(ctx, w, out, g.patch(), g.o);
+    }
+  };
+}
+
 } // namespace detail
 
 /// y = conv2d(x, w): on cuDNN or by `fallback` (im2col + cuBLAS), whichever is faster.
@@ -389,18 +401,11 @@ void convolve_forward(context& ctx, const window2d& g, const float* x, const flo
   float* wt = nullptr;
   const float one = 1, zero = 0;
   detail::run_conv(
-      ctx, conv_pass::forward, g,
-      [&] {
-        if (!wt) {
-          wt = ctx.scratch<float>(filter, g.patch() * g.o);
-          transpose_2d(ctx, w, wt, g.patch(), g.o);
-        }
-      },
-      [&](int algo, void* ws, std::size_t bytes) {
-        auto* p = detail::plan_of(ctx, conv_pass::forward, g);
-        return cudnnConvolutionForward(detail::handle_of(ctx), &one, p->x, x, p->w, wt, p->conv,
+      ctx, conv_pass::forward, g, detail::filter_transposer(ctx, g, w, filter, wt),
+      [&](const cudnn_conv_plan& p, int algo, void* ws, std::size_t bytes) {
+        return cudnnConvolutionForward(detail::handle_of(ctx), &one, p.x, x, p.w, wt, p.conv,
                                        static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes,
-                                       &zero, p->y, y);
+                                       &zero, p.y, y);
       },
       [] {}, fallback);
 }
@@ -413,18 +418,11 @@ void convolve_backward_data(context& ctx, const window2d& g, const float* dy, co
   float* wt = nullptr;
   const float one = 1, zero = 0;
   detail::run_conv(
-      ctx, conv_pass::backward_data, g,
-      [&] {
-        if (!wt) {
-          wt = ctx.scratch<float>(filter, g.patch() * g.o);
-          transpose_2d(ctx, w, wt, g.patch(), g.o);
-        }
-      },
-      [&](int algo, void* ws, std::size_t bytes) {
-        auto* p = detail::plan_of(ctx, conv_pass::backward_data, g);
-        return cudnnConvolutionBackwardData(
-            detail::handle_of(ctx), &one, p->w, wt, p->y, dy, p->conv,
-            static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws, bytes, &zero, p->x, dx);
+      ctx, conv_pass::backward_data, g, detail::filter_transposer(ctx, g, w, filter, wt),
+      [&](const cudnn_conv_plan& p, int algo, void* ws, std::size_t bytes) {
+        return cudnnConvolutionBackwardData(detail::handle_of(ctx), &one, p.w, wt, p.y, dy, p.conv,
+                                            static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws,
+                                            bytes, &zero, p.x, dx);
       },
       [] {}, fallback);
 }
@@ -442,11 +440,10 @@ void convolve_backward_filter(context& ctx, const window2d& g, const float* x, c
         if (!dwt)
           dwt = ctx.scratch<float>(filter, g.patch() * g.o);
       },
-      [&](int algo, void* ws, std::size_t bytes) {
-        auto* p = detail::plan_of(ctx, conv_pass::backward_filter, g);
-        return cudnnConvolutionBackwardFilter(
-            detail::handle_of(ctx), &one, p->x, x, p->y, dy, p->conv,
-            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &zero, p->w, dwt);
+      [&](const cudnn_conv_plan& p, int algo, void* ws, std::size_t bytes) {
+        return cudnnConvolutionBackwardFilter(detail::handle_of(ctx), &one, p.x, x, p.y, dy, p.conv,
+                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo),
+                                              ws, bytes, &zero, p.w, dwt);
       },
       [&] { transpose_2d(ctx, dwt, dw, g.o, g.patch()); }, fallback);
 }
