@@ -5,7 +5,9 @@
 // with `+` (which the plan does not fold), bit for bit where the arithmetic is the same, through
 // the gradient, and on 1 to 3 threads; and where the pattern must not fold. Prologues
 // (fold_prologues): a reduction of a fused region that only it reads evaluates the region as it
-// reduces, with the same bits as from a materialized buffer.
+// reduces, with the same bits as from a materialized buffer. Chains (fold_chains): a region that
+// alone reads max_pool_grad is evaluated on each piece of it as the kernel finishes it, with the
+// same bits as from a materialized buffer and as a double loop.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -106,6 +108,104 @@ void check_folded(bool folded) {
   } else {
     CHECK(P::layout.step[k] == step_kind::kernel);
     CHECK(P::layout.epilogues == 0);
+  }
+}
+
+/// relu's gradient through max pooling (relu -> pool, as in the seed model), by double loops:
+/// dy goes to each window's first maximum of y = relu(x) (row-major window order), summed where
+/// windows overlap, then masked where y > 0. SAME padding, window k, stride s.
+std::vector<double> relu_pool_grad_ref(const std::vector<float>& x, const std::vector<float>& dy,
+                                       i64 n, i64 h, i64 w, i64 c, i64 k, i64 s) {
+  const i64 oh = (h + s - 1) / s, ow = (w + s - 1) / s;
+  const i64 ph = std::max<i64>(0, (oh - 1) * s + k - h) / 2,
+            pw = std::max<i64>(0, (ow - 1) * s + k - w) / 2;
+  const auto y = [&](i64 b, i64 i, i64 j, i64 ch) {
+    return std::max(0.0, double(x[static_cast<std::size_t>(((b * h + i) * w + j) * c + ch)]));
+  };
+  std::vector<double> dx(x.size(), 0.0);
+  for (i64 b = 0; b < n; ++b)
+    for (i64 oy = 0; oy < oh; ++oy)
+      for (i64 ox = 0; ox < ow; ++ox)
+        for (i64 ch = 0; ch < c; ++ch) {
+          i64 bi = -1, bj = -1;
+          double best = 0;
+          for (i64 i = oy * s - ph; i < oy * s - ph + k; ++i)
+            for (i64 j = ox * s - pw; j < ox * s - pw + k; ++j)
+              if (i >= 0 && i < h && j >= 0 && j < w && (bi < 0 || y(b, i, j, ch) > best))
+                bi = i, bj = j, best = y(b, i, j, ch);
+          dx[static_cast<std::size_t>(((b * h + bi) * w + bj) * c + ch)] +=
+              dy[static_cast<std::size_t>(((b * oh + oy) * ow + ox) * c + ch)];
+        }
+  for (std::size_t i = 0; i < dx.size(); ++i)
+    if (!(x[i] > 0))
+      dx[i] = 0;
+  return dx;
+}
+
+template <class E>
+struct second_operand;
+template <class Op, class A, class B, class... R>
+struct second_operand<ty::expr<Op, A, B, R...>> {
+  using type = std::remove_cvref_t<B>;
+};
+
+template <i64 K, i64 S, i64 H, i64 W, i64 C>
+void check_chain() {
+  constexpr i64 N = 5, OH = (H + S - 1) / S, OW = (W + S - 1) / S;
+  INFO("window " << K << ", stride " << S << ", [" << N << ", " << H << ", " << W << ", " << C
+                 << "]");
+  constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, H, W, C>>;
+  constexpr auto dy = ty::placeholder<"dy", float, ty::shape<ty::dyn, OH, OW, C>>;
+  constexpr auto y = ty::relu(x);
+  constexpr auto gx = ty::grad(ty::max_pool<ty::padding::same, K, K, S, S>(y), x, dy);
+  // The pool's gradient, where(y > 0, pg, zeros_like(pg))'s second operand: fetched too, it is
+  // materialized.
+  constexpr auto pg = typename second_operand<std::remove_cvref_t<decltype(gx)>>::type{};
+  static_assert(
+      std::is_same_v<typename decltype(pg)::op,
+                     ty::ops::pool_grad<ty::ops::pool_kind::max, ty::padding::same, K, K, S, S>>);
+  using P = ty::graph::plan<ty::type_list<decltype(gx)>>;
+  static_assert(P::layout.chains == 1);
+  CHECK(P::layout.step[P::template index_c<decltype(gx)>::value] == step_kind::chained);
+  CHECK(P::layout.step[P::template index_c<decltype(pg)>::value] == step_kind::deferred);
+  CHECK(P::describe().find("chained to %") != std::string::npos);
+  static_assert(ty::graph::plan<ty::type_list<decltype(gx), decltype(pg)>>::layout.chains == 0);
+  // Its other input not one of the pool's operands (a computed one): not chained.
+  constexpr auto other = pg * ty::max_pool<ty::padding::same, 1>(x);
+  static_assert(ty::graph::plan<ty::type_list<decltype(other)>>::layout.chains == 0);
+  // A placeholder broadcast against it: chained, with the pool's output stored first as the
+  // region's output is larger than it.
+  constexpr auto z = ty::placeholder<"z", float, ty::shape<2, ty::dyn, H, W, C>>;
+  constexpr auto wide = pg + z;
+  static_assert(ty::graph::plan<ty::type_list<decltype(wide)>>::layout.chains == 1);
+
+  const auto vx = random_vector<float>(31, N * H * W * C),
+             vd = random_vector<float>(32, N * OH * OW * C),
+             vz = random_vector<float>(33, 2 * N * H * W * C);
+  const auto ref = relu_pool_grad_ref(vx, vd, N, H, W, C, K, S);
+  for (int threads : {1, 2, 3}) {
+    INFO("threads = " << threads);
+    ty::session s(ty::session_options{.threads = threads});
+    const auto feeds = [&](auto... f) {
+      return s.run(ty::fetch(f...), ty::feed(x, as_tensor({N, H, W, C}, vx)),
+                   ty::feed(dy, as_tensor({N, OH, OW, C}, vd)),
+                   ty::feed(z, as_tensor({2, N, H, W, C}, vz)));
+    };
+    auto [g1] = feeds(gx);
+    CHECK(s.stats().steps == 2); // relu, then the pool's gradient with the mask
+    auto [g2, p2] = feeds(gx, pg);
+    CHECK(s.stats().steps == 3);
+    CHECK(same_bits(g1, g2));
+    // At most 4 overlapping windows add dy values in [-1, 1]: float sums within 1e-6.
+    CHECK(violations(g1, ref, std::vector<double>(ref.size(), 1.0), 1e-6) == 0);
+    i64 routed = 0;
+    for (double v : ref)
+      routed += v != 0;
+    CHECK(routed > N * OH * OW * C / 4); // the mask and the routing both matter
+    auto [w1] = feeds(wide);
+    auto [w2, p3] = feeds(wide, pg);
+    CHECK(same_bits(w1, w2));
+    CHECK(same_bits(p2, p3));
   }
 }
 
@@ -339,5 +439,11 @@ TEST_SUITE("epilogue") {
         }
       CHECK(std::abs(f1.item() - total) <= 1e-5 * mag);
     }
+  }
+
+  TEST_CASE("a region that alone reads max_pool_grad runs on its pieces: the same bits") {
+    check_chain<2, 2, 9, 8, 32>(); // tiled windows, vectors of channels, a clipped last row
+    check_chain<2, 2, 6, 6, 3>();  // tiled, channels one by one
+    check_chain<3, 2, 7, 7, 16>(); // overlapping windows: whole images are the pieces
   }
 }

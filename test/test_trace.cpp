@@ -113,9 +113,10 @@ TEST_CASE("the seed's training graph as DOT: Graphviz reads it; nodes, clusters,
     fused_units += L.step[i] == ty::graph::step_kind::kernel && members > 1;
   }
   CHECK(with_id(g, "n", false).size() == drawn);
-  // One cluster per fused region, epilogue and prologue.
+  // One cluster per fused region, epilogue, prologue and chain.
   CHECK(with_id(g, "region", true).size() ==
-        fused_units + P::layout.epilogues + P::layout.prologues);
+        fused_units + P::layout.epilogues + P::layout.prologues + P::layout.chains);
+  CHECK(P::layout.chains == 2);    // relu's gradients after conv1's and conv2's pools
   CHECK(P::layout.epilogues == 5); // conv1, conv2, local3, local4, softmax_linear
   // Two devices, and every edge read through a transfer marked.
   CHECK(with_id(g, "device", false).size() == 2);

@@ -24,6 +24,7 @@ enum class step_kind {
   deferred,        // a producer whose kernel runs in its consumer's epilogue step: shape only
   epilogue,        // the root of a bias(+relu) region: runs its producer's kernel with it
   prologue,        // a reduction that evaluates its input region (a deferred step) as it reads it
+  chained,         // the root of a region that runs its input's kernel (a deferred step) in pieces
 };
 
 /// An operand of a step: node position, dtype, rank.
@@ -92,6 +93,17 @@ struct epilogue {
 template <class Region>
 struct prologue {
   using region = Region;
+};
+
+/// What a `chained` step runs: the kernel of its producer (a flat_node, an op that
+/// `writes_in_pieces`), which hands each piece of its output to the step's fused region
+/// (a flat_region whose input number Input is the producer) as it finishes it: the region is
+/// evaluated on that piece while it is in cache, and the producer's output is never stored.
+template <class Producer, class Region, std::size_t Input>
+struct chained {
+  using producer = Producer;
+  using region = Region;
+  static constexpr std::size_t input = Input;
 };
 
 } // namespace typeflow::graph

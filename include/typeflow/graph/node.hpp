@@ -48,6 +48,18 @@ constexpr bool reads_fused_input() {
   else
     return false;
 }
+/// Whether op Op's CPU kernel can hand its output to a reader in pieces as it finishes them
+/// (each piece a contiguous range of the row-major output, each written once): the plan then
+/// chains a fused elementwise region that alone reads it to the kernel (graph::chained), and
+/// the output is never stored. An op says so with `static constexpr bool writes_in_pieces =
+/// true;` and its CPU kernel file adds a `kernel_pieces` overload (backend/cpu/kernels.hpp).
+template <class Op>
+constexpr bool writes_in_pieces() {
+  if constexpr (requires { Op::writes_in_pieces; })
+    return Op::writes_in_pieces;
+  else
+    return false;
+}
 template <class Op>
 constexpr epilogue_role epilogue_role_of() {
   if constexpr (requires { Op::epilogue; })

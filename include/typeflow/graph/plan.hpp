@@ -199,7 +199,7 @@ struct node_facts_t {
   std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
       placeholder{}, variable{}, group{};
   std::array<epilogue_role, size> epilogue{};
-  std::array<bool, size> fused_input{};
+  std::array<bool, size> fused_input{}, pieces{};
 };
 
 template <std::size_t size, std::size_t slots, std::size_t n_edges>
@@ -229,12 +229,14 @@ struct layout_table {
   std::array<std::size_t, size + 1> release_begin{};
   std::array<std::size_t, slots + 1> releases{};
   /// For an `epilogue` step r: its producer (a `deferred` step), the edge of its bias operand
-  /// and whether relu follows; none elsewhere.
+  /// and whether relu follows; for a `chained` step r: its producer; none elsewhere.
   std::array<std::size_t, size> producer{}, bias_edge{};
   std::array<bool, size> relu{};
   /// For a `prologue` step: the region root it evaluates (a `deferred` step); none elsewhere.
   std::array<std::size_t, size> source{};
-  std::size_t steps = 0, fused = 0, epilogues = 0, prologues = 0;
+  /// For a `chained` step r: which of its region's inputs its producer is; none elsewhere.
+  std::array<std::size_t, size> chain_input{};
+  std::size_t steps = 0, fused = 0, epilogues = 0, prologues = 0, chains = 0;
 };
 
 template <std::size_t size, std::size_t n_slots>
@@ -362,6 +364,7 @@ private:
     f.edge_begin[size] = e;
     f.epilogue = {epilogue_role_of<typename node<I>::op>()...};
     f.fused_input = {reads_fused_input<typename node<I>::op>()...};
+    f.pieces = {writes_in_pieces<typename node<I>::op>()...};
     ((f.fetched[index_c<Fetches>::value] = true), ...);
     return f;
   }
@@ -505,6 +508,7 @@ private:
                                                        : step_kind::kernel;
     fold_epilogues(L);
     fold_prologues(L);
+    fold_chains(L);
     // Fetched values and assignments (committed at the end) live to the end of the run.
     for (std::size_t i = 0; i < size; ++i)
       if (f.fetched[i] || f.force_root[i])
@@ -611,6 +615,63 @@ private:
     }
   }
 
+  /// Chains: a fused elementwise region on the CPU (its root a kernel step) one of whose inputs
+  /// is a kernel k that `writes_in_pieces`, on the same device, that only the region's members
+  /// read (not fetched, not transferred), and whose other inputs are k's operands, variables,
+  /// placeholders or constants, runs k's kernel itself and is evaluated on each piece of k's
+  /// output as k finishes it: k becomes `deferred` (its shape is checked where it stands), the
+  /// root a `chained` step, and k's operands live until then. (The inputs rule keeps the region
+  /// in the replicated phase of its producer: device/replication.hpp.) `relu`'s gradient after
+  /// `max_pool_grad` is one pass: the pool's gradient of an image is masked while in cache.
+  static consteval void fold_chains(layout_t& L) {
+    const node_facts& f = fact;
+    L.chain_input.fill(none);
+    for (std::size_t r = 0; r < size; ++r) {
+      if (L.root[r] != r || L.step[r] != step_kind::kernel || !f.elementwise[r] ||
+          f.force_root[r] || !placement.device[r].is_cpu)
+        continue;
+      std::size_t k = none, pos = none;
+      for (std::size_t i = L.input_begin[r]; i < L.input_begin[r + 1] && k == none; ++i) {
+        const std::size_t n = L.input_nodes[i];
+        if (f.pieces[n] && L.inputs[i] == n && L.step[n] == step_kind::kernel && !f.fetched[n] &&
+            placement.device[n] == placement.device[r])
+          k = n, pos = i - L.input_begin[r];
+      }
+      if (k == none)
+        continue;
+      bool ok = true;
+      for (std::size_t e = 0; e < f.edge_begin[size] && ok; ++e) // k's readers: members of r
+        if (f.edges[e] == k) {
+          std::size_t reader = 0;
+          while (f.edge_begin[reader + 1] <= e)
+            ++reader;
+          ok = L.root[reader] == r;
+        }
+      for (std::size_t e = f.edge_begin[k]; e < f.edge_begin[k + 1] && ok; ++e)
+        ok = placement.edge_transfer[e] == none;
+      for (std::size_t i = L.input_begin[r]; i < L.input_begin[r + 1] && ok; ++i) {
+        const std::size_t n = L.input_nodes[i];
+        bool operand = n == k || f.variable[n] || f.placeholder[n] || f.constant[n];
+        for (std::size_t e = f.edge_begin[k]; e < f.edge_begin[k + 1] && !operand; ++e)
+          operand = L.inputs[i] == edge_slot(e);
+        ok = operand;
+      }
+      if (!ok)
+        continue;
+      L.producer[r] = k;
+      L.chain_input[r] = pos;
+      L.step[k] = step_kind::deferred;
+      L.step[r] = step_kind::chained;
+      --L.steps;
+      ++L.chains;
+      for (std::size_t e = f.edge_begin[k]; e < f.edge_begin[k + 1]; ++e) {
+        const std::size_t slot = edge_slot(e);
+        if (L.last_use[slot] != none && L.last_use[slot] < r)
+          L.last_use[slot] = r;
+      }
+    }
+  }
+
 public:
   static constexpr layout_t layout = compute_layout();
   static constexpr std::size_t none_v = none;
@@ -674,6 +735,12 @@ private:
         std::index_sequence<input_index(R, K, Base)...>>;
   };
   template <std::size_t R, std::size_t Base>
+  using chained_of = graph::chained<
+      typename flat_of<layout.producer[R], Base == none ? none
+                                                        : Base + layout.input_begin[R + 1] -
+                                                              layout.input_begin[R]>::type,
+      typename region_of<R, Base>::type, layout.chain_input[R]>;
+  template <std::size_t R, std::size_t Base>
   using epilogue_of = graph::epilogue<
       typename flat_of<layout.producer[R], Base>::type,
       ref<Base == none ? edge_slot(layout.bias_edge[R]) : Base + arity_of(layout.producer[R]),
@@ -689,6 +756,11 @@ public:
   /// the bias operand, whether relu follows.
   template <std::size_t R>
   using epilogue = epilogue_of<R, none>;
+
+  /// The chain of step R (layout.step[R] == step_kind::chained): its producer's flat form, its
+  /// region, which input of the region the producer is.
+  template <std::size_t R>
+  using chained = chained_of<R, none>;
 
   /// The fused region rooted at elementwise node R, in flat form.
   template <std::size_t R>
@@ -718,6 +790,9 @@ public:
   template <std::size_t Q>
   using local_prologue =
       graph::prologue<typename region_of<layout.source[Q], 1 + arity_of(Q)>::type>;
+  /// The local form of the chain of step R: its region's inputs, then its producer's operands.
+  template <std::size_t R>
+  using local_chained = chained_of<R, 1 + arity_of(R)>;
 
   using frames_t = detail::frame_table<size, 2 * size + 3 * n_edges + 1>;
 
@@ -746,6 +821,9 @@ private:
         F.slot[n++] = edge_slot(L.bias_edge[i]);
       } else if (L.step[i] == step_kind::prologue) {
         inputs(L.source[i]);
+      } else if (L.step[i] == step_kind::chained) {
+        inputs(i);
+        operands(L.producer[i]);
       }
     }
     F.begin[size] = n;
@@ -779,6 +857,9 @@ public:
       else if (layout.step[i] == step_kind::epilogue)
         s += std::string("  [epilogue of %") + std::to_string(layout.producer[i]) +
              (layout.relu[i] ? ": bias_add, relu]" : ": bias_add]");
+      else if (layout.step[i] == step_kind::chained)
+        s += "  [fused " + std::to_string(fused + 1) + " ops, chained to %" +
+             std::to_string(layout.producer[i]) + "'s pieces]";
       else if (fused)
         s += "  [fused " + std::to_string(fused + 1) + " ops]";
       s += "\n";

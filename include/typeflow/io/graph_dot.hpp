@@ -145,7 +145,7 @@ inline std::string dot_text(const graph::plan_view& v, const dot_options& o) {
   for (std::size_t i = 0; i < n; ++i)
     unit[i] = v.root[i] == none ? i : v.root[i];
   for (std::size_t r = 0; r < n; ++r) {
-    if (v.step[r] == step_kind::epilogue)
+    if (v.step[r] == step_kind::epilogue || v.step[r] == step_kind::chained)
       unit[v.producer[r]] = r;
     if (v.step[r] == step_kind::prologue)
       for (std::size_t m = v.member_begin[v.source[r]]; m < v.member_begin[v.source[r] + 1]; ++m)
@@ -171,6 +171,8 @@ inline std::string dot_text(const graph::plan_view& v, const dot_options& o) {
       append(s, v.op[v.producer[u]], " + bias_add", v.relu[u] ? " + relu" : "", ": one step");
     else if (v.step[u] == step_kind::prologue)
       append(s, v.op[u], " over a fused loop: one step");
+    else if (v.step[u] == step_kind::chained)
+      append(s, v.op[v.producer[u]], " chained to a fused loop: one step");
     else
       append(s, "fused: ", std::to_string(unit_size[u]), " ops, one kernel");
     return s;

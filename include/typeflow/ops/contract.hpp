@@ -20,6 +20,12 @@
 //                                                static shapes (`dyn` unknown) and at run time
 //                                                on the fed extents; an error names the problem
 //    static std::string attrs();                 optional: attributes for printing
+//    static constexpr epilogue_role epilogue;    optional: its part in a bias(+relu) epilogue
+//    static constexpr bool reads_fused_input;    optional: a reduction that reads a fused
+//                                                input as it goes (graph::prologue)
+//    static constexpr bool writes_in_pieces;     optional: its CPU kernel hands its output to
+//                                                a fused reader in pieces: add a kernel_pieces
+//                                                overload to its kernel file (graph::chained)
 //    elementwise ops only:
 //    template <class C, class... A> static R eval(A...);
 //                                                the scalar functor (host and device), computed

@@ -210,6 +210,7 @@ template <pool_kind K, padding P, std::int64_t KH, std::int64_t KW, std::int64_t
           std::int64_t SW>
 struct pool_grad : pool<K, P, KH, KW, SH, SW> {
   static constexpr std::string_view name = K == pool_kind::max ? "max_pool_grad" : "avg_pool_grad";
+  static constexpr bool writes_in_pieces = true; // one image at a time (graph/node.hpp)
   template <class X, class G>
   using value_type = typename X::value_type;
   template <class X, class G>

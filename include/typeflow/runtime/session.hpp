@@ -622,6 +622,10 @@ private:
   struct region_of<P, I, graph::step_kind::prologue, E> {
     using type = typename P::template local_prologue<I>*;
   };
+  template <class P, std::size_t I, bool E>
+  struct region_of<P, I, graph::step_kind::chained, E> {
+    using type = typename P::template local_chained<I>*;
+  };
 
   // ---- compile-time checks of a run ---------------------------------------------------------
 
@@ -1058,6 +1062,10 @@ private:
       : std::integral_constant<std::size_t, sizeof...(Refs) + 1> {};
   template <class Region>
   struct frame_extra<graph::prologue<Region>*> : frame_extra<Region*> {};
+  template <graph::step_kind K, class Op, class T, std::size_t R, class... Refs, class Region,
+            std::size_t In>
+  struct frame_extra<graph::chained<graph::flat_node<K, Op, T, R, Refs...>, Region, In>*>
+      : std::integral_constant<std::size_t, frame_extra<Region*>::value + sizeof...(Refs)> {};
   /// How many values a step with this local form gathers (see run_kernel).
   template <class Flat, class Region>
   struct frame_size;
@@ -1249,6 +1257,10 @@ private:
       static_assert(D::is_cpu, "epilogues are folded on the CPU only");
       auto ctx = cpu_context();
       cpu_backend::epilogue_kernel<0>(ctx, fr, region);
+    } else if constexpr (K == step_kind::chained) {
+      static_assert(D::is_cpu, "chains are folded on the CPU only");
+      auto ctx = cpu_context();
+      cpu_backend::chained_kernel<0>(ctx, fr, region);
     } else if constexpr (K == step_kind::prologue) {
       static_assert(D::is_cpu, "prologues are folded on the CPU only");
       static_assert(cpu_backend::has_prologue_kernel<0, Op, T, Region, Refs...>,

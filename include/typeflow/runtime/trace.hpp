@@ -79,6 +79,14 @@ inline trace_plan make_trace_plan(const graph::plan_view& v) {
       op += members(v.source[i]);
       op += "))";
       break;
+    case graph::step_kind::chained:
+      op = v.op[v.producer[i]];
+      op += "+fused(";
+      op += members(i);
+      op += ')';
+      kind = v.op[v.producer[i]];
+      kind += "+elementwise";
+      break;
     case graph::step_kind::constant:
       op = kind = "fill";
       break;

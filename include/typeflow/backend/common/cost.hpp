@@ -104,6 +104,22 @@ struct frame_tail<graph::epilogue<graph::flat_node<K, Op, T, R, PRefs...>, B, Re
 };
 template <class Region>
 struct frame_tail<graph::prologue<Region>> : frame_tail<Region> {};
+template <graph::step_kind K, class Op, class T, std::size_t R, class... PRefs, class Region,
+          std::size_t In>
+struct frame_tail<graph::chained<graph::flat_node<K, Op, T, R, PRefs...>, Region, In>> {
+  static constexpr std::array<std::size_t, frame_tail<Region>::sizes.size() + sizeof...(PRefs)>
+      sizes = [] {
+        std::array<std::size_t, frame_tail<Region>::sizes.size() + sizeof...(PRefs)> s{};
+        std::size_t n = 0;
+        for (std::size_t e : frame_tail<Region>::sizes)
+          s[n++] = e;
+        for (std::size_t e : {elem_size<typename PRefs::value_type>()..., std::size_t{0}})
+          if (n < s.size())
+            s[n++] = e;
+        return s;
+      }();
+  static constexpr std::size_t members = Region::members::size;
+};
 } // namespace cost_detail
 
 /// The cost of one step from its local form (see graph::plan's local forms): its frame is its
@@ -145,7 +161,9 @@ struct step_cost {
     for (std::size_t k = 0; k < size; ++k)
       d[k] = &frame[k].dims;
     const double out = static_cast<double>(frame[0].dims.numel());
-    if constexpr (tail::members > 0 && !is_prologue) {
+    if constexpr (is_chained<Region>::value) {
+      return chained_flops(d.data(), out, static_cast<Region*>(nullptr));
+    } else if constexpr (tail::members > 0 && !is_prologue) {
       return out * static_cast<double>(tail::members); // a fused elementwise region
     } else if constexpr (is_prologue) {
       const double f = op_cost<Op>::flops(d.data());
@@ -163,6 +181,23 @@ private:
   struct is_epilogue : std::false_type {};
   template <class P, class B, bool Relu>
   struct is_epilogue<graph::epilogue<P, B, Relu>> : std::true_type {};
+  template <class R>
+  struct is_chained : std::false_type {};
+  template <class P, class R, std::size_t In>
+  struct is_chained<graph::chained<P, R, In>> : std::true_type {};
+  /// The producer's FLOPs (its result is the region's input In, its operands follow the
+  /// region's inputs), then the region's per element.
+  template <graph::step_kind K, class POp, class PT, std::size_t R, class... PRefs, class Rg,
+            std::size_t In>
+  static double chained_flops(const rt_dims* const* d, double out,
+                              graph::chained<graph::flat_node<K, POp, PT, R, PRefs...>, Rg, In>*) {
+    constexpr std::size_t inputs = cost_detail::frame_tail<Rg>::sizes.size();
+    std::array<const rt_dims*, 1 + sizeof...(PRefs)> pd{d[1 + sizeof...(Refs) + In]};
+    for (std::size_t k = 0; k < sizeof...(PRefs); ++k)
+      pd[1 + k] = d[1 + sizeof...(Refs) + inputs + k];
+    const double f = op_cost<POp>::flops(pd.data());
+    return f < 0 ? -1 : f + out * static_cast<double>(Rg::members::size);
+  }
   template <class R>
   struct is_prologue_t : std::false_type {};
   template <class R>

@@ -37,6 +37,9 @@ struct rt_dims {
     const std::int64_t n = detail::numel_or_invalid(d.begin(), d.begin() + rank);
     return n >= 0 && detail::bytes_or_invalid(n, elem) <= detail::max_bytes;
   }
+  friend bool operator==(const rt_dims& a, const rt_dims& b) {
+    return a.rank == b.rank && std::equal(a.d.begin(), a.d.begin() + a.rank, b.d.begin());
+  }
   template <std::size_t R>
   dims_t<R> fixed() const {
     dims_t<R> a{};

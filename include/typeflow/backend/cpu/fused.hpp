@@ -230,13 +230,22 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
     pool.parallel_for(n_blocks, grain, body);
   }
 
+  /// Input `input` of a region read from a piece of it (graph::chained): `data` holds its
+  /// elements [begin, ...) of the row-major order of the output, whose dims it has.
+  struct piece_input {
+    std::size_t input = n_in; ///< none
+    const void* data = nullptr;
+    std::int64_t begin = 0;
+  };
+
   /// Elements [begin, end) of the root, in the row-major order of `od`, into out[0, end - begin)
-  /// on the calling thread (a reduction reading the region in pieces: graph::prologue). Each
-  /// element gets the same arithmetic as in run().
+  /// on the calling thread (a reduction reading the region in pieces: graph::prologue; a region
+  /// evaluated on the pieces of an input, `piece`: graph::chained), with non-temporal stores
+  /// where `stream` (the caller fences). Each element gets the same arithmetic as in run().
   static void run_range(out_t* out, const backend::rt_dims& od,
                         const std::array<const backend::rt_value*, n_in>& in,
                         const backend::loop_geometry<n_in>& geo, std::int64_t begin,
-                        std::int64_t end) {
+                        std::int64_t end, const piece_input& piece = {}, bool stream = false) {
     (void)od;
     const std::int64_t inner_n = geo.groups ? geo.dims[geo.groups - 1] : 1;
     std::tuple<std::array<Ins, block>...> splat;
@@ -244,8 +253,8 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
       const std::int64_t row = i / inner_n, j0 = i % inner_n;
       const std::int64_t len = std::min({block, inner_n - j0, end - i});
       auto ptrs = make_ptrs(in, row_offsets(geo, row), geo, j0, len, splat,
-                            std::index_sequence_for<Ins...>{});
-      inner(out + (i - begin), len, ptrs, false, std::index_sequence_for<Ins...>{});
+                            std::index_sequence_for<Ins...>{}, &piece, i);
+      inner(out + (i - begin), len, ptrs, stream, std::index_sequence_for<Ins...>{});
       i += len;
     }
   }
@@ -267,10 +276,13 @@ private:
   static std::tuple<const Ins*...>
   make_ptrs(const std::array<const backend::rt_value*, n_in>& in,
             const std::array<std::int64_t, n_in>& off, const backend::loop_geometry<n_in>& geo,
-            std::int64_t j0, std::int64_t len, Splat& splat, std::index_sequence<K...>) {
+            std::int64_t j0, std::int64_t len, Splat& splat, std::index_sequence<K...>,
+            const piece_input* piece = nullptr, std::int64_t at = 0) {
     const std::size_t last = geo.groups ? geo.groups - 1 : 0;
     [[maybe_unused]] auto one = [&]<std::size_t k>(std::integral_constant<std::size_t, k>) {
       using T = std::tuple_element_t<k, in_tuple>;
+      if (piece && piece->input == k) // the output's dims: element `at` is the piece's at - begin
+        return static_cast<const T*>(piece->data) + (at - piece->begin);
       const T* base = static_cast<const T*>(in[k]->data) + off[k];
       const std::int64_t s = geo.groups ? geo.strides[k][last] : 0;
       if (s == 1)

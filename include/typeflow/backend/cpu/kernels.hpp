@@ -30,6 +30,19 @@ concept has_prologue_kernel = requires(context& c, value* v, const Pro& p) {
             static_cast<Refs*>(nullptr)...);
 };
 
+/// Whether the CPU backend's kernel for op Op can hand its output to a sink in pieces
+/// (graph::chained): a `kernel_pieces` overload in the op's kernel file.
+/// (The sink is a named type, not a lambda: nvcc's front end rejects a lambda here.)
+template <class T>
+struct any_sink {
+  void operator()(std::int64_t, std::int64_t, const T*) const {}
+};
+template <std::size_t I, class Op, class T, class... Refs>
+concept has_pieces_kernel = requires(context& c, value* v, const any_sink<T>& sink) {
+  kernel_pieces<I>(c, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), v, sink,
+                   static_cast<Refs*>(nullptr)...);
+};
+
 /// Whether the CPU backend folds epilogue E (graph::epilogue) into the kernel of op Op itself.
 /// Such a kernel returns whether it did (false: it left everything to the fallback below).
 template <std::size_t I, class Op, class T, class E, class... Refs>
@@ -76,6 +89,64 @@ void epilogue_kernel(context& ctx, value* vals,
   if (c > 0)
     bias_epilogue<Relu>(ctx.pool, static_cast<T*>(y.data),
                         static_cast<const T*>(vals[B::index].data), y.dims.numel() / c, c);
+}
+
+/// A `chained` step (graph::chained): the producer's kernel hands each piece of its output to
+/// the region, which is evaluated on it at once (in cache) into step I's output; the producer's
+/// output is never stored. Where the producer's output is broadcast in the region (its dims are
+/// not the output's), it is stored and the region runs as a plain fused loop.
+template <std::size_t I, graph::step_kind K, class Op, class T, std::size_t R, class... Refs,
+          class Region, std::size_t In>
+void chained_kernel(context& ctx, value* vals,
+                    graph::chained<graph::flat_node<K, Op, T, R, Refs...>, Region, In>*) {
+  using Out = typename Region::out_type;
+  using fused = fused_kernel<Out, typename Region::inputs, typename Region::members>;
+  static_assert(!fused::lacks_a_vector_form, // the session names the op before it gets here
+                "fused CPU loop: an elementwise op has no vector form");
+  constexpr auto Idx = Region::input_indices;
+  constexpr std::size_t N = Idx.size();
+  static_assert(In < N && has_pieces_kernel<Idx[In], Op, T, Refs...>,
+                "a chained step's producer needs a CPU kernel_pieces overload");
+  std::array<const value*, N> inputs{};
+  std::array<const backend::rt_dims*, N> in_dims{};
+  for (std::size_t k = 0; k < N; ++k) {
+    inputs[k] = &vals[Idx[k]];
+    in_dims[k] = &inputs[k]->dims;
+  }
+  const backend::rt_dims& od = vals[I].dims;
+  value& produced = vals[Idx[In]];
+  Out* out = ctx.allocate<Out>(vals[I]);
+  ctx.stats.fused_nodes += Region::members::size - 1;
+  if (!(produced.dims == od)) {
+    kernel<Idx[In]>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals, nullptr,
+                    static_cast<Refs*>(nullptr)...);
+    fused::run(ctx.pool, out, od, inputs);
+    produced = value{};
+    return;
+  }
+  const backend::loop_geometry<N> geo(od, in_dims);
+  bool stream = false;
+#if defined(TYPEFLOW_HAS_XSIMD)
+  if constexpr (fused::vectorized && simd::has_stream_store<Out>) {
+    // As fused_kernel::run decides: the output and the stored inputs exceed the cache.
+    std::size_t bytes = static_cast<std::size_t>(od.numel()) * sizeof(Out);
+    for (std::size_t k = 0; k < N; ++k)
+      if (k != In)
+        bytes += static_cast<std::size_t>(in_dims[k]->numel()) * sizeof(Out);
+    stream = bytes > simd::last_level_cache_bytes();
+  }
+#endif
+  kernel_pieces<Idx[In]>(
+      ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals,
+      [&](std::int64_t begin, std::int64_t end, const T* piece) {
+        fused::run_range(out + begin, od, inputs, geo, begin, end,
+                         typename fused::piece_input{In, piece, begin}, stream);
+#if defined(TYPEFLOW_HAS_XSIMD)
+        if (stream)
+          simd::stream_fence(); // before the join publishes the result to other threads
+#endif
+      },
+      static_cast<Refs*>(nullptr)...);
 }
 
 } // namespace typeflow::cpu_backend

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../../core/dtype.hpp"
@@ -433,10 +434,39 @@ void pool_forward(thread_pool& pool, const T* x, const window2d& g, T* y) {
   });
 }
 
+/// Hands a kernel's output to its reader in pieces (graph::chained): none, the kernel writes
+/// its whole output; else the kernel writes each piece into a buffer of its own and calls
+/// `sink(begin, end, piece)` with the piece's range of the row-major output (from any pool
+/// thread, each range once).
+struct no_sink {};
+
 /// The gradient of a pool: max sends dy to the first maximum of each window (row-major window
-/// order); avg spreads dy evenly over the window's valid positions.
-template <bool Max, class T>
-void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g, T* dx) {
+/// order); avg spreads dy evenly over the window's valid positions. With a sink, one image at a
+/// time goes to it instead of into dx (see no_sink).
+template <bool Max, class T, class Sink = no_sink>
+void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g, T* dx,
+                   const Sink& sink = {}) {
+  constexpr bool pieces = !std::is_same_v<Sink, no_sink>;
+  const std::int64_t image = g.h * g.w * g.c;
+  // Image b's gradient: into dx, or into the thread's piece buffer (kept from call to call:
+  // neither allocated nor zeroed per image).
+  const auto target = [&](std::int64_t b) {
+    if constexpr (pieces) {
+      thread_local std::vector<T> piece;
+      if (piece.size() < static_cast<std::size_t>(image))
+        piece.resize(static_cast<std::size_t>(image));
+      return piece.data();
+    } else {
+      return dx + b * image;
+    }
+  };
+  // Elements [lo, hi) of image b are final.
+  const auto done = [&](std::int64_t b, const T* db, std::int64_t lo, std::int64_t hi) {
+    if constexpr (pieces)
+      sink(b * image + lo, b * image + hi, db + lo);
+    else
+      (void)b, (void)db, (void)lo, (void)hi;
+  };
 #if defined(TYPEFLOW_HAS_XSIMD)
   // Max pooling with whole vectors of channels: per window, the first maximum's value and its
   // position in the window (as a float lane, exact for small counts) per channel; then each
@@ -451,8 +481,8 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
                          g.oh * g.sh >= g.h && g.ow * g.sw >= g.w;
       pool.parallel_for(g.n, 1, [&](std::int64_t b0, std::int64_t b1) {
         for (std::int64_t b = b0; b < b1; ++b) {
-          const T* xb = x + b * g.h * g.w * g.c;
-          T* db = dx + b * g.h * g.w * g.c;
+          const T* xb = x + b * image;
+          T* db = target(b);
           if (!tiled)
             std::fill_n(db, g.h * g.w * g.c, T(0));
           for (std::int64_t oy = 0; oy < g.oh; ++oy) {
@@ -482,7 +512,13 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
                   }
               }
             }
+            // Tiled windows: the rows of this row of windows are final (smaller pieces keep
+            // the sink's stores interleaved with the loads).
+            if (tiled)
+              done(b, db, oy * g.sh * g.w * g.c, std::min(g.h, (oy + 1) * g.sh) * g.w * g.c);
           }
+          if (!tiled)
+            done(b, db, 0, image);
         }
       });
       return;
@@ -493,9 +529,9 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
     std::vector<T> best_v(Max ? static_cast<std::size_t>(g.c) : 0);
     std::vector<std::int64_t> best_at(best_v.size());
     for (std::int64_t b = b0; b < b1; ++b) {
-      const T* xb = x + b * g.h * g.w * g.c;
-      T* db = dx + b * g.h * g.w * g.c;
-      std::fill_n(db, g.h * g.w * g.c, T(0));
+      const T* xb = x + b * image;
+      T* db = target(b);
+      std::fill_n(db, image, T(0));
       for (std::int64_t oy = 0; oy < g.oh; ++oy) {
         for (std::int64_t ox = 0; ox < g.ow; ++ox) {
           const clipped_window win(g, oy, ox);
@@ -532,6 +568,7 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
           }
         }
       }
+      done(b, db, 0, image);
     }
   });
 }
