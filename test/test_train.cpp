@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -86,6 +87,56 @@ TEST_CASE("momentum with Nesterov: two steps against a hand computation") {
   static_assert(decltype(slot)::op::name == "w/momentum");
   check_close(s.read(slot), acc, 1e-14);
   CHECK(s.read(ty::global_step)[0] == 2);
+}
+
+TEST_CASE("a variable's update and its slot's are one loop storing both, with the same bits") {
+  // 1000 weights: whole vector blocks and a ragged end.
+  constexpr i64 n = 1000;
+  constexpr auto mw = ty::variable<"mw", float, ty::shape<n>, ty::fill<0.0>>;
+  constexpr auto ma = ty::placeholder<"ma", float, ty::shape<n>>;
+  constexpr auto loss = ty::sum(ma * ty::square(mw)) * ty::constant<0.5>;
+  constexpr auto train =
+      ty::momentum(ty::constant<0.1>, ty::constant<0.9>, ty::nesterov).minimize(loss);
+  using P = ty::graph::plan<ty::type_list<decltype(train)>>;
+  static_assert(P::layout.merged_outputs == 1); // mw/momentum's, in mw's loop
+  CHECK(P::describe().find("also stores %") != std::string::npos);
+  // The same arithmetic as plain expressions (nothing to merge), fetched before each step.
+  constexpr auto g = ty::replica_mean(ty::grad(loss, mw));
+  constexpr auto accum = ty::slot_variable<decltype(mw), "/momentum">;
+  constexpr auto next = ty::add(ty::mul(accum, ty::constant<0.9>), g);
+  constexpr auto neww =
+      ty::sub(mw, ty::mul(ty::add(g, ty::mul(next, ty::constant<0.9>)), ty::constant<0.1>));
+  static_assert(
+      ty::graph::plan<ty::type_list<decltype(next), decltype(neww)>>::layout.merged_outputs == 0);
+  // An assignment that something other than a group reads is not merged.
+  constexpr auto read_back = ty::group(ty::mul(ty::assign(accum, next), ty::constant<2.0>),
+                                       ty::assign_sub(mw, ty::mul(next, ty::constant<0.1>)));
+  static_assert(ty::graph::plan<ty::type_list<decltype(read_back)>>::layout.merged_outputs == 0);
+  // Nor are assignments of different shapes.
+  constexpr auto other = ty::variable<"other", float, ty::shape<n / 2>, ty::fill<0.0>>;
+  constexpr auto shapes = ty::group(ty::assign(other, ty::constant<1.0>), ty::assign(mw, g));
+  static_assert(ty::graph::plan<ty::type_list<decltype(shapes)>>::layout.merged_outputs == 0);
+
+  std::vector<float> av(n), w0(n);
+  for (i64 i = 0; i < n; ++i) {
+    av[static_cast<std::size_t>(i)] = 0.25f + 0.125f * static_cast<float>(i % 7);
+    w0[static_cast<std::size_t>(i)] = static_cast<float>(i % 5) - 2.0f + 0.5f;
+  }
+  for (int threads : {1, 2}) {
+    INFO("threads = " << threads);
+    ty::session s(ty::session_options{.threads = threads});
+    s.initialize(train);
+    s.write(mw, ty::tensor<float>({n}, std::span<const float>(w0)));
+    const ty::tensor<float> at({n}, std::span<const float>(av));
+    for (int k = 0; k < 3; ++k) {
+      auto [nx, nw] = s.run(ty::fetch(next, neww), ty::feed(ma, at));
+      s.run(ty::fetch(train), ty::feed(ma, at));
+      const auto gw = s.read(mw), ga = s.read(accum);
+      CHECK(std::memcmp(gw.data(), nw.data(), sizeof(float) * n) == 0);
+      CHECK(std::memcmp(ga.data(), nx.data(), sizeof(float) * n) == 0);
+      CHECK(gw[1] != w0[1]);
+    }
+  }
 }
 
 TEST_CASE("momentum without Nesterov differs from Nesterov as the formulas say") {

@@ -20,6 +20,7 @@ enum class step_kind {
   constant,        // materialized constant (fetched, or read by a non-elementwise op)
   group,           // no value
   fused_member,    // computed inside its region's loop; only its run-time shape is checked
+  fused_output,    // an assignment computed and stored by another's loop (shape checked here)
   kernel,          // a materialized node: one kernel
   deferred,        // a producer whose kernel runs in its consumer's epilogue step: shape only
   epilogue,        // the root of a bias(+relu) region: runs its producer's kernel with it
@@ -60,8 +61,9 @@ struct member {
   using compute = C;
 };
 
-/// A fused region: output dtype, input dtypes, members (topological, the root last), and the
-/// plan positions of its inputs.
+/// A fused region: output dtype, input dtypes, members (topological, the root last), the plan
+/// positions of its inputs, and what it stores besides its root (assignments merged into one
+/// loop: graph::plan's merged outputs), as pairs (member position, plan position).
 template <class Seq>
 struct index_array;
 template <std::size_t... K>
@@ -71,12 +73,14 @@ struct index_array<std::index_sequence<K...>> {
 
 /// (The input positions are a type, not a std::array template argument: nvcc's host code
 /// generation cannot spell class-type template arguments of that kind.)
-template <class Out, class Ins, class Members, class InputIndices>
+template <class Out, class Ins, class Members, class InputIndices,
+          class Stores = std::index_sequence<>>
 struct flat_region {
   using out_type = Out;
   using inputs = Ins;
   using members = Members;
   static constexpr auto input_indices = index_array<InputIndices>::value;
+  static constexpr auto stores = index_array<Stores>::value;
 };
 
 /// What an `epilogue` step runs: its producer (a flat_node), the bias operand and whether relu

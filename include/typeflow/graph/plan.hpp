@@ -237,6 +237,8 @@ struct layout_table {
   /// For a `chained` step r: which of its region's inputs its producer is; none elsewhere.
   std::array<std::size_t, size> chain_input{};
   std::size_t steps = 0, fused = 0, epilogues = 0, prologues = 0, chains = 0;
+  /// Assignments computed and stored by another assignment's loop (`fused_output` steps).
+  std::size_t merged_outputs = 0;
 };
 
 template <std::size_t size, std::size_t n_slots>
@@ -422,13 +424,23 @@ private:
     std::array<std::size_t, size> consumer_root{};
     std::array<bool, size> boundary{};
     consumer_root.fill(no_consumer);
+    // Merged assignments: the loop of assignment r runs in that of merged[r] (see mergeable).
+    std::array<std::size_t, size> merged{};
+    for (std::size_t i = 0; i < size; ++i)
+      merged[i] = i;
+    const auto find = [&](std::size_t r) {
+      while (merged[r] != r)
+        r = merged[r];
+      return r;
+    };
+    const auto groups_only = read_by_groups_only();
     // Reverse topological order: every consumer is decided before its children.
     for (std::size_t j = size; j-- > 0;) {
       if (f.constant[j]) {
         L.root[j] = (f.fetched[j] || boundary[j]) ? j : none;
       } else if (f.elementwise[j] && !f.fetched[j] && !f.force_root[j] && !boundary[j] &&
                  consumer_root[j] != no_consumer && consumer_root[j] != conflict) {
-        L.root[j] = consumer_root[j];
+        L.root[j] = find(consumer_root[j]);
       } else {
         L.root[j] = j;
       }
@@ -436,15 +448,26 @@ private:
         const std::size_t k = f.edges[e];
         const bool local = f.constant[k] || placement.device[k] == placement.device[j];
         if (f.elementwise[j] && L.root[j] != none && local) {
-          if (consumer_root[k] == no_consumer)
-            consumer_root[k] = L.root[j];
-          else if (consumer_root[k] != L.root[j])
-            consumer_root[k] = conflict;
+          const std::size_t mine = find(L.root[j]);
+          if (consumer_root[k] == no_consumer) {
+            consumer_root[k] = mine;
+          } else if (consumer_root[k] != conflict && find(consumer_root[k]) != mine) {
+            const std::size_t other = find(consumer_root[k]);
+            if (mergeable(other, mine, groups_only)) {
+              merged[std::min(other, mine)] = std::max(other, mine);
+              consumer_root[k] = std::max(other, mine);
+            } else {
+              consumer_root[k] = conflict;
+            }
+          }
         } else {
           boundary[k] = true;
         }
       }
     }
+    for (std::size_t i = 0; i < size; ++i)
+      if (L.root[i] != none)
+        L.root[i] = find(L.root[i]);
     // Group members by region (counting sort keeps topological order within a region).
     std::array<std::size_t, size + 1> count{};
     for (std::size_t i = 0; i < size; ++i)
@@ -504,8 +527,11 @@ private:
                   : f.constant[i] && L.root[i] == none ? step_kind::inline_constant
                   : f.constant[i]                      ? step_kind::constant
                   : f.group[i]                         ? step_kind::group
+                  : L.root[i] != i && f.force_root[i]  ? step_kind::fused_output
                   : L.root[i] != i                     ? step_kind::fused_member
                                                        : step_kind::kernel;
+    for (std::size_t i = 0; i < size; ++i)
+      L.merged_outputs += L.step[i] == step_kind::fused_output ? 1 : 0;
     fold_epilogues(L);
     fold_prologues(L);
     fold_chains(L);
@@ -528,6 +554,40 @@ private:
       if (L.last_use[i] != none)
         L.releases[pos[L.last_use[i]]++] = i;
     return L;
+  }
+
+  /// Whether each node is read by group nodes only (or by nothing).
+  static consteval std::array<bool, size> read_by_groups_only() {
+    std::array<bool, size> only{};
+    only.fill(true);
+    for (std::size_t j = 0; j < size; ++j)
+      for (std::size_t e = fact.edge_begin[j]; e < fact.edge_begin[j + 1]; ++e)
+        only[fact.edges[e]] = only[fact.edges[e]] && fact.group[j];
+    return only;
+  }
+
+  /// Merged assignments (a multi-output loop): two regions rooted at elementwise assignments
+  /// (`assign`, `assign_add`, `assign_sub`) that would share a member, on one CPU device, of one
+  /// dtype and one fully static shape, each read by group nodes only (the optimizer's training
+  /// op), become one loop that stores both values: the Momentum update of a variable and of its
+  /// slot read the gradient and the new slot value once instead of through two stored
+  /// intermediates. The loop runs where the later assignment stands; the earlier assignment is
+  /// a `fused_output` step (its shape is checked where it stands) that nothing reads before the
+  /// end of the run, when assignments are committed.
+  static consteval bool mergeable(std::size_t a, std::size_t b,
+                                  const std::array<bool, size>& groups_only) {
+    const node_facts& f = fact;
+    constexpr auto dtypes = detail::dtype_table<nodes>::value;
+    constexpr auto shapes = detail::shape_table<nodes>::value;
+    if (a == b || !f.force_root[a] || !f.force_root[b] || !f.elementwise[a] || !f.elementwise[b] ||
+        !groups_only[a] || !groups_only[b] || !placement.device[a].is_cpu ||
+        !(placement.device[a] == placement.device[b]) || dtypes[a] != dtypes[b] ||
+        shapes[a].rank != shapes[b].rank)
+      return false;
+    for (std::size_t d = 0; d < shapes[a].rank; ++d)
+      if (shapes[a].d[d] < 0 || shapes[a].d[d] != shapes[b].d[d])
+        return false;
+    return true;
   }
 
   /// How many edges read each node.
@@ -721,6 +781,36 @@ private:
   static constexpr std::size_t input_index(std::size_t r, std::size_t k, std::size_t base) {
     return base == none ? layout.inputs[layout.input_begin[r] + k] : base + k;
   }
+  /// The merged outputs of region R (members other than R that are assignments): how many, and
+  /// entry Q of its stores list, pairs (member position, value slot or, in a local form, frame
+  /// position Base + inputs + q).
+  static constexpr std::size_t stores_of(std::size_t r) {
+    std::size_t n = 0;
+    for (std::size_t m = layout.member_begin[r]; m < layout.member_begin[r + 1]; ++m)
+      n += layout.step[layout.members[m]] == step_kind::fused_output ? 1 : 0;
+    return n;
+  }
+  static constexpr std::size_t store_entry(std::size_t r, std::size_t base, std::size_t q) {
+    std::size_t n = 0;
+    for (std::size_t m = layout.member_begin[r]; m < layout.member_begin[r + 1]; ++m) {
+      const std::size_t i = layout.members[m];
+      if (layout.step[i] != step_kind::fused_output)
+        continue;
+      if (n == q / 2)
+        return q % 2 == 0     ? layout.local_pos[i]
+               : base == none ? i
+                              : base + layout.input_begin[r + 1] - layout.input_begin[r] + q / 2;
+      ++n;
+    }
+    return none;
+  }
+  template <std::size_t R, std::size_t Base, class Q = std::make_index_sequence<2 * stores_of(R)>>
+  struct stores_seq;
+  template <std::size_t R, std::size_t Base, std::size_t... Q>
+  struct stores_seq<R, Base, std::index_sequence<Q...>> {
+    using type = std::index_sequence<store_entry(R, Base, Q)...>;
+  };
+
   template <
       std::size_t R, std::size_t Base,
       class MSeq = std::make_index_sequence<layout.member_begin[R + 1] - layout.member_begin[R]>,
@@ -732,7 +822,7 @@ private:
         typename node<R>::value_type,
         type_list<typename node<layout.input_nodes[layout.input_begin[R] + K]>::value_type...>,
         type_list<member_t<R, layout.members[layout.member_begin[R] + M]>...>,
-        std::index_sequence<input_index(R, K, Base)...>>;
+        std::index_sequence<input_index(R, K, Base)...>, typename stores_seq<R, Base>::type>;
   };
   template <std::size_t R, std::size_t Base>
   using chained_of = graph::chained<
@@ -794,7 +884,7 @@ public:
   template <std::size_t R>
   using local_chained = chained_of<R, 1 + arity_of(R)>;
 
-  using frames_t = detail::frame_table<size, 2 * size + 3 * n_edges + 1>;
+  using frames_t = detail::frame_table<size, 3 * size + 3 * n_edges + 1>;
 
 private:
   static consteval frames_t compute_frames() {
@@ -816,6 +906,9 @@ private:
       operands(i);
       if (L.step[i] == step_kind::kernel && f.elementwise[i]) {
         inputs(i);
+        for (std::size_t m = L.member_begin[i]; m < L.member_begin[i + 1]; ++m)
+          if (L.step[L.members[m]] == step_kind::fused_output)
+            F.slot[n++] = L.members[m];
       } else if (L.step[i] == step_kind::epilogue) {
         operands(L.producer[i]);
         F.slot[n++] = edge_slot(L.bias_edge[i]);
@@ -862,6 +955,9 @@ public:
              std::to_string(layout.producer[i]) + "'s pieces]";
       else if (fused)
         s += "  [fused " + std::to_string(fused + 1) + " ops]";
+      for (std::size_t m = layout.member_begin[i]; m < layout.member_begin[i + 1]; ++m)
+        if (layout.step[layout.members[m]] == step_kind::fused_output)
+          s += "  [also stores %" + std::to_string(layout.members[m]) + "]";
       s += "\n";
     }
     return s;

@@ -182,14 +182,16 @@ struct region_vector_form {
   static constexpr bool missing = false;
   using op = void;
 };
-template <class Out, class Ins, class Members, class IdxSeq>
-struct region_vector_form<graph::flat_region<Out, Ins, Members, IdxSeq>> {
+template <class Out, class Ins, class Members, class IdxSeq, class Stores>
+struct region_vector_form<graph::flat_region<Out, Ins, Members, IdxSeq, Stores>> {
   using fused = cpu_backend::fused_kernel<Out, Ins, Members>;
   static constexpr bool missing = fused::lacks_a_vector_form;
   using op = typename fused::op_without_vector_form;
 };
 template <class Region>
 struct region_vector_form<graph::prologue<Region>> : region_vector_form<Region> {};
+template <class P, class Region, std::size_t In>
+struct region_vector_form<graph::chained<P, Region, In>> : region_vector_form<Region> {};
 template <class D, graph::step_kind K, class Op, class T, std::size_t R, class... Refs,
           class Region>
 struct step_check<D, graph::flat_node<K, Op, T, R, Refs...>, Region*> {
@@ -1054,9 +1056,9 @@ private:
   /// How many values the frame of a step with this local form holds.
   template <class Region>
   struct frame_extra : std::integral_constant<std::size_t, 0> {};
-  template <class Out, class Ins, class Members, class IdxSeq>
-  struct frame_extra<graph::flat_region<Out, Ins, Members, IdxSeq>*>
-      : std::integral_constant<std::size_t, Ins::size> {};
+  template <class Out, class Ins, class Members, class IdxSeq, class Stores>
+  struct frame_extra<graph::flat_region<Out, Ins, Members, IdxSeq, Stores>*>
+      : std::integral_constant<std::size_t, Ins::size + Stores::size() / 2> {};
   template <graph::step_kind K, class Op, class T, std::size_t R, class... Refs, class B, bool Relu>
   struct frame_extra<graph::epilogue<graph::flat_node<K, Op, T, R, Refs...>, B, Relu>*>
       : std::integral_constant<std::size_t, sizeof...(Refs) + 1> {};
@@ -1066,6 +1068,12 @@ private:
             std::size_t In>
   struct frame_extra<graph::chained<graph::flat_node<K, Op, T, R, Refs...>, Region, In>*>
       : std::integral_constant<std::size_t, frame_extra<Region*>::value + sizeof...(Refs)> {};
+  /// How many merged outputs a region stores (the last positions of its frame).
+  template <class Region>
+  struct stored_outputs : std::integral_constant<std::size_t, 0> {};
+  template <class Out, class Ins, class Members, class IdxSeq, class Stores>
+  struct stored_outputs<graph::flat_region<Out, Ins, Members, IdxSeq, Stores>*>
+      : std::integral_constant<std::size_t, Stores::size() / 2> {};
   /// How many values a step with this local form gathers (see run_kernel).
   template <class Flat, class Region>
   struct frame_size;
@@ -1114,7 +1122,8 @@ private:
       v.dims = shape_of<Op, Refs...>(dims.data(), self, name);
       if constexpr (!std::is_void_v<T>)
         check_size<D, Op, T>(v.dims, self, name);
-      if constexpr (K != step_kind::fused_member && K != step_kind::deferred)
+      if constexpr (K != step_kind::fused_member && K != step_kind::fused_output &&
+                    K != step_kind::deferred)
         run_kernel<D, K, Op, T, Refs...>(vals, frame, self, name, region);
     }
   }
@@ -1294,6 +1303,12 @@ private:
       tr_.flops = cost::flops(fr);
     }
     vals[self] = std::move(local[0]);
+    if constexpr (K == step_kind::kernel && stored_outputs<Region*>::value > 0) {
+      // A region's merged outputs (assignments stored by this loop) go back to their slots.
+      constexpr std::size_t first = local.size() - stored_outputs<Region*>::value;
+      for (std::size_t k = first; k < local.size(); ++k)
+        vals[frame[k]] = std::move(local[k]);
+    }
     note_step(self, name);
   }
   /// The run-time shape of a step from its operands' extents (dims[k]: frame position k).

@@ -91,9 +91,20 @@ struct frame_tail {
   static constexpr std::array<std::size_t, 0> sizes{};
   static constexpr std::size_t members = 0;
 };
-template <class Out, class... Ins, class Members, class Idx>
-struct frame_tail<graph::flat_region<Out, type_list<Ins...>, Members, Idx>> {
-  static constexpr std::array<std::size_t, sizeof...(Ins)> sizes{elem_size<Ins>()...};
+/// A region's inputs, then the merged outputs it stores (of its root's dtype).
+template <class Out, class... Ins, class Members, class Idx, std::size_t... S>
+struct frame_tail<
+    graph::flat_region<Out, type_list<Ins...>, Members, Idx, std::index_sequence<S...>>> {
+  static constexpr std::array<std::size_t, sizeof...(Ins) + sizeof...(S) / 2> sizes = [] {
+    std::array<std::size_t, sizeof...(Ins) + sizeof...(S) / 2> s{};
+    std::size_t n = 0;
+    for (std::size_t e : {elem_size<Ins>()..., std::size_t{0}})
+      if (n < sizeof...(Ins))
+        s[n++] = e;
+    for (; n < s.size(); ++n)
+      s[n] = elem_size<Out>();
+    return s;
+  }();
   static constexpr std::size_t members = Members::size;
 };
 template <graph::step_kind K, class Op, class T, std::size_t R, class... PRefs, class B, bool Relu>

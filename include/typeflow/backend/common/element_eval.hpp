@@ -49,6 +49,16 @@ struct element_eval<Out, type_list<Ins...>, type_list<Ms...>> {
   TYPEFLOW_HD static Out eval(Ins... x) {
     return eval_members(in_tuple{x...}, std::index_sequence_for<Ms...>{});
   }
+  /// Every member's value at one element (a region that stores members besides its root).
+  template <std::size_t... M>
+  TYPEFLOW_HD static val_tuple eval_all_members(const in_tuple& in, std::index_sequence<M...>) {
+    val_tuple v{};
+    ((std::get<M>(v) = compute(static_cast<Ms*>(nullptr), v, in)), ...);
+    return v;
+  }
+  TYPEFLOW_HD static val_tuple eval_all(Ins... x) {
+    return eval_all_members(in_tuple{x...}, std::index_sequence_for<Ms...>{});
+  }
 };
 
 } // namespace typeflow::backend

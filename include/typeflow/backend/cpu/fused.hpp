@@ -54,15 +54,35 @@ using graph::ref_input;
 using graph::ref_local;
 
 /// The fused loop of one region: members in topological order (the root last) over inputs of
-/// dtypes `Ins...`. Its template arguments hold only op types and positions, never the nested
-/// node types, so its size does not grow with the depth of the graph.
-template <class Out, class Ins, class Members>
+/// dtypes `Ins...`, storing the root and the members that `Stores` names (pairs: member
+/// position, plan position; graph::flat_region). Its template arguments hold only op types and
+/// positions, never the nested node types, so its size does not grow with the depth of the graph.
+template <class Out, class Ins, class Members, class Stores = std::index_sequence<>>
 struct fused_kernel;
 
-template <class Out, class... Ins, class... Ms>
-struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
+template <class Out, class... Ins, class... Ms, std::size_t... St>
+struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequence<St...>> {
   using out_t = Out;
   static constexpr std::size_t n_in = sizeof...(Ins);
+  /// The members stored besides the root (merged outputs), each of the root's dtype and shape.
+  static constexpr std::size_t n_out = sizeof...(St) / 2;
+  static constexpr std::array<std::size_t, n_out> store_member = [] {
+    constexpr std::size_t st[] = {St..., 0};
+    std::array<std::size_t, n_out> m{};
+    for (std::size_t q = 0; q < n_out; ++q)
+      m[q] = st[2 * q];
+    return m;
+  }();
+  using outs_t = std::array<out_t*, n_out>;
+  static_assert(
+      [] {
+        constexpr bool same[] = {std::is_same_v<typename Ms::value_type, out_t>...};
+        for (std::size_t m : store_member)
+          if (!same[m])
+            return false;
+        return true;
+      }(),
+      "fused CPU loop: a stored member's dtype differs from the root's");
   static constexpr std::int64_t block = 256;
   using in_tuple = std::tuple<Ins...>;
   using val_tuple = std::tuple<typename Ms::value_type...>;
@@ -112,10 +132,28 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
       };
   }
   template <std::size_t... M>
-  static simd::vec<out_t> beval(const bin_tuple& in, std::index_sequence<M...>) {
+  static bval_tuple beval_all(const bin_tuple& in, std::index_sequence<M...>) {
     bval_tuple v{};
     ((std::get<M>(v) = bcompute(static_cast<Ms*>(nullptr), v, in)), ...);
-    return std::get<sizeof...(Ms) - 1>(v);
+    return v;
+  }
+  template <std::size_t... M>
+  static simd::vec<out_t> beval(const bin_tuple& in, std::index_sequence<M...> seq) {
+    return std::get<sizeof...(Ms) - 1>(beval_all(in, seq));
+  }
+  /// The root and the stored members of one batch, at element j of each output (with
+  /// non-temporal stores where Stream: every output aligned).
+  template <bool Stream, std::size_t... Q>
+  static void bstore(const bval_tuple& v, out_t* out, const outs_t& so, std::int64_t j,
+                     std::index_sequence<Q...>) {
+    const auto put = [](const simd::vec<out_t>& x, out_t* dst) {
+      if constexpr (Stream)
+        simd::stream_store(dst, x);
+      else
+        x.store_unaligned(dst);
+    };
+    put(std::get<sizeof...(Ms) - 1>(v), out + j);
+    (put(std::get<store_member[Q]>(v), so[Q] + j), ...);
   }
   static constexpr bool vectorized = std::is_floating_point_v<out_t> &&
                                      (std::is_same_v<Ins, out_t> && ...) &&
@@ -153,7 +191,9 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
 
   template <std::size_t... K>
   static void inner(out_t* __restrict out, std::int64_t len, const std::tuple<const Ins*...>& p,
-                    bool stream, std::index_sequence<K...>) {
+                    bool stream, std::index_sequence<K...>, const outs_t& so = {}) {
+    if constexpr (n_out > 0)
+      return inner_stores(out, so, len, p, stream, std::index_sequence<K...>{});
 #if defined(TYPEFLOW_HAS_XSIMD)
     if constexpr (vectorized) {
       using B = simd::vec<out_t>;
@@ -186,9 +226,68 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
       out[j] = eval(std::get<K>(p)[j]...);
   }
 
-  /// out (dims `od`) = root, reading `in[k]` with its run-time dims.
+  /// inner() for a region with merged outputs: every output stored per element.
+  template <std::size_t... K>
+  static void inner_stores(out_t* __restrict out, const outs_t& so, std::int64_t len,
+                           const std::tuple<const Ins*...>& p, bool stream,
+                           std::index_sequence<K...>) {
+    const auto outs = std::make_index_sequence<n_out>{};
+#if defined(TYPEFLOW_HAS_XSIMD)
+    if constexpr (vectorized) {
+      using B = simd::vec<out_t>;
+      constexpr std::int64_t W = B::size;
+      const auto members = std::index_sequence_for<Ms...>{};
+      const auto aligned = [](const out_t* q) {
+        return reinterpret_cast<std::uintptr_t>(q) % sizeof(B) == 0;
+      };
+      bool nt = stream && aligned(out);
+      for (out_t* q : so)
+        nt = nt && aligned(q);
+      std::int64_t j = 0;
+      if constexpr (simd::has_stream_store<out_t>)
+        if (nt)
+          for (; j + W <= len; j += W)
+            bstore<true>(beval_all(bin_tuple{B::load_unaligned(std::get<K>(p) + j)...}, members),
+                         out, so, j, outs);
+      for (; j + W <= len; j += W)
+        bstore<false>(beval_all(bin_tuple{B::load_unaligned(std::get<K>(p) + j)...}, members), out,
+                      so, j, outs);
+      if (j < len) { // the ragged end, padded with zeros
+        const std::int64_t rest = len - j;
+        [[maybe_unused]] auto load_rest = [&](const out_t* src) {
+          alignas(64) std::array<out_t, W> lane{};
+          std::copy_n(src + j, rest, lane.data());
+          return B::load_aligned(lane.data());
+        };
+        alignas(64) std::array<out_t, W*(n_out + 1)> res;
+        outs_t lanes{};
+        for (std::size_t q = 0; q < n_out; ++q)
+          lanes[q] = res.data() + W * (q + 1);
+        bstore<false>(beval_all(bin_tuple{load_rest(std::get<K>(p))...}, members), res.data(),
+                      lanes, 0, outs);
+        std::copy_n(res.data(), rest, out + j);
+        for (std::size_t q = 0; q < n_out; ++q)
+          std::copy_n(lanes[q], rest, so[q] + j);
+      }
+      return;
+    }
+#endif
+    (void)stream;
+    using eval_t = backend::element_eval<Out, type_list<Ins...>, type_list<Ms...>>;
+    for (std::int64_t j = 0; j < len; ++j) {
+      const auto v = eval_t::eval_all(std::get<K>(p)[j]...);
+      out[j] = std::get<sizeof...(Ms) - 1>(v);
+      [&]<std::size_t... Q>(std::index_sequence<Q...>) {
+        ((so[Q][j] = std::get<store_member[Q]>(v)), ...);
+      }
+      (outs);
+    }
+  }
+
+  /// out (dims `od`) = root, reading `in[k]` with its run-time dims; so[q] (dims `od`) = the
+  /// q-th stored member.
   static void run(thread_pool& pool, out_t* out, const backend::rt_dims& od,
-                  const std::array<const backend::rt_value*, n_in>& in) {
+                  const std::array<const backend::rt_value*, n_in>& in, const outs_t& so = {}) {
     std::array<const backend::rt_dims*, n_in> in_dims{};
     for (std::size_t k = 0; k < n_in; ++k)
       in_dims[k] = &in[k]->dims;
@@ -206,7 +305,7 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
     bool stream = false;
 #if defined(TYPEFLOW_HAS_XSIMD)
     if constexpr (vectorized && simd::has_stream_store<out_t>) {
-      std::size_t bytes = static_cast<std::size_t>(total) * sizeof(out_t);
+      std::size_t bytes = static_cast<std::size_t>(total) * sizeof(out_t) * (1 + n_out);
       for (std::size_t k = 0; k < n_in; ++k)
         bytes += static_cast<std::size_t>(in[k]->dims.numel()) * sizeof(out_t);
       stream = bytes > simd::last_level_cache_bytes();
@@ -219,7 +318,11 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>> {
         const std::int64_t len = std::min(block, inner_n - j0);
         auto ptrs = make_ptrs(in, row_offsets(geo, row), geo, j0, len, splat,
                               std::index_sequence_for<Ins...>{});
-        inner(out + row * inner_n + j0, len, ptrs, stream, std::index_sequence_for<Ins...>{});
+        const std::int64_t at = row * inner_n + j0;
+        outs_t shifted{};
+        for (std::size_t q = 0; q < n_out; ++q)
+          shifted[q] = so[q] + at;
+        inner(out + at, len, ptrs, stream, std::index_sequence_for<Ins...>{}, shifted);
       }
 #if defined(TYPEFLOW_HAS_XSIMD)
       if (stream)

@@ -25,19 +25,21 @@ struct nth<K, type_list<Ts...>> {
 };
 } // namespace detail
 
-// Elementwise region rooted at node I: one fused loop.
+// Elementwise region rooted at node I: one fused loop, which also stores the region's merged
+// outputs (assignments merged into it: graph::plan's mergeable).
 template <std::size_t I, class Op, class T, class Out, class Ins, class Members, class IdxSeq,
-          class... Refs>
-void kernel(context& ctx, Op*, T*, value* vals, graph::flat_region<Out, Ins, Members, IdxSeq>*,
-            Refs*...) {
+          class Stores, class... Refs>
+void kernel(context& ctx, Op*, T*, value* vals,
+            graph::flat_region<Out, Ins, Members, IdxSeq, Stores>*, Refs*...) {
   constexpr auto Idx = graph::index_array<IdxSeq>::value;
-  using fused = fused_kernel<Out, Ins, Members>;
+  constexpr auto St = graph::index_array<Stores>::value;
+  using fused = fused_kernel<Out, Ins, Members, Stores>;
   static_assert(!fused::lacks_a_vector_form, // the session names the op before it gets here
                 "fused CPU loop: an elementwise op has no vector form");
   std::array<const value*, Idx.size()> inputs{};
   for (std::size_t k = 0; k < Idx.size(); ++k)
     inputs[k] = &vals[Idx[k]];
-  if constexpr (detail::lone_assign<Members>::value) {
+  if constexpr (St.size() == 0 && detail::lone_assign<Members>::value) {
     // assign(var, x) of a run's own buffer x of the variable's shape and dtype: the assignment's
     // value is x itself (committed from there at the end of the run), not a copy of it.
     using In = typename detail::nth<detail::lone_assign<Members>::input, Ins>::type;
@@ -49,7 +51,15 @@ void kernel(context& ctx, Op*, T*, value* vals, graph::flat_region<Out, Ins, Mem
     }
   }
   T* out = ctx.allocate<T>(vals[I]);
-  fused::run(ctx.pool, out, vals[I].dims, inputs);
+  typename fused::outs_t so{};
+  for (std::size_t q = 0; q < fused::n_out; ++q) {
+    value& v = vals[St[2 * q + 1]];
+    if (!(v.dims == vals[I].dims))
+      throw error("fused loop: a merged assignment's shape " + v.dims.str() + " differs from " +
+                  vals[I].dims.str());
+    so[q] = ctx.allocate<T>(v);
+  }
+  fused::run(ctx.pool, out, vals[I].dims, inputs, so);
   ctx.stats.fused_nodes += Members::size - 1;
 }
 
