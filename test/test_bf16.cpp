@@ -257,3 +257,42 @@ TEST_CASE("bfloat16 and float16 products: cut into slabs (rows, columns), transp
     big_case<true, true, 3, 256, 128, 200>(r, p); // batched
   }
 }
+
+TEST_CASE("describe_placement names each step's compute dtype: the session's precision") {
+  constexpr auto lin = ty::relu(ty::matmul(a, b));
+  constexpr auto d = ty::placeholder<"d", double, ty::shape<4, 4>>;
+  constexpr auto dprod = ty::matmul(d, d);
+  using P = ty::graph::plan<ty::type_list<decltype(conv_loss), decltype(lin), decltype(dprod)>>;
+  // One line per step; a step is named by its op, its dtype follows its device.
+  const auto line_of = [](const std::string& listing, std::string_view head) {
+    const std::size_t at = listing.find(head);
+    REQUIRE(at != std::string::npos);
+    return listing.substr(at, listing.find('\n', at) - at);
+  };
+  const auto ends_with = [](const std::string& s, std::string_view tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const std::string plain = P::describe_placement();
+  INFO(plain);
+  CHECK(ends_with(line_of(plain, "= nn conv2d("), "  [float32]"));
+  CHECK(ends_with(line_of(plain, "= matmul matmul(a, b)"), "  [float32]"));
+  CHECK(ends_with(line_of(plain, "= matmul matmul(d, d)"), "  [float64]"));
+  CHECK(plain.find("leaf x  @/job:localhost/replica:0/task:0/device:CPU:0\n") !=
+        std::string::npos); // leaves have none
+  for (const auto p : {ty::precision::bfloat16, ty::precision::float16}) {
+    const char* products = p == ty::precision::bfloat16 ? "  [bfloat16 products, float32 sums]"
+                                                        : "  [float16 products, float32 sums]";
+    const std::string low = P::describe_placement(p);
+    INFO(low);
+    CHECK(ends_with(line_of(low, "= nn conv2d("), products));
+    CHECK(ends_with(line_of(low, "= matmul matmul(a, b)"), products));
+    CHECK(ends_with(line_of(low, "= matmul matmul(d, d)"), "  [float64]")); // float32 only
+    CHECK(ends_with(line_of(low, "= reduce sum("), "  [float32]"));         // not a product
+    // A session names what it runs: bfloat16 only where the CPU has it natively.
+    ty::session<> s(ty::session_options{.precision = p});
+    const bool lowered =
+        p == ty::precision::bfloat16 ? s.products_in_bfloat16() : s.products_in_float16();
+    const std::string mine = s.describe_placement(conv_loss, lin, dprod);
+    CHECK(mine == (lowered ? low : plain));
+  }
+}

@@ -16,6 +16,16 @@
 
 namespace typeflow {
 
+/// What a session's convolutions and matrix products compute in (session_options::precision).
+enum class precision {
+  float32,  ///< float32 throughout
+  bfloat16, ///< convolutions and matmuls read their operands rounded to bfloat16 and accumulate
+            ///< and write float32 (oneDNN, CPUs with AVX512-BF16 or AMX; float32 elsewhere)
+  float16,  ///< convolutions and matmuls read their operands rounded to float16 and accumulate
+            ///< and write float32: float16's numerics (underflow below 2^-24, overflow past
+            ///< 65504: what loss scaling is for), emulated on float32 kernels (oneDNN builds)
+};
+
 template <class T>
 struct dtype_traits; // only the five dtypes below and the two of half.hpp are defined
 

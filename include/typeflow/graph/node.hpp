@@ -60,6 +60,17 @@ constexpr bool writes_in_pieces() {
   else
     return false;
 }
+/// Whether op Op's products follow the session's precision (session_options::precision:
+/// bfloat16 or float16 operands, float32 sums) on the CPU, and TF32 on a GPU that allows it.
+/// An op says so with `static constexpr bool follows_precision = true;` (conv2d and its
+/// gradients, matmul); describe_placement() then names the compute dtype of its steps.
+template <class Op>
+constexpr bool follows_precision() {
+  if constexpr (requires { Op::follows_precision; })
+    return Op::follows_precision;
+  else
+    return false;
+}
 template <class Op>
 constexpr epilogue_role epilogue_role_of() {
   if constexpr (requires { Op::epilogue; })

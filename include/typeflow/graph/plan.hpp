@@ -199,7 +199,7 @@ struct node_facts_t {
   std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
       placeholder{}, variable{}, group{};
   std::array<epilogue_role, size> epilogue{};
-  std::array<bool, size> fused_input{}, pieces{};
+  std::array<bool, size> fused_input{}, pieces{}, products{};
 };
 
 template <std::size_t size, std::size_t slots, std::size_t n_edges>
@@ -367,6 +367,7 @@ private:
     f.epilogue = {epilogue_role_of<typename node<I>::op>()...};
     f.fused_input = {reads_fused_input<typename node<I>::op>()...};
     f.pieces = {writes_in_pieces<typename node<I>::op>()...};
+    f.products = {follows_precision<typename node<I>::op>()...};
     ((f.fetched[index_c<Fetches>::value] = true), ...);
     return f;
   }
@@ -963,10 +964,30 @@ public:
     return s;
   }
 
-  /// describe() with each step's device, and every transfer after the step that produces its
-  /// tensor: `%3 = matmul matmul(x, w)  @/job:localhost/.../device:CPU:1`, then
-  /// `  transfer %3 -> /job:localhost/.../device:CPU:0`.
-  static std::string describe_placement() {
+  /// What step i computes in, given the products' precision on the CPU (`cpu`) and whether
+  /// the GPUs' products may use TF32: its dtype, or, for a convolution or matmul (alone or with
+  /// its epilogue) of float32 whose products follow a lower precision, that precision's
+  /// products with float32 sums.
+  static std::string compute_dtype(std::size_t i, precision cpu, bool gpu_tf32) {
+    const std::size_t p = layout.step[i] == step_kind::epilogue ? layout.producer[i] : i;
+    constexpr auto dtypes = detail::dtype_table<nodes>::value;
+    if (fact.products[p] && dtypes[p] == "float32") {
+      if (placement.device[i].is_cpu && cpu == precision::bfloat16)
+        return "bfloat16 products, float32 sums";
+      if (placement.device[i].is_cpu && cpu == precision::float16)
+        return "float16 products, float32 sums";
+      if (!placement.device[i].is_cpu && gpu_tf32)
+        return "tf32 products, float32 sums";
+    }
+    return std::string(dtypes[i]);
+  }
+
+  /// describe() with each step's device and compute dtype (see compute_dtype; a session's
+  /// describe_placement passes its own precision), and every transfer after the step that
+  /// produces its tensor: `%3 = matmul matmul(x, w)  @/job:localhost/.../device:CPU:1
+  /// [float32]`, then `  transfer %3 -> /job:localhost/.../device:CPU:0`. Leaves have no
+  /// compute dtype.
+  static std::string describe_placement(precision cpu = precision::float32, bool gpu_tf32 = false) {
     std::string s;
     for (std::size_t i = 0; i < size; ++i) {
       const bool step = layout.root[i] == i;
@@ -975,6 +996,8 @@ public:
              "  @" + placement.device[i].name();
         if (placement.fell_back[i])
           s += " (soft placement: no kernel on the requested device)";
+        if (!fact.no_buffer[i] && layout.step[i] != step_kind::inline_constant)
+          s += "  [" + compute_dtype(i, cpu, gpu_tf32) + "]";
         s += "\n";
       }
       for (std::size_t q = placement.source_begin[i]; q < placement.source_begin[i + 1]; ++q) {

@@ -26,6 +26,8 @@
 //    static constexpr bool writes_in_pieces;     optional: its CPU kernel hands its output to
 //                                                a fused reader in pieces: add a kernel_pieces
 //                                                overload to its kernel file (graph::chained)
+//    static constexpr bool follows_precision;    optional: its products follow the session's
+//                                                precision (describe_placement() says so)
 //    elementwise ops only:
 //    template <class C, class... A> static R eval(A...);
 //                                                the scalar functor (host and device), computed

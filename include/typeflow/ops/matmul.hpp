@@ -12,6 +12,7 @@ struct matmul {
   static constexpr node_kind kind = node_kind::matmul;
   static constexpr std::string_view name = "matmul";
   static constexpr epilogue_role epilogue = epilogue_role::producer;
+  static constexpr bool follows_precision = true; // graph/node.hpp
   static constexpr bool transpose_a = TA, transpose_b = TB;
   template <class A, class B>
   using value_type = typename A::value_type;

@@ -86,6 +86,7 @@ struct conv2d : nn_base {
                 "conv2d: strides and dilations must be at least 1");
   static constexpr std::string_view name = "conv2d";
   static constexpr epilogue_role epilogue = epilogue_role::producer;
+  static constexpr bool follows_precision = true; // graph/node.hpp; its gradients too
   static constexpr padding pad = P;
   static constexpr std::int64_t sh = SH, sw = SW, dh = DH, dw = DW;
   template <class X, class W>

@@ -41,16 +41,6 @@
 
 namespace typeflow {
 
-/// What a session's convolutions and matrix products compute in (session_options::precision).
-enum class precision {
-  float32,  ///< float32 throughout
-  bfloat16, ///< convolutions and matmuls read their operands rounded to bfloat16 and accumulate
-            ///< and write float32 (oneDNN, CPUs with AVX512-BF16 or AMX; float32 elsewhere)
-  float16,  ///< convolutions and matmuls read their operands rounded to float16 and accumulate
-            ///< and write float32: float16's numerics (underflow below 2^-24, overflow past
-            ///< 65504: what loss scaling is for), emulated on float32 kernels (oneDNN builds)
-};
-
 using backend::gpu_convolutions;
 
 struct session_options {
@@ -245,6 +235,17 @@ public:
   bool products_in_bfloat16() const { return dnnl_->bf16(); }
   /// Whether the CPU's convolutions and matrix products read float16-rounded operands.
   bool products_in_float16() const { return dnnl_->f16(); }
+  /// describe_placement() of the plan of `fetches` under this session's placement, with the
+  /// compute dtypes this session uses: bfloat16 or float16 products where the CPU runs them
+  /// (products_in_bfloat16(), products_in_float16()), TF32 where allow_tf32 is set.
+  template <class... F>
+  std::string describe_placement(F...) const {
+    const precision cpu = products_in_bfloat16()  ? precision::bfloat16
+                          : products_in_float16() ? precision::float16
+                                                  : precision::float32;
+    return graph::plan<type_list<std::remove_cvref_t<F>...>, Placement>::describe_placement(
+        cpu, opts_.allow_tf32);
+  }
   /// oneDNN primitives this session has created (each once per geometry; 0 without oneDNN).
   std::size_t onednn_primitives() const { return dnnl_->primitives(); }
   const run_stats& stats() const { return st_.stats; }
