@@ -112,6 +112,17 @@ TEST_CASE("a variable's update and its slot's are one loop storing both, with th
   constexpr auto read_back = ty::group(ty::mul(ty::assign(accum, next), ty::constant<2.0>),
                                        ty::assign_sub(mw, ty::mul(next, ty::constant<0.1>)));
   static_assert(ty::graph::plan<ty::type_list<decltype(read_back)>>::layout.merged_outputs == 0);
+  // Nor an assignment that reads no all-reduced gradient (it would run in the towers of a
+  // replicated session, the update after them), though it shares a member with the update.
+  constexpr auto ema = ty::variable<"ema", float, ty::shape<n>, ty::fill<0.0>>;
+  constexpr auto with_ema = ty::group(train, ty::assign(ema, ty::mul(accum, ty::constant<0.9>)));
+  static_assert(ty::graph::plan<ty::type_list<decltype(with_ema)>>::layout.merged_outputs == 1);
+  // Two variables of one shape: each merges with its own slot, not with the other through the
+  // hyper-parameters they share.
+  constexpr auto mw2 = ty::variable<"mw2", float, ty::shape<n>, ty::fill<0.0>>;
+  constexpr auto two = ty::momentum(ty::constant<0.1>, ty::constant<0.9>, ty::nesterov)
+                           .minimize(loss + ty::sum(ma * ty::square(mw2)));
+  static_assert(ty::graph::plan<ty::type_list<decltype(two)>>::layout.merged_outputs == 2);
   // Nor are assignments of different shapes.
   constexpr auto other = ty::variable<"other", float, ty::shape<n / 2>, ty::fill<0.0>>;
   constexpr auto shapes = ty::group(ty::assign(other, ty::constant<1.0>), ty::assign(mw, g));

@@ -71,6 +71,15 @@ constexpr bool follows_precision() {
   else
     return false;
 }
+/// Whether op Op is the all-reduce point of a replicated session (replica_mean): what reads it
+/// runs after the towers' averages (device/replication.hpp), which the plan's folds respect.
+template <class Op>
+constexpr bool is_all_reduce_op() {
+  if constexpr (requires { Op::all_reduce; })
+    return Op::all_reduce;
+  else
+    return false;
+}
 template <class Op>
 constexpr epilogue_role epilogue_role_of() {
   if constexpr (requires { Op::epilogue; })

@@ -200,6 +200,9 @@ struct node_facts_t {
       placeholder{}, variable{}, group{};
   std::array<epilogue_role, size> epilogue{};
   std::array<bool, size> fused_input{}, pieces{}, products{};
+  /// after_reduce[i]: node i reads an all-reduce point (replica_mean), maybe not directly: in a
+  /// replicated session it runs once, after the towers (device/replication.hpp's `once`).
+  std::array<bool, size> after_reduce{};
 };
 
 template <std::size_t size, std::size_t slots, std::size_t n_edges>
@@ -368,6 +371,11 @@ private:
     f.fused_input = {reads_fused_input<typename node<I>::op>()...};
     f.pieces = {writes_in_pieces<typename node<I>::op>()...};
     f.products = {follows_precision<typename node<I>::op>()...};
+    const bool all_reduce[] = {is_all_reduce_op<typename node<I>::op>()..., false};
+    for (std::size_t j = 0; j < size; ++j)
+      for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e)
+        f.after_reduce[j] =
+            f.after_reduce[j] || f.after_reduce[f.edges[e]] || all_reduce[f.edges[e]];
     ((f.fetched[index_c<Fetches>::value] = true), ...);
     return f;
   }
@@ -454,7 +462,11 @@ private:
             consumer_root[k] = mine;
           } else if (consumer_root[k] != conflict && find(consumer_root[k]) != mine) {
             const std::size_t other = find(consumer_root[k]);
-            if (mergeable(other, mine, groups_only)) {
+            // Only a node that can become a member of the merged loop merges two assignments
+            // (not a shared constant, leaf or stored value).
+            const bool member = f.elementwise[k] && !f.constant[k] && !f.fetched[k] &&
+                                !f.force_root[k] && !boundary[k];
+            if (member && mergeable(other, mine, groups_only)) {
               merged[std::min(other, mine)] = std::max(other, mine);
               consumer_root[k] = std::max(other, mine);
             } else {
@@ -570,7 +582,8 @@ private:
   /// Merged assignments (a multi-output loop): two regions rooted at elementwise assignments
   /// (`assign`, `assign_add`, `assign_sub`) that would share a member, on one CPU device, of one
   /// dtype and one fully static shape, each read by group nodes only (the optimizer's training
-  /// op), become one loop that stores both values: the Momentum update of a variable and of its
+  /// op), in the same phase of a replicated run (both after the all-reduce, or neither), become
+  /// one loop that stores both values: the Momentum update of a variable and of its
   /// slot read the gradient and the new slot value once instead of through two stored
   /// intermediates. The loop runs where the later assignment stands; the earlier assignment is
   /// a `fused_output` step (its shape is checked where it stands) that nothing reads before the
@@ -583,7 +596,7 @@ private:
     if (a == b || !f.force_root[a] || !f.force_root[b] || !f.elementwise[a] || !f.elementwise[b] ||
         !groups_only[a] || !groups_only[b] || !placement.device[a].is_cpu ||
         !(placement.device[a] == placement.device[b]) || dtypes[a] != dtypes[b] ||
-        shapes[a].rank != shapes[b].rank)
+        f.after_reduce[a] != f.after_reduce[b] || shapes[a].rank != shapes[b].rank)
       return false;
     for (std::size_t d = 0; d < shapes[a].rank; ++d)
       if (shapes[a].d[d] < 0 || shapes[a].d[d] != shapes[b].d[d])

@@ -252,6 +252,7 @@ struct reshape_like : no_dtype_rule {
 struct replica_mean : no_dtype_rule {
   static constexpr node_kind kind = node_kind::layout;
   static constexpr std::string_view name = "replica_mean";
+  static constexpr bool all_reduce = true; // graph/node.hpp
   template <class A>
   using value_type = typename A::value_type;
   template <std::size_t R>

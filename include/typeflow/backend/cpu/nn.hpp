@@ -448,8 +448,8 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
                    const Sink& sink = {}) {
   constexpr bool pieces = !std::is_same_v<Sink, no_sink>;
   const std::int64_t image = g.h * g.w * g.c;
-  // Image b's gradient: into dx, or into the thread's piece buffer (kept from call to call:
-  // neither allocated nor zeroed per image).
+  // Image b's gradient: into dx, or into the thread's piece buffer (kept from call to call,
+  // one image's size per thread: not allocated per image).
   const auto target = [&](std::int64_t b) {
     if constexpr (pieces) {
       thread_local std::vector<T> piece;
