@@ -8,6 +8,13 @@
 //   dnnl_sgemm/N        oneDNN's own sgemm called directly (its OpenMP threads, bench_threads()
 //                       of them): the target's baseline, as typeflow's float32 matmul runs on
 //                       oneDNN
+//   typeflow_local3/P   the three products of the seed model's local3 layer at batch 128
+//                       (P = 0: forward [128,3136] x [3136,1024]; 1: input gradient
+//                       [128,1024] x [3136,1024]^T; 2: weight gradient [3136,128]^T x
+//                       [128,1024]), run by a session; items = 2*m*n*k FLOPs
+//   dnnl_sgemm_local3/P the same products by dnnl_sgemm directly, as dnnl_sgemm/N: where
+//                       typeflow's training step loses to the FMA peak in these products,
+//                       this says whether oneDNN itself does better at their shapes
 // All are checked once against a double-precision product on sampled entries.
 #include "common.hpp"
 
@@ -63,6 +70,80 @@ void typeflow_matmul(benchmark::State& state) {
 // Real time: the work runs on several threads.
 BENCHMARK(typeflow_matmul)->RangeMultiplier(2)->Range(256, 2048)->UseRealTime();
 
+// The seed model's local3 products: {transpose_a, transpose_b, m, n, k}.
+struct product_shape {
+  bool ta, tb;
+  std::int64_t m, n, k;
+};
+constexpr product_shape local3[] = {{false, false, 128, 1024, 3136},
+                                    {false, true, 128, 3136, 1024},
+                                    {true, false, 3136, 1024, 128}};
+
+/// A product of one shape: A stored [k,m] when ta, B stored [n,k] when tb.
+struct product {
+  product_shape p;
+  ty::tensor<float> a, b, c;
+  explicit product(product_shape shape)
+      : p(shape),
+        a(shape.ta ? std::vector<std::int64_t>{p.k, p.m} : std::vector<std::int64_t>{p.m, p.k}),
+        b(shape.tb ? std::vector<std::int64_t>{p.n, p.k} : std::vector<std::int64_t>{p.k, p.n}),
+        c({p.m, p.n}) {
+    fill_uniform(a, -1, 1, 3), fill_uniform(b, -1, 1, 4);
+  }
+  float at_a(std::int64_t i, std::int64_t q) const {
+    return p.ta ? a[q * p.m + i] : a[i * p.k + q];
+  }
+  float at_b(std::int64_t q, std::int64_t j) const {
+    return p.tb ? b[j * p.k + q] : b[q * p.n + j];
+  }
+  bool check(const float* out) const {
+    for (std::int64_t s = 0; s < 16; ++s) {
+      const std::int64_t i = (s * 7919) % p.m, j = (s * 104729 + 13) % p.n;
+      double ref = 0, scale = 0;
+      for (std::int64_t q = 0; q < p.k; ++q) {
+        ref += double(at_a(i, q)) * at_b(q, j);
+        scale += std::abs(double(at_a(i, q)) * at_b(q, j));
+      }
+      if (!within(out[i * p.n + j], ref, 1e-5, scale))
+        return false;
+    }
+    return true;
+  }
+  std::int64_t flops() const { return 2 * p.m * p.n * p.k; }
+};
+
+/// Product P of local3 as a graph of two static placeholders.
+template <std::size_t P, class Session>
+auto local3_run(Session& s, const product& op) {
+  constexpr product_shape p = local3[P];
+  constexpr auto pa = ty::placeholder<"a", float, ty::shape<p.ta ? p.k : p.m, p.ta ? p.m : p.k>>;
+  constexpr auto pb = ty::placeholder<"b", float, ty::shape<p.tb ? p.n : p.k, p.tb ? p.k : p.n>>;
+  return s.run(ty::fetch(ty::matmul<p.ta, p.tb>(pa, pb)), ty::feed(pa, op.a), ty::feed(pb, op.b));
+}
+
+void typeflow_local3(benchmark::State& state) {
+  const product op(local3[state.range(0)]);
+  ty::session s(bench_options());
+  const auto run = [&] {
+    switch (state.range(0)) {
+    case 0:
+      return local3_run<0>(s, op);
+    case 1:
+      return local3_run<1>(s, op);
+    default:
+      return local3_run<2>(s, op);
+    }
+  };
+  if (!op.check(std::get<0>(run()).data()))
+    return state.SkipWithError("typeflow result differs from the double reference");
+  for (auto _ : state) {
+    auto [c] = run();
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.SetItemsProcessed(state.iterations() * op.flops());
+}
+BENCHMARK(typeflow_local3)->DenseRange(0, 2)->UseRealTime();
+
 #ifdef TYPEFLOW_HAS_CBLAS
 void cblas(benchmark::State& state) {
   operands op(state.range(0));
@@ -106,5 +187,23 @@ void onednn_sgemm(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 2 * op.n * op.n * op.n);
 }
 BENCHMARK(onednn_sgemm)->Name("dnnl_sgemm")->RangeMultiplier(2)->Range(256, 2048)->UseRealTime();
+void onednn_local3(benchmark::State& state) {
+  product op(local3[state.range(0)]);
+  const auto& p = op.p;
+  omp_set_num_threads(bench_threads());
+  const auto run = [&] {
+    return dnnl_sgemm(p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', p.m, p.n, p.k, 1.0f, op.a.data(),
+                      p.ta ? p.m : p.k, op.b.data(), p.tb ? p.k : p.n, 0.0f, op.c.data(), p.n);
+  };
+  if (run() != dnnl_success || !op.check(op.c.data()))
+    return state.SkipWithError("dnnl_sgemm result differs from the double reference");
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(op.c.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * op.flops());
+}
+BENCHMARK(onednn_local3)->Name("dnnl_sgemm_local3")->DenseRange(0, 2)->UseRealTime();
 #endif
 } // namespace
