@@ -296,3 +296,92 @@ TEST_CASE("describe_placement names each step's compute dtype: the session's pre
     CHECK(mine == (lowered ? low : plain));
   }
 }
+
+namespace {
+// A two-layer net whose second product reads a forward activation h = relu(x w1).
+constexpr auto sx = ty::placeholder<"sx", float, ty::shape<4, 3>>;
+constexpr auto sw1 = ty::placeholder<"sw1", float, ty::shape<3, 5>>;
+constexpr auto sw2 = ty::placeholder<"sw2", float, ty::shape<5, 2>>;
+constexpr auto sh = ty::relu(ty::matmul(sx, sw1));
+constexpr auto sloss = ty::sum(ty::matmul(sh, sw2));
+} // namespace
+
+TEST_CASE("saved_in<bfloat16>: gradients read the forward activations rounded to bfloat16") {
+  constexpr auto exact = ty::grad(sloss, sw1, sw2);
+  constexpr auto saved = ty::grad<ty::saved_in<ty::bfloat16>>(sloss, sw1, sw2);
+  ty::session<> s;
+  ty::tensor<float> xv({4, 3}), w1v({3, 5}), w2v({5, 2});
+  for (i64 i = 0; i < xv.size(); ++i)
+    xv[i] = static_cast<float>(0.3 + 0.71 * std::sin(1.3 * static_cast<double>(i)));
+  for (i64 i = 0; i < w1v.size(); ++i)
+    w1v[i] = static_cast<float>(0.917 * std::cos(0.9 * static_cast<double>(i)));
+  for (i64 i = 0; i < w2v.size(); ++i)
+    w2v[i] = static_cast<float>(0.5 - 0.13 * static_cast<double>(i));
+  auto [hv, e1, e2, s1, s2] = s.run(
+      ty::fetch(sh, ty::get<0>(exact), ty::get<1>(exact), ty::get<0>(saved), ty::get<1>(saved)),
+      ty::feed(sx, xv), ty::feed(sw1, w1v), ty::feed(sw2, w2v));
+  // d/dw2 = h^T ones: each column sums h's column, h read rounded to bfloat16 (double sums of
+  // the fetched float32 h, rounded as the policy rounds, are the reference).
+  int differs = 0;
+  for (i64 i = 0; i < 5; ++i)
+    for (i64 j = 0; j < 2; ++j) {
+      double rounded = 0, plain = 0;
+      for (i64 n = 0; n < 4; ++n) {
+        rounded += static_cast<float>(ty::bfloat16(hv[n * 5 + i]));
+        plain += hv[n * 5 + i];
+      }
+      CHECK(s2[i * 2 + j] == doctest::Approx(rounded).epsilon(1e-6));
+      CHECK(e2[i * 2 + j] == doctest::Approx(plain).epsilon(1e-6));
+      differs += std::abs(rounded - plain) > 1e-5 * std::abs(plain) ? 1 : 0;
+    }
+  CHECK(differs > 0); // the rounding is visible in these values
+  // d/dw1 reads h only for relu's mask, whose signs rounding keeps: the same bits.
+  for (i64 i = 0; i < e1.size(); ++i)
+    CHECK(std::memcmp(&e1[i], &s1[i], sizeof(float)) == 0);
+}
+
+namespace {
+// A small convolutional net whose activations outweigh its weights (batch 64).
+constexpr auto mx = ty::placeholder<"mx", float, ty::shape<64, 28, 28, 1>>;
+constexpr auto my = ty::placeholder<"my", std::int32_t, ty::shape<64>>;
+constexpr auto mc1 =
+    ty::max_pool<ty::padding::same, 2>(ty::relu(ty::conv2d_layer<"m_conv1", 5, 5, 16>(mx)));
+constexpr auto mc2 =
+    ty::max_pool<ty::padding::same, 2>(ty::relu(ty::conv2d_layer<"m_conv2", 5, 5, 16>(mc1)));
+constexpr auto mlogits = ty::dense<"m_out", 10>(ty::reshape<-1, 7 * 7 * 16>(mc2));
+constexpr auto mloss = ty::mean(ty::sparse_softmax_cross_entropy_with_logits(mlogits, my));
+constexpr auto mopt = ty::momentum(ty::constant<0.05>, ty::constant<0.9>);
+constexpr auto mtrain = mopt.minimize(mloss);
+constexpr auto mtrain16 = ty::mixed_precision<ty::bfloat16>(mopt).minimize(mloss);
+} // namespace
+
+TEST_CASE(
+    "mixed_precision<bfloat16>(opt): bfloat16 copies kept for the backward pass, and trains") {
+  ty::tensor<float> xv({64, 28, 28, 1});
+  for (i64 i = 0; i < xv.size(); ++i)
+    xv[i] = static_cast<float>(0.5 + 0.5 * std::sin(0.013 * static_cast<double>(i)));
+  ty::tensor<std::int32_t> yv({64});
+  for (i64 i = 0; i < 64; ++i)
+    yv[i] = static_cast<std::int32_t>((i * 7) % 10);
+  const auto train = [&](auto op) {
+    ty::session<> s(ty::session_options{.threads = 2, .seed = 3});
+    s.initialize(op);
+    std::vector<float> losses;
+    for (int step = 0; step < 6; ++step) {
+      auto [l] = s.run(ty::fetch(mloss, op), ty::feed(mx, xv), ty::feed(my, yv));
+      losses.push_back(l.item());
+    }
+    return std::pair{losses, s.stats().peak_bytes};
+  };
+  const auto [l32, peak32] = train(mtrain);
+  const auto [l16, peak16] = train(mtrain16);
+  MESSAGE("peak bytes: float32 ", peak32, ", bfloat16-saved ", peak16);
+  // The float32 activations die after the forward pass reads them; their bfloat16 copies are
+  // what the backward pass keeps (half the bytes). The step's peak falls by less: it comes in
+  // the backward pass, where max_pool_grad reads a float32 widening of its copy (3.2 MB here)
+  // next to the gradients.
+  CHECK(static_cast<double>(peak16) < 0.97 * static_cast<double>(peak32));
+  CHECK(l16.front() == l32.front()); // the forward pass is exact
+  CHECK(l16.back() < l16.front());   // and it learns
+  CHECK(l16.back() == doctest::Approx(l32.back()).epsilon(1e-2));
+}

@@ -49,6 +49,49 @@ struct grad_rule<ops::custom_gradient<Rule>> {
   }
 };
 
+/// What a gradient reads of the forward pass (the saved-value policy of grad<Policy>(...) and
+/// of mixed_precision<H>(optimizer)): saved_exact, the default, reads every forward value as
+/// computed; saved_in<H> (H = bfloat16 or float16) reads each float32 intermediate that a
+/// gradient rule is handed (a node's output or operand, rank >= 1: no variable, placeholder or
+/// constant, which stay exact, and nothing an op that keeps_float32 reads, such as the
+/// cross-entropy's logits) rounded to H as cast<float>(cast<H>(x)). The rounded copy is a
+/// 16-bit tensor that the backward pass keeps instead of the float32 one, which dies with its
+/// last forward reader: the activations kept for the backward pass take half the bytes
+/// (PyTorch's autocast saves them so, as its half-precision outputs). Ops that read only a
+/// shape take the exact node (shape_source_t), so the copy is made only for values.
+struct saved_exact {};
+template <class H>
+requires is_half<H>
+struct saved_in {
+};
+
+namespace detail {
+template <class Op>
+concept keeps_float32_op = requires {
+  requires Op::keeps_float32;
+};
+template <class Save, class Op, class X>
+struct saved_value {
+  using type = X;
+};
+template <class H, class Op, class X>
+requires(!keeps_float32_op<Op> && X::op::kind != node_kind::leaf &&
+         std::is_same_v<typename X::value_type, float> &&
+         (X::shape_type::rank > 0)) struct saved_value<saved_in<H>, Op, X> {
+  using type = decltype(typeflow::cast<float>(make_node<ops::save<H>, X>()));
+};
+template <class T>
+struct is_save_policy : std::false_type {};
+template <>
+struct is_save_policy<saved_exact> : std::true_type {};
+template <class H>
+struct is_save_policy<saved_in<H>> : std::true_type {};
+} // namespace detail
+
+/// A saved-value policy (saved_exact or saved_in<H>).
+template <class T>
+concept save_policy = detail::is_save_policy<T>::value;
+
 /// Several gradients at once: a tuple of empty expression types (structured bindings and
 /// std::get work). Lighter than std::tuple, whose constructors check traits on every element.
 template <class... G>
@@ -110,7 +153,7 @@ concept has_rule = requires {
   sizeof(grad_rule<Op>);
 };
 
-template <class Y, class Seed, class... Xs>
+template <class Y, class Seed, class Save, class... Xs>
 struct backprop {
   using P = graph::plan<type_list<Y>>;
   static constexpr std::size_t n = P::size;
@@ -171,7 +214,9 @@ struct backprop {
         using invalid [[maybe_unused]] = reject<no_rule_message<Op>>;
         return zero_t{};
       } else {
-        return grad_rule<Op>::template vjp<S>(expr<Op, Cs...>{}, G{}, Cs{}...);
+        return grad_rule<Op>::template vjp<S>(
+            typename saved_value<Save, Op, expr<Op, Cs...>>::type{}, G{},
+            typename saved_value<Save, Op, Cs>::type{}...);
       }
     }
     using type = decltype(apply());
@@ -222,7 +267,7 @@ struct backprop {
   }
 };
 
-template <class Y, class Seed, class... Xs>
+template <class Save, class Y, class Seed, class... Xs>
 consteval auto grad_impl(Y, Seed, Xs... xs) {
   constexpr bool bad_x = (!is_floating<typename Xs::value_type> || ...);
   if constexpr (bad_x) {
@@ -234,7 +279,7 @@ consteval auto grad_impl(Y, Seed, Xs... xs) {
         ...);
     return invalid_expr{};
   } else {
-    using B = backprop<Y, Seed, Xs...>;
+    using B = backprop<Y, Seed, Save, Xs...>;
     static_assert(B::forced::size == B::n);
     if constexpr (sizeof...(Xs) == 1)
       return B::result(xs...);
@@ -286,7 +331,9 @@ struct grad_seed_message {
 /// grad(y, x1, x2, ...) for a scalar y; grad(y, x1, ..., g) for a non-scalar y with upstream g
 /// (a vector-Jacobian product; `seed(g)` marks it explicitly, also for a scalar y). One x gives
 /// an expression, several give ty::gradients (structured bindings, ty::get, ty::apply).
-template <expression Y, class... Args>
+/// grad<saved_in<bfloat16>>(y, ...) reads the forward values rounded to bfloat16 (see
+/// saved_in); grad(y, ...) is grad<saved_exact>(y, ...).
+template <save_policy Save, expression Y, class... Args>
 consteval auto grad(Y y, Args... args) {
   static_assert(sizeof...(Args) >= 1, "grad: name at least one expression to differentiate by");
   using Last = typename detail::last_of<Args...>::type;
@@ -302,14 +349,19 @@ consteval auto grad(Y y, Args... args) {
     } else {
       auto all = std::tuple{args...};
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return detail::grad_impl(y, G{}, std::get<I>(all)...);
+        return detail::grad_impl<Save>(y, G{}, std::get<I>(all)...);
       }
       (std::make_index_sequence<sizeof...(Args) - 1>{});
     }
   } else {
     static_assert(is_floating<typename Y::value_type>, "grad: y must be floating-point");
-    return detail::grad_impl(y, full<1, typename Y::value_type, shape<>>, args...);
+    return detail::grad_impl<Save>(y, full<1, typename Y::value_type, shape<>>, args...);
   }
+}
+
+template <expression Y, class... Args>
+consteval auto grad(Y y, Args... args) {
+  return grad<saved_exact>(y, args...);
 }
 
 } // namespace typeflow

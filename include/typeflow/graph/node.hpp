@@ -60,6 +60,28 @@ constexpr bool writes_in_pieces() {
   else
     return false;
 }
+/// Which operands op Op reads only the shape of (bit k: operand k): a buffer that only such
+/// readers still need is dropped after its last reader of values (its shape stays readable).
+/// An op says so with `static constexpr unsigned shape_only = ...;` (its CPU and CUDA kernels
+/// then read nothing of those operands but their dims).
+template <class Op>
+constexpr unsigned shape_only_operands() {
+  if constexpr (requires { Op::shape_only; })
+    return Op::shape_only;
+  else
+    return 0;
+}
+/// Whether op Op's value is always stored (a step of its own, never computed inside its
+/// readers' fused loops, though its own elementwise inputs fuse into it): autodiff's 16-bit
+/// saved copies (ops::save), which exist to be kept in fewer bytes than what they are
+/// computed from. An op says so with `static constexpr bool stored = true;`.
+template <class Op>
+constexpr bool always_stored() {
+  if constexpr (requires { Op::stored; })
+    return Op::stored;
+  else
+    return false;
+}
 /// Whether op Op's products follow the session's precision (session_options::precision:
 /// bfloat16 or float16 operands, float32 sums) on the CPU, and TF32 on a GPU that allows it.
 /// An op says so with `static constexpr bool follows_precision = true;` (conv2d and its
@@ -121,6 +143,17 @@ template <class T>
 concept expression = std::is_base_of<expr_tag, std::remove_cvref_t<T>>::value && requires {
   typename std::remove_cvref_t<T>::op;
 };
+
+/// What an op that reads only the shape of operand X takes instead of X: X itself, or for a
+/// forward value that a gradient reads rounded to 16 bits (autodiff's saved_in<H> policy wraps
+/// it as cast<float>(cast<H>(Z)), specialized in ops/elementwise.hpp) Z, so that the rounded
+/// copy is neither computed nor kept alive for a shape.
+template <class X>
+struct shape_source {
+  using type = X;
+};
+template <class X>
+using shape_source_t = typename shape_source<X>::type;
 
 /// Returned by a factory whose static_assert failed, so that one mistake gives one error.
 struct invalid_expr : expr_tag {};

@@ -199,7 +199,8 @@ struct node_facts_t {
   std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
       placeholder{}, variable{}, group{};
   std::array<epilogue_role, size> epilogue{};
-  std::array<bool, size> fused_input{}, pieces{}, products{};
+  std::array<bool, size> fused_input{}, pieces{}, products{}, stored{};
+  std::array<unsigned, size> shape_only{}; ///< bit k: operand k is read for its shape only
   /// after_reduce[i]: node i reads an all-reduce point (replica_mean), maybe not directly: in a
   /// replicated session it runs once, after the towers (device/replication.hpp's `once`).
   std::array<bool, size> after_reduce{};
@@ -228,6 +229,10 @@ struct layout_table {
   /// 2 input) and position.
   std::array<int, n_edges + 1> edge_kind{};
   std::array<std::size_t, n_edges + 1> edge_pos{};
+  /// The order the executor runs the nodes in: node order, except that a stored 16-bit copy
+  /// (ops::save) runs right after what it copies, and a region that only widens such copies
+  /// runs right before its first reader (see schedule()). position[i]: node i's place in it.
+  std::array<std::size_t, size> order{}, position{};
   /// Buffers dropped after step s: releases[release_begin[s] .. release_begin[s+1]).
   std::array<std::size_t, size + 1> release_begin{};
   std::array<std::size_t, slots + 1> releases{};
@@ -370,6 +375,8 @@ private:
     f.epilogue = {epilogue_role_of<typename node<I>::op>()...};
     f.fused_input = {reads_fused_input<typename node<I>::op>()...};
     f.pieces = {writes_in_pieces<typename node<I>::op>()...};
+    f.stored = {always_stored<typename node<I>::op>()...};
+    f.shape_only = {shape_only_operands<typename node<I>::op>()...};
     f.products = {follows_precision<typename node<I>::op>()...};
     const bool all_reduce[] = {is_all_reduce_op<typename node<I>::op>()..., false};
     for (std::size_t j = 0; j < size; ++j)
@@ -448,7 +455,7 @@ private:
       if (f.constant[j]) {
         L.root[j] = (f.fetched[j] || boundary[j]) ? j : none;
       } else if (f.elementwise[j] && !f.fetched[j] && !f.force_root[j] && !boundary[j] &&
-                 consumer_root[j] != no_consumer && consumer_root[j] != conflict) {
+                 !f.stored[j] && consumer_root[j] != no_consumer && consumer_root[j] != conflict) {
         L.root[j] = find(consumer_root[j]);
       } else {
         L.root[j] = j;
@@ -494,8 +501,9 @@ private:
         L.members[fill[L.root[i]]++] = i;
       }
     // Region inputs and last uses.
-    std::array<std::size_t, slots> mark{}, mark_pos{};
+    std::array<std::size_t, slots> mark{}, mark_pos{}, shape_last{};
     mark.fill(none);
+    shape_last.fill(none);
     L.last_use.fill(none);
     std::size_t in = 0;
     for (std::size_t r = 0; r < size; ++r) {
@@ -528,12 +536,17 @@ private:
           }
           L.edge_kind[e] = 2;
           L.edge_pos[e] = mark_pos[slot];
-          L.last_use[slot] =
-              (L.last_use[slot] == none || L.last_use[slot] < r) ? r : L.last_use[slot];
+          auto& last =
+              (f.shape_only[i] >> (e - f.edge_begin[i])) & 1u ? shape_last[slot] : L.last_use[slot];
+          last = (last == none || last < r) ? r : last;
         }
       }
     }
     L.input_begin[size] = in;
+    // A buffer read only for its shape lives as long as those readers (nothing reads its values).
+    for (std::size_t s = 0; s < slots; ++s)
+      if (L.last_use[s] == none)
+        L.last_use[s] = shape_last[s];
     for (std::size_t i = 0; i < size; ++i)
       L.step[i] = f.placeholder[i]                     ? step_kind::placeholder
                   : f.variable[i]                      ? step_kind::variable
@@ -548,6 +561,7 @@ private:
     fold_epilogues(L);
     fold_prologues(L);
     fold_chains(L);
+    schedule(L);
     // Fetched values and assignments (committed at the end) live to the end of the run.
     for (std::size_t i = 0; i < size; ++i)
       if (f.fetched[i] || f.force_root[i])
@@ -742,6 +756,129 @@ private:
         const std::size_t slot = edge_slot(e);
         if (L.last_use[slot] != none && L.last_use[slot] < r)
           L.last_use[slot] = r;
+      }
+    }
+  }
+
+  /// The execution order (layout_t::order). Node order is a topological order in which a node
+  /// runs where the depth-first walk from the fetches first meets it, which for the 16-bit
+  /// copies that a gradient saves (autodiff's saved_in<H>) is where the backward pass first
+  /// reads them: the float32 value they copy would stay alive through the forward pass, and
+  /// their float32 widening (read by a kernel such as max_pool_grad) through much of the
+  /// backward pass. So a stored copy whose inputs are all steps runs right after the last of
+  /// them, and an elementwise region whose inputs are all stored copies runs right before its
+  /// first reader; both moves keep every input ready before its reader. The last use of the
+  /// buffers the moved steps read is then decided by run position. Plans without stored
+  /// copies keep node order.
+  static consteval void schedule(layout_t& L) {
+    const node_facts& f = fact;
+    for (std::size_t i = 0; i < size; ++i)
+      L.order[i] = L.position[i] = i;
+    // runs_at[k]: the step that computes node k (its own, or the one it is deferred into).
+    std::array<std::size_t, size> runs_at{};
+    for (std::size_t i = 0; i < size; ++i)
+      runs_at[i] = i;
+    for (std::size_t r = 0; r < size; ++r) {
+      if (L.producer[r] != none)
+        runs_at[L.producer[r]] = r;
+      if (L.source[r] != none)
+        runs_at[L.source[r]] = r;
+    }
+    // A step that moves is a fused loop of one node (the members of a region infer their
+    // shapes at their own places in the order) that reads only buffers of this device.
+    const auto plain_step = [&](std::size_t j) {
+      if (L.step[j] != step_kind::kernel || L.root[j] != j ||
+          L.member_begin[j + 1] - L.member_begin[j] != 1 ||
+          L.input_begin[j] == L.input_begin[j + 1])
+        return false;
+      for (std::size_t i = L.input_begin[j]; i < L.input_begin[j + 1]; ++i)
+        if (L.inputs[i] >= size) // a transfer's slot
+          return false;
+      return true;
+    };
+    std::array<std::size_t, size> after{}, before{};
+    after.fill(none);
+    before.fill(none);
+    bool moved = false;
+    for (std::size_t j = 0; j < size; ++j) {
+      if (!f.stored[j] || !plain_step(j))
+        continue;
+      std::size_t h = 0;
+      for (std::size_t i = L.input_begin[j]; i < L.input_begin[j + 1]; ++i)
+        h = std::max(h, runs_at[L.input_nodes[i]]);
+      if (h + 1 < j) {
+        after[j] = h;
+        moved = true;
+      }
+    }
+    if (!moved)
+      return;
+    // First reader of each widening region: the earliest place that reads it (a fused member
+    // reads its operands' shapes at its own place).
+    std::array<bool, size> widening{};
+    for (std::size_t w = 0; w < size; ++w) {
+      if (f.stored[w] || !f.elementwise[w] || f.fetched[w] || f.force_root[w] || !plain_step(w))
+        continue;
+      bool all = true;
+      for (std::size_t i = L.input_begin[w]; i < L.input_begin[w + 1]; ++i)
+        all = all && f.stored[L.input_nodes[i]];
+      widening[w] = all;
+    }
+    std::array<std::size_t, size> first{};
+    first.fill(none);
+    for (std::size_t n = 0; n < size; ++n)
+      for (std::size_t e = f.edge_begin[n]; e < f.edge_begin[n + 1]; ++e) {
+        const std::size_t k = f.edges[e];
+        if (widening[k])
+          first[k] = std::min(first[k], runs_at[n]);
+      }
+    for (std::size_t w = 0; w < size; ++w)
+      if (widening[w] && first[w] != none && after[first[w]] == none && first[w] > w + 1)
+        before[w] = first[w];
+    // The order: node order with each moved node at its place.
+    std::array<std::size_t, size> head_after{}, head_before{}, next{};
+    head_after.fill(none);
+    head_before.fill(none);
+    for (std::size_t j = size; j-- > 0;) {
+      if (after[j] != none) {
+        next[j] = head_after[after[j]];
+        head_after[after[j]] = j;
+      } else if (before[j] != none) {
+        next[j] = head_before[before[j]];
+        head_before[before[j]] = j;
+      }
+    }
+    std::size_t q = 0;
+    for (std::size_t i = 0; i < size; ++i) {
+      for (std::size_t w = head_before[i]; w != none; w = next[w])
+        L.order[q++] = w;
+      if (after[i] == none && before[i] == none)
+        L.order[q++] = i;
+      for (std::size_t j = head_after[i]; j != none; j = next[j])
+        L.order[q++] = j;
+    }
+    for (std::size_t p = 0; p < size; ++p)
+      L.position[L.order[p]] = p;
+    // The last use of every buffer a moved step reads, by run position (a buffer kept to the
+    // end stays kept).
+    std::array<bool, slots> affected{}, seen{};
+    for (std::size_t j = 0; j < size; ++j)
+      if (after[j] != none || before[j] != none)
+        for (std::size_t i = L.input_begin[j]; i < L.input_begin[j + 1]; ++i)
+          affected[L.inputs[i]] = L.last_use[L.inputs[i]] != none;
+    for (std::size_t n = 0; n < size; ++n) {
+      if (L.root[n] == none)
+        continue;
+      const std::size_t r = runs_at[L.root[n]]; // where n's loop reads its operands' values
+      for (std::size_t e = f.edge_begin[n]; e < f.edge_begin[n + 1]; ++e) {
+        const std::size_t k = f.edges[e], s = edge_slot(e);
+        if ((f.shape_only[n] >> (e - f.edge_begin[n])) & 1u || L.root[k] == none ||
+            (L.root[k] == L.root[n] && s == k) || !affected[s])
+          continue;
+        if (!seen[s] || L.position[r] > L.position[L.last_use[s]]) {
+          L.last_use[s] = r;
+          seen[s] = true;
+        }
       }
     }
   }

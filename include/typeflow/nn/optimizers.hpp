@@ -26,11 +26,25 @@ struct gradient_at {
   using type = typename G::template type_at<I>;
 };
 
+/// The saved-value policy of an optimizer's gradients (grad.hpp's saved_exact or saved_in<H>):
+/// Opt::save where it names one (mixed_precision), else saved_exact.
+template <class Opt>
+struct save_of {
+  using type = saved_exact;
+};
+template <class Opt>
+requires requires {
+  typename Opt::save;
+}
+struct save_of<Opt> {
+  using type = typename Opt::save;
+};
+
 /// Applies Opt::update(v, g) to each trainable variable of Loss's graph.
 template <class Opt, class Loss, class... V, std::size_t... I>
 consteval auto apply_updates(Loss loss, type_list<V...>, std::index_sequence<I...>) {
   static_assert(sizeof...(V) > 0, "minimize: the loss depends on no trainable variable");
-  using G = decltype(typeflow::grad(loss, V{}...));
+  using G = decltype(typeflow::grad<typename save_of<Opt>::type>(loss, V{}...));
   // Each gradient passes through replica_mean: the towers of a replicated session average
   // there; any other session reads the gradient itself.
   if constexpr (sizeof...(V) == 1)
@@ -248,7 +262,8 @@ private:
     return []<class... V>(type_list<V...>) {
       static_assert(sizeof...(V) > 0, "minimize: the loss depends on no trainable variable");
       using T = typename Loss::value_type;
-      using G = decltype(typeflow::grad(typeflow::mul(Loss{}, typeflow::cast<T>(scale)), V{}...));
+      using G = decltype(typeflow::grad<typename detail::save_of<Opt>::type>(
+          typeflow::mul(Loss{}, typeflow::cast<T>(scale)), V{}...));
       return []<std::size_t... I>(std::index_sequence<I...>) {
         constexpr std::size_t n = sizeof...(V);
         // inf * 0 and NaN * 0 are NaN, finite * 0 is 0: the sum is NaN exactly when a gradient
@@ -277,6 +292,41 @@ private:
     }(Vs{});
   }
 };
+
+/// An optimizer whose gradients read the forward pass's activations rounded to H (bfloat16 or
+/// float16) and keep those 16-bit copies, not the float32 values, for the backward pass
+/// (grad.hpp's saved_in<H>): about half the activation bytes of a training step. The
+/// variables, the optimizer's slots and the update stay as Opt's (float32 master weights), and
+/// the forward pass and the loss are computed exactly as without it; products in 16 bits come
+/// from session_options::precision. Wraps any optimizer, and is wrapped by loss_scaled.
+template <class H, class Opt>
+requires is_half<H>
+struct mixed_precision_optimizer {
+  using save = saved_in<H>;
+  template <class V, class G>
+  static consteval auto update(V v, G g) {
+    return Opt::update(v, g);
+  }
+  template <expression Loss>
+  consteval auto minimize(Loss) const {
+    static_assert(Loss::shape_type::rank == 0, "minimize: the loss must be a scalar");
+    using Vs = trainable_variables_t<Loss>;
+    return []<class... V>(type_list<V...>) {
+      return detail::apply_updates<mixed_precision_optimizer>(Loss{}, type_list<V...>{},
+                                                              std::index_sequence_for<V...>{});
+    }(Vs{});
+  }
+};
+
+/// `mixed_precision<ty::bfloat16>(opt).minimize(loss)`: see mixed_precision_optimizer.
+template <class H, class Opt>
+consteval auto mixed_precision(Opt) {
+  static_assert(is_half<H>, "mixed_precision<H>: H must be ty::bfloat16 or ty::float16");
+  if constexpr (is_half<H>)
+    return mixed_precision_optimizer<H, Opt>{};
+  else
+    return invalid_expr{};
+}
 
 /// `loss_scaled(opt).minimize(loss)`, or with parameters: `loss_scaled<{.initial = 32768}>(opt)`.
 template <loss_scale_params P = loss_scale_params{}, class Opt>

@@ -28,6 +28,13 @@
 //                                                overload to its kernel file (graph::chained)
 //    static constexpr bool follows_precision;    optional: its products follow the session's
 //                                                precision (describe_placement() says so)
+//    static constexpr unsigned shape_only;       optional: bit k set when its kernels read
+//                                                only the dims of operand k (the buffer may
+//                                                be dropped before it runs)
+//    static constexpr bool keeps_float32;        optional: its gradient reads its operands
+//                                                exactly under autodiff's saved_in<H>
+//    static constexpr bool stored;               optional: always a step of its own, never
+//                                                fused into its readers (ops::save)
 //    elementwise ops only:
 //    template <class C, class... A> static R eval(A...);
 //                                                the scalar functor (host and device), computed

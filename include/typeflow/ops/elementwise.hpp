@@ -153,6 +153,31 @@ struct cast : elementwise_base, no_dtype_rule {
   }
 };
 
+/// save<H>(x): a float32 x rounded to H (bfloat16 or float16) and stored so, for the backward
+/// pass to keep instead of x (autodiff's saved_in<H>; cast<float> widens it where it is read).
+/// A cast that is always a step of its own (graph/node.hpp's always_stored): fused into its
+/// readers, it would be neither stored in 16 bits nor let x die early.
+template <class H>
+struct save : cast<H> {
+  static constexpr std::string_view name = "save";
+  static constexpr bool stored = true;
+};
+
+} // namespace ops
+
+/// A float32 value saved in 16 bits by a gradient (cast<float>(save<H>(z)), or save<H>(z)) has
+/// z's shape: an op that reads only the shape takes z.
+template <class H, class Z>
+struct shape_source<expr<ops::cast<float>, expr<ops::save<H>, Z>>> {
+  using type = Z;
+};
+template <class H, class Z>
+struct shape_source<expr<ops::save<H>, Z>> {
+  using type = Z;
+};
+
+namespace ops {
+
 /// broadcast_to<shape<...>>(x): NumPy's broadcast_to, fused like any elementwise op.
 template <class Shape>
 struct broadcast_to : no_dtype_rule {
@@ -356,13 +381,13 @@ consteval auto cast(A) {
 /// zeros_like(x)
 template <expression A>
 consteval auto zeros_like(A) {
-  return make_node<ops::zeros_like, A>();
+  return make_node<ops::zeros_like, shape_source_t<A>>();
 }
 
 /// broadcast_like(a, x): a broadcast to the shape of x.
 template <expression A, expression X>
 consteval auto broadcast_like(A, X) {
-  return make_node<ops::broadcast_like, A, X>();
+  return make_node<ops::broadcast_like, A, shape_source_t<X>>();
 }
 
 /// broadcast_to<shape<...>>(x)

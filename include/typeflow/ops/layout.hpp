@@ -235,6 +235,7 @@ struct expand_dims : no_dtype_rule {
 struct reshape_like : no_dtype_rule {
   static constexpr node_kind kind = node_kind::layout;
   static constexpr std::string_view name = "reshape_like";
+  static constexpr unsigned shape_only = 1u << 1; // x: graph/node.hpp
   template <class A, class X>
   using value_type = typename A::value_type;
   template <std::size_t RA, std::size_t RX>
@@ -318,12 +319,12 @@ struct slice_like : no_dtype_rule {
 /// pad_like<ints<begin...>>(g, x)
 template <class Begin, expression A, expression X>
 consteval auto pad_like(A, X) {
-  return make_node<ops::pad_like<Begin>, A, X>();
+  return make_node<ops::pad_like<Begin>, A, shape_source_t<X>>();
 }
 /// slice_like<ints<begin...>>(g, a)
 template <class Begin, expression G, expression A>
 consteval auto slice_like(G, A) {
-  return make_node<ops::slice_like<Begin>, G, A>();
+  return make_node<ops::slice_like<Begin>, G, shape_source_t<A>>();
 }
 
 /// expand_dims<axes...>(x)
@@ -341,7 +342,7 @@ consteval auto replica_mean(A) {
 /// reshape_like(a, x)
 template <expression A, expression X>
 consteval auto reshape_like(A, X) {
-  return make_node<ops::reshape_like, A, X>();
+  return make_node<ops::reshape_like, A, shape_source_t<X>>();
 }
 
 /// reshape<dims...>(x); one extent may be -1 (`dyn`) and is inferred.

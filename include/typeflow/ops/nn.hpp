@@ -132,6 +132,7 @@ struct conv2d : nn_base {
 template <padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH, std::int64_t DW>
 struct conv2d_backprop_input : conv2d<P, SH, SW, DH, DW> {
   static constexpr std::string_view name = "conv2d_backprop_input";
+  static constexpr unsigned shape_only = 1u << 2; // x: graph/node.hpp
   template <class G, class W, class X>
   using value_type = typename G::value_type;
   template <class G, class W, class X>
@@ -228,6 +229,7 @@ struct pool_grad : pool<K, P, KH, KW, SH, SW> {
 /// [N] in [0, K): loss[n] = logsumexp(logits[n]) - logits[n, labels[n]].
 struct sparse_softmax_xent : nn_base {
   static constexpr std::string_view name = "sparse_softmax_cross_entropy_with_logits";
+  static constexpr bool keeps_float32 = true; // its gradient reads the logits exactly (grad.hpp)
   template <class L, class Y>
   using value_type = typename L::value_type;
   template <class L, class Y>
@@ -320,7 +322,7 @@ consteval auto conv2d(X, W) {
 template <padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH, std::int64_t DW,
           expression G, expression W, expression X>
 consteval auto conv2d_backprop_input(G, W, X) {
-  return make_node<ops::conv2d_backprop_input<P, SH, SW, DH, DW>, G, W, X>();
+  return make_node<ops::conv2d_backprop_input<P, SH, SW, DH, DW>, G, W, shape_source_t<X>>();
 }
 template <padding P, std::int64_t SH, std::int64_t SW, std::int64_t DH, std::int64_t DW,
           expression X, expression G, expression W>

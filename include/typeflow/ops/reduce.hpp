@@ -203,13 +203,13 @@ struct element_count : no_dtype_rule {
 /// sum_to_like(c, x)
 template <expression C, expression X>
 consteval auto sum_to_like(C, X) {
-  return make_node<ops::sum_to_like, C, X>();
+  return make_node<ops::sum_to_like, C, shape_source_t<X>>();
 }
 
 /// element_count<axes...>(x)
 template <std::int64_t... Axes, expression A>
 consteval auto element_count(A) {
-  return make_node<ops::element_count<Axes...>, A>();
+  return make_node<ops::element_count<Axes...>, shape_source_t<A>>();
 }
 
 #define TYPEFLOW_REDUCTION(NAME)                                                                   \

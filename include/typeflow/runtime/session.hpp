@@ -954,7 +954,8 @@ private:
     constexpr auto& L = P::layout;
     static constexpr std::size_t elem_bytes[] = {
         value_bytes<typename P::template node<I>::value_type>()..., 0};
-    for (std::size_t i = 0; i < P::size; ++i) {
+    for (std::size_t q = 0; q < P::size; ++q) {
+      const std::size_t i = L.order[q]; // node order, but for the moves of graph::plan::schedule
       if constexpr (Phase != 0) {
         constexpr auto& R = replication<P>::value;
         if (R.once[i] != (Phase == 2)) {
