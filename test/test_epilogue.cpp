@@ -193,9 +193,15 @@ void check_chain() {
     };
     auto [g1] = feeds(gx);
     CHECK(s.stats().steps == 2); // relu, then the pool's gradient with the mask
+    // relu's output dies with the chained step, which writes its result over it (in place)...
+    CHECK(s.stats().buffers_in_place == 1);
     auto [g2, p2] = feeds(gx, pg);
     CHECK(s.stats().steps == 3);
     CHECK(same_bits(g1, g2));
+    // ... unless it is fetched too: the same bits in a buffer of its own.
+    auto [g3, y3] = feeds(gx, y);
+    CHECK(s.stats().buffers_in_place == 0);
+    CHECK(same_bits(g1, g3));
     // At most 4 overlapping windows add dy values in [-1, 1]: float sums within 1e-6.
     CHECK(violations(g1, ref, std::vector<double>(ref.size(), 1.0), 1e-6) == 0);
     i64 routed = 0;
@@ -446,4 +452,40 @@ TEST_SUITE("epilogue") {
     check_chain<2, 2, 6, 6, 3>();  // tiled, channels one by one
     check_chain<3, 2, 7, 7, 16>(); // overlapping windows: whole images are the pieces
   }
+}
+
+TEST_CASE("a fused loop writes over an input that dies with it, with the same bits") {
+  constexpr i64 M = 67, K = 40, N = 33;
+  constexpr auto a = ty::placeholder<"a", float, ty::shape<M, K>>;
+  constexpr auto b = ty::placeholder<"b", float, ty::shape<K, N>>;
+  constexpr auto c = ty::placeholder<"c", float, ty::shape<N>>;
+  constexpr auto u = ty::matmul(a, b);
+  constexpr auto v = ty::relu(u * ty::constant<2.0f> + c); // u's last reader
+  constexpr auto view = ty::reshape<N, M>(u);              // shares u's buffer
+  const auto va = random_vector<float>(41, M * K), vb = random_vector<float>(42, K * N),
+             vc = random_vector<float>(43, N);
+  ty::session s(ty::session_options{.threads = 2});
+  const auto feeds = [&](auto... f) {
+    return s.run(ty::fetch(f...), ty::feed(a, as_tensor({M, K}, va)),
+                 ty::feed(b, as_tensor({K, N}, vb)), ty::feed(c, as_tensor({N}, vc)));
+  };
+  auto [v1] = feeds(v);
+  CHECK(s.stats().buffers_in_place == 1);
+  auto [v2, u2] = feeds(v, u); // u fetched: it outlives the loop
+  CHECK(s.stats().buffers_in_place == 0);
+  CHECK(same_bits(v1, v2));
+  for (i64 i = 0; i < M; ++i)
+    for (i64 j = 0; j < N; ++j)
+      CHECK(v1[i * N + j] == std::max(0.0f, u2[i * N + j] * 2.0f + vc[j]));
+  auto [v3, w3] = feeds(v, view); // a view of u is fetched: its buffer has another holder
+  CHECK(s.stats().buffers_in_place == 0);
+  CHECK(same_bits(v1, v3));
+  // An input of another shape (row, broadcast) is never written over; u is.
+  constexpr auto row = ty::sum<0>(u);                                 // [N]
+  constexpr auto outer = ty::relu(ty::expand_dims<0>(row) + u * row); // [M, N]
+  auto [o1] = feeds(outer);
+  CHECK(s.stats().buffers_in_place == 1);
+  auto [o2, r2, u3] = feeds(outer, row, u);
+  CHECK(s.stats().buffers_in_place == 0);
+  CHECK(same_bits(o1, o2));
 }

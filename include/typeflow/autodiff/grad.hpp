@@ -52,9 +52,14 @@ struct grad_rule<ops::custom_gradient<Rule>> {
 /// What a gradient reads of the forward pass (the saved-value policy of grad<Policy>(...) and
 /// of mixed_precision<H>(optimizer)): saved_exact, the default, reads every forward value as
 /// computed; saved_in<H> (H = bfloat16 or float16) reads each float32 intermediate that a
-/// gradient rule is handed (a node's output or operand, rank >= 1: no variable, placeholder or
-/// constant, which stay exact, and nothing an op that keeps_float32 reads, such as the
-/// cross-entropy's logits) rounded to H as cast<float>(cast<H>(x)). The rounded copy is a
+/// gradient rule is handed (a node's output or operand, rank >= 1, not a leaf: variables,
+/// placeholders and constants themselves stay exact, values computed from them do not; and
+/// nothing an op that keeps_float32 reads, such as the cross-entropy's logits) rounded to H,
+/// as cast<float>(save<H>(x)) where an elementwise gradient reads it (the widening fuses into
+/// its loop) and widen(save<H>(x)) where a kernel does. max_pool's gradient finds each
+/// window's maximum among the rounded values: where two round alike it routes to the first,
+/// as if the forward pass had pooled in H (PyTorch's autocast pools its bfloat16 input so).
+/// float16 (largest 65504) suits activations of known range only. The rounded copy is a
 /// 16-bit tensor that the backward pass keeps instead of the float32 one, which dies with its
 /// last forward reader: the activations kept for the backward pass take half the bytes
 /// (PyTorch's autocast saves them so, as its half-precision outputs). Ops that read only a
@@ -66,10 +71,22 @@ struct saved_in {
 };
 
 namespace detail {
+/// Whether Op's gradient reads its operands (and output) exactly: Op::keeps_float32, and the
+/// selections by value other than pooling (max and min reductions, maximum and minimum),
+/// which would otherwise see ties between values that round alike and split or move the
+/// gradient between them.
 template <class Op>
-concept keeps_float32_op = requires {
+inline constexpr bool keeps_float32_op = requires {
   requires Op::keeps_float32;
 };
+template <>
+inline constexpr bool keeps_float32_op<ops::maximum> = true;
+template <>
+inline constexpr bool keeps_float32_op<ops::minimum> = true;
+template <bool Keep, std::int64_t... Axes>
+inline constexpr bool keeps_float32_op<ops::reduce<ops::reducers::max, Keep, Axes...>> = true;
+template <bool Keep, std::int64_t... Axes>
+inline constexpr bool keeps_float32_op<ops::reduce<ops::reducers::min, Keep, Axes...>> = true;
 template <class Save, class Op, class X>
 struct saved_value {
   using type = X;
@@ -78,7 +95,11 @@ template <class H, class Op, class X>
 requires(!keeps_float32_op<Op> && X::op::kind != node_kind::leaf &&
          std::is_same_v<typename X::value_type, float> &&
          (X::shape_type::rank > 0)) struct saved_value<saved_in<H>, Op, X> {
-  using type = decltype(typeflow::cast<float>(make_node<ops::save<H>, X>()));
+  // Elementwise gradients fuse the widening into their loops; kernels read a stored widening.
+  using saved = decltype(make_node<ops::save<H>, X>());
+  using type = std::conditional_t<Op::kind == node_kind::elementwise,
+                                  decltype(typeflow::cast<float>(saved{})),
+                                  decltype(make_node<ops::widen, saved>())>;
 };
 template <class T>
 struct is_save_policy : std::false_type {};

@@ -53,6 +53,9 @@ constexpr bool reads_fused_input() {
 /// chains a fused elementwise region that alone reads it to the kernel (graph::chained), and
 /// the output is never stored. An op says so with `static constexpr bool writes_in_pieces =
 /// true;` and its CPU kernel file adds a `kernel_pieces` overload (backend/cpu/kernels.hpp).
+/// It promises that each piece is computed from its operands' elements within that piece's
+/// range only (for an operand of the output's shape), read before the piece is handed over:
+/// the chained region may then write its output over such an operand (in place).
 template <class Op>
 constexpr bool writes_in_pieces() {
   if constexpr (requires { Op::writes_in_pieces; })

@@ -233,6 +233,11 @@ struct layout_table {
   /// (ops::save) runs right after what it copies, and a region that only widens such copies
   /// runs right before its first reader (see schedule()). position[i]: node i's place in it.
   std::array<std::size_t, size> order{}, position{};
+  /// dying[r], for a fused elementwise step r (plain or chained): bit k when its k-th region
+  /// input's buffer is last read by r, and for a chained step bit (inputs + q) when its
+  /// producer's q-th operand's is (its output may be written over it: the CPU backend's
+  /// context::allocate_in_place). 0 elsewhere.
+  std::array<std::uint64_t, size> dying{};
   /// Buffers dropped after step s: releases[release_begin[s] .. release_begin[s+1]).
   std::array<std::size_t, size + 1> release_begin{};
   std::array<std::size_t, slots + 1> releases{};
@@ -580,6 +585,20 @@ private:
     for (std::size_t i = 0; i < slots; ++i)
       if (L.last_use[i] != none)
         L.releases[pos[L.last_use[i]]++] = i;
+    for (std::size_t r = 0; r < size; ++r) {
+      if (!f.elementwise[r] || L.root[r] != r ||
+          (L.step[r] != step_kind::kernel && L.step[r] != step_kind::chained))
+        continue;
+      const std::size_t nin = L.input_begin[r + 1] - L.input_begin[r];
+      for (std::size_t k = 0; k < 64 && k < nin; ++k)
+        if (L.last_use[L.inputs[L.input_begin[r] + k]] == r)
+          L.dying[r] |= std::uint64_t{1} << k;
+      if (L.step[r] == step_kind::chained) // then the producer's operands (its frame's order)
+        for (std::size_t e = f.edge_begin[L.producer[r]], q = nin;
+             e < f.edge_begin[L.producer[r] + 1] && q < 64; ++e, ++q)
+          if (L.last_use[edge_slot(e)] == r)
+            L.dying[r] |= std::uint64_t{1} << q;
+    }
     return L;
   }
 
@@ -739,7 +758,10 @@ private:
         ok = placement.edge_transfer[e] == none;
       for (std::size_t i = L.input_begin[r]; i < L.input_begin[r + 1] && ok; ++i) {
         const std::size_t n = L.input_nodes[i];
-        bool operand = n == k || f.variable[n] || f.placeholder[n] || f.constant[n];
+        // (or a 16-bit saved copy, which is computed in the same replicated phase as what it
+        // copies: the op's operand, widened, is such a copy's in autodiff's saved_in)
+        bool operand = n == k || f.variable[n] || f.placeholder[n] || f.constant[n] ||
+                       (f.stored[n] && f.after_reduce[n] == f.after_reduce[k]);
         for (std::size_t e = f.edge_begin[k]; e < f.edge_begin[k + 1] && !operand; ++e)
           operand = L.inputs[i] == edge_slot(e);
         ok = operand;
@@ -813,8 +835,8 @@ private:
     }
     if (!moved)
       return;
-    // First reader of each widening region: the earliest place that reads it (a fused member
-    // reads its operands' shapes at its own place).
+    // First reader of each widening region: the earliest place that reads it (every node, a
+    // fused member or a deferred producer too, infers its shape at its own place).
     std::array<bool, size> widening{};
     for (std::size_t w = 0; w < size; ++w) {
       if (f.stored[w] || !f.elementwise[w] || f.fetched[w] || f.force_root[w] || !plain_step(w))
@@ -830,7 +852,7 @@ private:
       for (std::size_t e = f.edge_begin[n]; e < f.edge_begin[n + 1]; ++e) {
         const std::size_t k = f.edges[e];
         if (widening[k])
-          first[k] = std::min(first[k], runs_at[n]);
+          first[k] = std::min(first[k], n);
       }
     for (std::size_t w = 0; w < size; ++w)
       if (widening[w] && first[w] != none && after[first[w]] == none && first[w] > w + 1)

@@ -163,12 +163,25 @@ struct save : cast<H> {
   static constexpr bool stored = true;
 };
 
+/// widen(s): a saved 16-bit copy read back as float32 by a kernel (a matmul, convolution or
+/// pool gradient). A cast<float> of its own type, so that it is a node apart from the
+/// cast<float> of the same copy that elementwise gradients read: those fuse the widening into
+/// their loops, while this one is stored, right before the kernel that reads it
+/// (graph::plan's schedule()).
+struct widen : cast<float> {
+  static constexpr std::string_view name = "widen";
+};
+
 } // namespace ops
 
-/// A float32 value saved in 16 bits by a gradient (cast<float>(save<H>(z)), or save<H>(z)) has
-/// z's shape: an op that reads only the shape takes z.
+/// A float32 value saved in 16 bits by a gradient (cast<float>(save<H>(z)), widen(save<H>(z))
+/// or save<H>(z)) has z's shape: an op that reads only the shape takes z.
 template <class H, class Z>
 struct shape_source<expr<ops::cast<float>, expr<ops::save<H>, Z>>> {
+  using type = Z;
+};
+template <class H, class Z>
+struct shape_source<expr<ops::widen, expr<ops::save<H>, Z>>> {
   using type = Z;
 };
 template <class H, class Z>

@@ -102,14 +102,36 @@ struct grad_rule<ops::where> {
   }
 };
 
+namespace detail {
+template <class X>
+inline constexpr bool is_saved_copy = false;
+template <class H, class Z>
+inline constexpr bool is_saved_copy<expr<ops::save<H>, Z>> = true;
+} // namespace detail
+
+/// A cast between floating types (16-bit ones included) passes the gradient on, cast to the
+/// operand's type; autodiff's saved copies (cast<float> or widen of a save<H>, and the save
+/// itself) pass it on as it is (no rounding through H on the way back).
 template <dtype U>
 struct grad_rule<ops::cast<U>> {
   template <std::size_t, class Y, class G, class X>
   static consteval auto vjp(Y, G g, X) {
-    if constexpr (is_floating<U> && is_floating<typename X::value_type>)
-      return typeflow::cast<typename X::value_type>(g);
+    using From = typename X::value_type;
+    if constexpr (detail::is_saved_copy<X>)
+      return g;
+    else if constexpr ((is_floating<U> || is_half<U>)&&(is_floating<From> || is_half<From>))
+      return typeflow::cast<From>(g);
     else
       return zero_t{};
+  }
+};
+template <>
+struct grad_rule<ops::widen> : grad_rule<ops::cast<float>> {};
+template <class H>
+struct grad_rule<ops::save<H>> {
+  template <std::size_t, class Y, class G, class X>
+  static consteval G vjp(Y, G g, X) {
+    return g;
   }
 };
 

@@ -964,6 +964,7 @@ private:
           continue;
         }
       }
+      dying_ = L.dying[i]; // what the step's CPU kernel may write over (cpu_context())
       if (tr_.run) {
         const std::size_t before = st_.stats.steps;
         const double t0 = opts_.trace->now();
@@ -973,6 +974,7 @@ private:
       } else {
         run_step<P>(table, vals, i);
       }
+      dying_ = 0;
       if constexpr (Phase == 1) {
         if (!replication<P>::value.all_reduce[i])
           run_transfers<P>(vals, i, elem_bytes[i]);
@@ -1160,7 +1162,7 @@ private:
   }
   /// What this session's CPU kernels get (its pool, buffers, statistics, oneDNN primitives).
   cpu_backend::context cpu_context() {
-    return cpu_backend::context{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs};
+    return cpu_backend::context{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs, dying_};
   }
   /// Runs body plan P on the bound values for layer `layer`: untraced, with the layer's salt.
   template <class P>
@@ -1271,6 +1273,7 @@ private:
     } else if constexpr (K == step_kind::chained) {
       static_assert(D::is_cpu, "chains are folded on the CPU only");
       auto ctx = cpu_context();
+      ctx.frame = fr, ctx.frame_size = local.size();
       cpu_backend::chained_kernel<0>(ctx, fr, region);
     } else if constexpr (K == step_kind::prologue) {
       static_assert(D::is_cpu, "prologues are folded on the CPU only");
@@ -1288,6 +1291,7 @@ private:
         using invalid [[maybe_unused]] = detail::reject<detail::no_cpu_kernel_message<Op>>;
       } else if constexpr (D::is_cpu) {
         auto ctx = cpu_context();
+        ctx.frame = fr, ctx.frame_size = local.size();
         cpu_backend::kernel<0>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), fr, region,
                                static_cast<Refs*>(nullptr)...);
       } else
@@ -1498,6 +1502,8 @@ private:
   }
 
   trace_state tr_;
+  /// The running step's layout.dying (0 outside run_steps): see cpu_context().
+  std::uint64_t dying_ = 0;
   std::set<const void*> logged_; ///< plans whose placement was logged
   session_options opts_;
   std::unique_ptr<cpu_backend::thread_pool> pool_;

@@ -151,15 +151,23 @@ struct step_cost {
   /// step, such as fused members, have none). A step whose result is one of its operands'
   /// buffers (a view: reshape, a one-tower replica_mean) moved nothing.
   static std::uint64_t bytes(const rt_value* frame) {
-    for (std::size_t k = 1; k < size; ++k)
-      if (frame[0].data && frame[k].data == frame[0].data)
-        return 0;
+    // A fused loop's output may be written over an input that dies with it (in place: the
+    // input read, the output written); any other step whose output is an operand's buffer is a
+    // view and moves nothing.
+    // (A lone assign(var, x) hands x over as the variable's value: a view.)
+    constexpr bool loop = is_chained<Region>::value ||
+                          (tail::members > 0 && !is_prologue &&
+                           !(tail::members == 1 && Op::name == std::string_view("assign")));
+    if constexpr (!loop)
+      for (std::size_t k = 1; k < size; ++k)
+        if (frame[0].data && frame[k].data == frame[0].data)
+          return 0;
     std::uint64_t b = 0;
     for (std::size_t k = 0; k < size; ++k) {
       if (!frame[k].data)
         continue;
       bool seen = false;
-      for (std::size_t j = 0; j < k && !seen; ++j)
+      for (std::size_t j = loop && k > 0 ? 1 : 0; j < k && !seen; ++j)
         seen = frame[j].data == frame[k].data;
       if (!seen)
         b += elem[k] * static_cast<std::uint64_t>(frame[k].dims.numel());

@@ -140,6 +140,7 @@ struct run_stats {
   std::size_t fused_nodes = 0;        // elementwise nodes computed inside fused loops
   std::size_t buffers_allocated = 0;  // fresh heap allocations by the pool during the run
   std::size_t buffers_reused = 0;     // buffers the pool handed out again
+  std::size_t buffers_in_place = 0;   // outputs written over an input that died with the step
   std::size_t peak_bytes = 0;         // peak bytes of live intermediate buffers
   std::size_t transfers = 0;          // tensors sent from one device to another
   std::size_t transfer_bytes = 0;     // ... and their bytes
@@ -176,6 +177,11 @@ public:
       ++stats.buffers_allocated;
     }
     return {p, returner{weak_from_this(), bytes}};
+  }
+
+  /// Whether `owner` holds a buffer of a pool with exactly `holders` holders.
+  static bool pool_buffer_held_by(const std::shared_ptr<void>& owner, long holders) {
+    return owner && owner.use_count() == holders && std::get_deleter<returner>(owner) != nullptr;
   }
 
   /// Makes the buffer `owner` holds a variable's `storage` (of `storage_bytes`) and gives the

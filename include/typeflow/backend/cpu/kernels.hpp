@@ -115,7 +115,25 @@ void chained_kernel(context& ctx, value* vals,
   }
   const backend::rt_dims& od = vals[I].dims;
   value& produced = vals[Idx[In]];
-  Out* out = ctx.allocate<Out>(vals[I]);
+  // In place over an input that dies with the step: the producer reads its operands only
+  // within the piece it hands over, before handing it (graph/node.hpp's writes_in_pieces).
+  // Candidates: the region's inputs, then the producer's operands (layout.dying's order).
+  constexpr std::size_t NR = sizeof...(Refs);
+  std::array<value*, N + NR> in{};
+  std::array<bool, N + NR> same{};
+  for (std::size_t k = 0; k < N; ++k) {
+    in[k] = &vals[Idx[k]];
+    same[k] = k != In && detail::same_types<Out, typename Region::inputs>::value[k];
+  }
+  constexpr std::array<std::size_t, NR + 1> at{Refs::index..., 0};
+  constexpr std::array<bool, NR + 1> same_ref{std::is_same_v<typename Refs::value_type, Out>...,
+                                              false};
+  for (std::size_t q = 0; q < NR; ++q) {
+    in[N + q] = &vals[at[q]];
+    same[N + q] = same_ref[q];
+  }
+  std::uint64_t taken = 0;
+  Out* out = ctx.allocate_in_place<Out>(vals[I], in, same, taken);
   ctx.stats.fused_nodes += Region::members::size - 1;
   if (!(produced.dims == od)) {
     kernel<Idx[In]>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), vals, nullptr,

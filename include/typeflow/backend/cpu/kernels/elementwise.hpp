@@ -50,14 +50,19 @@ void kernel(context& ctx, Op*, T*, value* vals,
       return;
     }
   }
-  T* out = ctx.allocate<T>(vals[I]);
+  // Outputs over inputs that die with the step (context::allocate_in_place).
+  std::array<value*, Idx.size()> in{};
+  for (std::size_t k = 0; k < Idx.size(); ++k)
+    in[k] = &vals[Idx[k]];
+  std::uint64_t taken = 0;
+  T* out = ctx.allocate_in_place<T>(vals[I], in, detail::same_types<T, Ins>::value, taken);
   typename fused::outs_t so{};
   for (std::size_t q = 0; q < fused::n_out; ++q) {
     value& v = vals[St[2 * q + 1]];
     if (!(v.dims == vals[I].dims))
       throw error("fused loop: a merged assignment's shape " + v.dims.str() + " differs from " +
                   vals[I].dims.str());
-    so[q] = ctx.allocate<T>(v);
+    so[q] = ctx.allocate_in_place<T>(v, in, detail::same_types<T, Ins>::value, taken);
   }
   fused::run(ctx.pool, out, vals[I].dims, inputs, so);
   ctx.stats.fused_nodes += Members::size - 1;
