@@ -255,3 +255,25 @@ TEST_CASE("the CPU all-reduce kernel: the batch-weighted mean in tower order") {
   CHECK(std::memcmp(joined.data(), v[0].data(), 15 * sizeof(float)) == 0);
   CHECK(std::memcmp(joined.data() + 15, v[2].data(), 12 * sizeof(float)) == 0);
 }
+
+TEST_CASE("a tower's value read again after the all-reduce is not written over in place") {
+  constexpr auto x = ty::placeholder<"rx", float, ty::shape<ty::dyn, 8>>;
+  constexpr auto w = ty::placeholder<"rw", float, ty::shape<8, 8>>;
+  constexpr auto h = ty::matmul(x, w);                 // a tower value
+  constexpr auto m = ty::replica_mean(ty::mean<0>(h)); // the all-reduce
+  constexpr auto after = ty::mean<0>(h * m);           // runs once, after it: reads h again
+  constexpr auto r = ty::relu(h) * ty::constant<2.0f>; // h's last reader in node order
+  ty::tensor<float> xv({6, 8}), wv({8, 8});
+  for (i64 i = 0; i < xv.size(); ++i)
+    xv[i] = static_cast<float>(std::sin(0.3 * static_cast<double>(i)));
+  for (i64 i = 0; i < wv.size(); ++i)
+    wv[i] = static_cast<float>(std::cos(0.7 * static_cast<double>(i)));
+  ty::session<ty::replicate<ty::cpu<0>, ty::cpu<1>>> rep(ty::session_options{.threads = 2});
+  auto [a1, r1] = rep.run(ty::fetch(after, r), ty::feed(x, xv), ty::feed(w, wv));
+  CHECK(rep.stats().buffers_in_place == 0);
+  auto [a2, r2, h2] = rep.run(ty::fetch(after, r, h), ty::feed(x, xv), ty::feed(w, wv));
+  for (i64 i = 0; i < a1.size(); ++i)
+    CHECK(a1[i] == a2[i]);
+  for (i64 i = 0; i < r1.size(); ++i)
+    CHECK(r1[i] == r2[i]);
+}

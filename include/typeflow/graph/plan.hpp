@@ -585,18 +585,28 @@ private:
     for (std::size_t i = 0; i < slots; ++i)
       if (L.last_use[i] != none)
         L.releases[pos[L.last_use[i]]++] = i;
+    // A slot read on both sides of an all-reduce (by nodes that do and do not read one) is
+    // kept past the towers of a replicated run (replication's read_once) after its last
+    // reader by node order: never written over.
+    std::array<unsigned char, slots> sides{};
+    for (std::size_t n = 0; n < size; ++n)
+      for (std::size_t e = f.edge_begin[n]; e < f.edge_begin[n + 1]; ++e)
+        sides[edge_slot(e)] |= f.after_reduce[n] ? 2 : 1;
+    const auto dies_at = [&](std::size_t s, std::size_t r) {
+      return L.last_use[s] == r && sides[s] != 3;
+    };
     for (std::size_t r = 0; r < size; ++r) {
       if (!f.elementwise[r] || L.root[r] != r ||
           (L.step[r] != step_kind::kernel && L.step[r] != step_kind::chained))
         continue;
       const std::size_t nin = L.input_begin[r + 1] - L.input_begin[r];
       for (std::size_t k = 0; k < 64 && k < nin; ++k)
-        if (L.last_use[L.inputs[L.input_begin[r] + k]] == r)
+        if (dies_at(L.inputs[L.input_begin[r] + k], r))
           L.dying[r] |= std::uint64_t{1} << k;
       if (L.step[r] == step_kind::chained) // then the producer's operands (its frame's order)
         for (std::size_t e = f.edge_begin[L.producer[r]], q = nin;
              e < f.edge_begin[L.producer[r] + 1] && q < 64; ++e, ++q)
-          if (L.last_use[edge_slot(e)] == r)
+          if (dies_at(edge_slot(e), r))
             L.dying[r] |= std::uint64_t{1} << q;
     }
     return L;

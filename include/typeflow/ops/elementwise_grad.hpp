@@ -117,7 +117,7 @@ struct grad_rule<ops::cast<U>> {
   template <std::size_t, class Y, class G, class X>
   static consteval auto vjp(Y, G g, X) {
     using From = typename X::value_type;
-    if constexpr (detail::is_saved_copy<X>)
+    if constexpr (std::is_same_v<U, float> && detail::is_saved_copy<X>)
       return g;
     else if constexpr ((is_floating<U> || is_half<U>)&&(is_floating<From> || is_half<From>))
       return typeflow::cast<From>(g);

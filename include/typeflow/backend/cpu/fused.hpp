@@ -190,8 +190,10 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
 #endif
 
   template <std::size_t... K>
-  static void inner(out_t* __restrict out, std::int64_t len, const std::tuple<const Ins*...>& p,
-                    bool stream, std::index_sequence<K...>, const outs_t& so = {}) {
+  // (No __restrict on the outputs: a loop may write over an input that dies with it,
+  // context::allocate_in_place.)
+  static void inner(out_t* out, std::int64_t len, const std::tuple<const Ins*...>& p, bool stream,
+                    std::index_sequence<K...>, const outs_t& so = {}) {
     if constexpr (n_out > 0)
       return inner_stores(out, so, len, p, stream, std::index_sequence<K...>{});
 #if defined(TYPEFLOW_HAS_XSIMD)
@@ -228,7 +230,7 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
 
   /// inner() for a region with merged outputs: every output stored per element.
   template <std::size_t... K>
-  static void inner_stores(out_t* __restrict out, const outs_t& so, std::int64_t len,
+  static void inner_stores(out_t* out, const outs_t& so, std::int64_t len,
                            const std::tuple<const Ins*...>& p, bool stream,
                            std::index_sequence<K...>) {
     const auto outs = std::make_index_sequence<n_out>{};
