@@ -158,6 +158,17 @@ struct shape_source {
 template <class X>
 using shape_source_t = typename shape_source<X>::type;
 
+/// What an op whose kernels read a 16-bit operand themselves (`takes_half`) takes instead of X:
+/// X itself, or for a saved value that a kernel would read widened (widen(save<H>(Z)),
+/// specialized in ops/elementwise.hpp) the 16-bit copy save<H>(Z), so no float32 widening is
+/// stored.
+template <class X>
+struct stored_source {
+  using type = X;
+};
+template <class X>
+using stored_source_t = typename stored_source<X>::type;
+
 /// Returned by a factory whose static_assert failed, so that one mistake gives one error.
 struct invalid_expr : expr_tag {};
 
@@ -301,7 +312,10 @@ template <class Op, class... Cs>
 inline constexpr bool half_without_kernel = (Op::kind == node_kind::reduction ||
                                              Op::kind == node_kind::matmul ||
                                              Op::kind == node_kind::nn) &&
-                                            (is_half<typename Cs::value_type> || ...);
+                                            !requires {
+  requires Op::takes_half;
+}
+&&(is_half<typename Cs::value_type> || ...);
 template <class Op, class... Cs>
 struct half_kernel_message {
   static constexpr msg_buf message() {

@@ -199,7 +199,7 @@ struct node_facts_t {
   std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
       placeholder{}, variable{}, group{};
   std::array<epilogue_role, size> epilogue{};
-  std::array<bool, size> fused_input{}, pieces{}, products{}, stored{};
+  std::array<bool, size> fused_input{}, pieces{}, products{}, stored{}, reduction{};
   std::array<unsigned, size> shape_only{}; ///< bit k: operand k is read for its shape only
   /// after_reduce[i]: node i reads an all-reduce point (replica_mean), maybe not directly: in a
   /// replicated session it runs once, after the towers (device/replication.hpp's `once`).
@@ -230,8 +230,9 @@ struct layout_table {
   std::array<int, n_edges + 1> edge_kind{};
   std::array<std::size_t, n_edges + 1> edge_pos{};
   /// The order the executor runs the nodes in: node order, except that a stored 16-bit copy
-  /// (ops::save) runs right after what it copies, and a region that only widens such copies
-  /// runs right before its first reader (see schedule()). position[i]: node i's place in it.
+  /// (ops::save) runs right after what it copies, a region that only widens such copies right
+  /// before its first reader, and a shrinking kernel (a weight or bias gradient) right after
+  /// its operands (see schedule()). position[i]: node i's place in it.
   std::array<std::size_t, size> order{}, position{};
   /// dying[r], for a fused elementwise step r (plain or chained): bit k when its k-th region
   /// input's buffer is last read by r, and for a chained step bit (inputs + q) when its
@@ -383,6 +384,7 @@ private:
     f.stored = {always_stored<typename node<I>::op>()...};
     f.shape_only = {shape_only_operands<typename node<I>::op>()...};
     f.products = {follows_precision<typename node<I>::op>()...};
+    f.reduction = {(node<I>::op::kind == node_kind::reduction)...};
     const bool all_reduce[] = {is_all_reduce_op<typename node<I>::op>()..., false};
     for (std::size_t j = 0; j < size; ++j)
       for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e)
@@ -793,15 +795,20 @@ private:
   }
 
   /// The execution order (layout_t::order). Node order is a topological order in which a node
-  /// runs where the depth-first walk from the fetches first meets it, which for the 16-bit
-  /// copies that a gradient saves (autodiff's saved_in<H>) is where the backward pass first
-  /// reads them: the float32 value they copy would stay alive through the forward pass, and
-  /// their float32 widening (read by a kernel such as max_pool_grad) through much of the
-  /// backward pass. So a stored copy whose inputs are all steps runs right after the last of
-  /// them, and an elementwise region whose inputs are all stored copies runs right before its
-  /// first reader; both moves keep every input ready before its reader. The last use of the
-  /// buffers the moved steps read is then decided by run position. Plans without stored
-  /// copies keep node order.
+  /// runs where the depth-first walk from the fetches first meets it. Three kinds of step move:
+  /// - a 16-bit copy that a gradient saves (autodiff's saved_in<H>) would run where the
+  ///   backward pass first reads it, keeping the float32 value it copies alive through the
+  ///   forward pass: a stored copy whose inputs are all steps runs right after the last of them;
+  /// - an elementwise region whose inputs are all stored copies (their float32 widening, read by
+  ///   a kernel) runs right before its first reader;
+  /// - a shrinking kernel, a reduction or a product (follows_precision: a convolution, its
+  ///   gradients, a matmul) whose output is smaller than one of the operands it reads values of
+  ///   (a convolution's weight gradient, a bias gradient's sum; a batch extent counted as 32),
+  ///   runs right after its last operand is ready,
+  ///   with the widenings that only it reads: the backward pass's weight gradients come late
+  ///   in node order, and what they read stayed alive until then.
+  /// Each move keeps every input ready before its reader. The last use of the buffers the moved
+  /// steps read is then decided by run position.
   static consteval void schedule(layout_t& L) {
     const node_facts& f = fact;
     for (std::size_t i = 0; i < size; ++i)
@@ -816,8 +823,8 @@ private:
       if (L.source[r] != none)
         runs_at[L.source[r]] = r;
     }
-    // A step that moves is a fused loop of one node (the members of a region infer their
-    // shapes at their own places in the order) that reads only buffers of this device.
+    // A step that moves is a kernel of one node (the members of a region infer their shapes at
+    // their own places in the order) that reads only buffers of this device.
     const auto plain_step = [&](std::size_t j) {
       if (L.step[j] != step_kind::kernel || L.root[j] != j ||
           L.member_begin[j + 1] - L.member_begin[j] != 1 ||
@@ -828,66 +835,139 @@ private:
           return false;
       return true;
     };
-    std::array<std::size_t, size> after{}, before{};
+    // after[j]: j runs right after node after[j]'s place (stored copies); early[j]: likewise,
+    // after those (shrinking kernels); before[w]: w runs right before node before[w].
+    std::array<std::size_t, size> after{}, early{}, before{};
     after.fill(none);
+    early.fill(none);
     before.fill(none);
-    bool moved = false;
-    for (std::size_t j = 0; j < size; ++j) {
-      if (!f.stored[j] || !plain_step(j))
-        continue;
-      std::size_t h = 0;
-      for (std::size_t i = L.input_begin[j]; i < L.input_begin[j + 1]; ++i)
-        h = std::max(h, runs_at[L.input_nodes[i]]);
-      if (h + 1 < j) {
-        after[j] = h;
-        moved = true;
-      }
-    }
-    if (!moved)
-      return;
-    // First reader of each widening region: the earliest place that reads it (every node, a
-    // fused member or a deferred producer too, infers its shape at its own place).
+    // Widenings: regions of one node whose operands are all stored copies. First reader of
+    // each: the earliest node that reads it (every node, a fused member or a deferred producer
+    // too, infers its shape at its own place); and how many edges read it.
     std::array<bool, size> widening{};
     for (std::size_t w = 0; w < size; ++w) {
       if (f.stored[w] || !f.elementwise[w] || f.fetched[w] || f.force_root[w] || !plain_step(w))
         continue;
       bool all = true;
-      for (std::size_t i = L.input_begin[w]; i < L.input_begin[w + 1]; ++i)
-        all = all && f.stored[L.input_nodes[i]];
+      for (std::size_t e = f.edge_begin[w]; e < f.edge_begin[w + 1]; ++e)
+        all = all && f.stored[f.edges[e]];
       widening[w] = all;
     }
-    std::array<std::size_t, size> first{};
+    std::array<std::size_t, size> first{}, readers{};
     first.fill(none);
     for (std::size_t n = 0; n < size; ++n)
       for (std::size_t e = f.edge_begin[n]; e < f.edge_begin[n + 1]; ++e) {
         const std::size_t k = f.edges[e];
-        if (widening[k])
+        if (widening[k]) {
           first[k] = std::min(first[k], n);
+          ++readers[k];
+        }
       }
+    // Stored copies. A widening they read (a copy of a gradient's widened copy, under a nested
+    // policy) may be sunk as late as its first reader: it is ready there.
+    bool moved = false;
+    for (std::size_t j = 0; j < size; ++j) {
+      if (!f.stored[j] || !plain_step(j))
+        continue;
+      std::size_t h = 0;
+      for (std::size_t i = L.input_begin[j]; i < L.input_begin[j + 1]; ++i) {
+        const std::size_t k = L.input_nodes[i];
+        h = std::max(h, widening[k] ? std::max(k, first[k]) : runs_at[k]);
+      }
+      if (h + 1 < j) {
+        after[j] = h;
+        moved = true;
+      }
+    }
+    // The place after which node k's value is ready, for a shrinking kernel j that reads it: a
+    // moved stored copy's, a widening's that only j reads (it moves with j) from its own
+    // inputs, and any other widening's at the latest place it can move to (its first reader).
+    const auto ready = [&](std::size_t k, std::size_t j) {
+      if (after[k] != none)
+        return after[k];
+      if (early[k] != none)
+        return early[k];
+      if (!widening[k])
+        return runs_at[k];
+      if (first[k] != j || readers[k] != 1)
+        return std::max(k, first[k]);
+      std::size_t h = 0;
+      for (std::size_t i = L.input_begin[k]; i < L.input_begin[k + 1]; ++i) {
+        const std::size_t c = L.input_nodes[i];
+        h = std::max(h, after[c] != none ? after[c] : runs_at[c]);
+      }
+      return h;
+    };
+    constexpr auto shapes = detail::shape_table<nodes>::value;
+    // Elements of node n's value, an extent known only when fed (a batch) counted as 32: a
+    // kernel moves where that pays from batches of 32 up.
+    const auto elements = [&](std::size_t n) {
+      std::int64_t e = 1;
+      for (std::size_t d = 0; d < shapes[n].rank; ++d)
+        e *= shapes[n].d[d] < 0 ? 32 : shapes[n].d[d];
+      return e;
+    };
+    for (std::size_t j = 0; j < size; ++j) {
+      if ((!f.reduction[j] && !f.products[j]) || f.stored[j] || f.after_reduce[j] ||
+          f.force_root[j] || !plain_step(j))
+        continue;
+      const std::int64_t out = elements(j);
+      bool shrinks = false;
+      std::size_t h = 0;
+      for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
+        const std::int64_t in = elements(f.edges[e]);
+        shrinks = shrinks || (!((f.shape_only[j] >> (e - f.edge_begin[j])) & 1u) && in > out);
+      }
+      for (std::size_t i = L.input_begin[j]; i < L.input_begin[j + 1]; ++i)
+        h = std::max(h, ready(L.input_nodes[i], j));
+      if (!shrinks || h + 1 >= j)
+        continue;
+      early[j] = h;
+      moved = true;
+      for (std::size_t i = L.input_begin[j]; i < L.input_begin[j + 1]; ++i) {
+        const std::size_t w = L.input_nodes[i];
+        if (widening[w] && first[w] == j && readers[w] == 1)
+          before[w] = j;
+      }
+    }
+    if (!moved)
+      return;
     for (std::size_t w = 0; w < size; ++w)
-      if (widening[w] && first[w] != none && after[first[w]] == none && first[w] > w + 1)
+      if (widening[w] && before[w] == none && first[w] != none && after[first[w]] == none &&
+          early[first[w]] == none && first[w] > w + 1)
         before[w] = first[w];
-    // The order: node order with each moved node at its place.
-    std::array<std::size_t, size> head_after{}, head_before{}, next{};
+    // The order: node order with each moved node at its place; at each place, the widenings
+    // sunk before the node, the node, the stored copies hoisted after it, then the shrinking
+    // kernels hoisted after it, each behind its own widenings (in node order within each list).
+    std::array<std::size_t, size> head_after{}, head_early{}, head_before{}, next{};
     head_after.fill(none);
+    head_early.fill(none);
     head_before.fill(none);
     for (std::size_t j = size; j-- > 0;) {
       if (after[j] != none) {
         next[j] = head_after[after[j]];
         head_after[after[j]] = j;
+      } else if (early[j] != none) {
+        next[j] = head_early[early[j]];
+        head_early[early[j]] = j;
       } else if (before[j] != none) {
         next[j] = head_before[before[j]];
         head_before[before[j]] = j;
       }
     }
     std::size_t q = 0;
-    for (std::size_t i = 0; i < size; ++i) {
+    const auto emit = [&](std::size_t i) {
       for (std::size_t w = head_before[i]; w != none; w = next[w])
         L.order[q++] = w;
-      if (after[i] == none && before[i] == none)
-        L.order[q++] = i;
+      L.order[q++] = i;
+    };
+    for (std::size_t i = 0; i < size; ++i) {
+      if (after[i] == none && before[i] == none && early[i] == none)
+        emit(i);
       for (std::size_t j = head_after[i]; j != none; j = next[j])
         L.order[q++] = j;
+      for (std::size_t j = head_early[i]; j != none; j = next[j])
+        emit(j);
     }
     for (std::size_t p = 0; p < size; ++p)
       L.position[L.order[p]] = p;
@@ -895,7 +975,7 @@ private:
     // end stays kept).
     std::array<bool, slots> affected{}, seen{};
     for (std::size_t j = 0; j < size; ++j)
-      if (after[j] != none || before[j] != none)
+      if (after[j] != none || before[j] != none || early[j] != none)
         for (std::size_t i = L.input_begin[j]; i < L.input_begin[j + 1]; ++i)
           affected[L.inputs[i]] = L.last_use[L.inputs[i]] != none;
     for (std::size_t n = 0; n < size; ++n) {

@@ -35,6 +35,9 @@
 //                                                exactly under autodiff's saved_in<H>
 //    static constexpr bool stored;               optional: always a step of its own, never
 //                                                fused into its readers (ops::save)
+//    static constexpr bool takes_half;           optional: a reduction, product or nn op whose
+//                                                kernels read bfloat16/float16 operands
+//                                                (max_pool_grad's x); others reject them
 //    elementwise ops only:
 //    template <class C, class... A> static R eval(A...);
 //                                                the scalar functor (host and device), computed

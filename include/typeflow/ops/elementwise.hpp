@@ -188,6 +188,10 @@ template <class H, class Z>
 struct shape_source<expr<ops::save<H>, Z>> {
   using type = Z;
 };
+template <class H, class Z>
+struct stored_source<expr<ops::widen, expr<ops::save<H>, Z>>> {
+  using type = expr<ops::save<H>, Z>;
+};
 
 namespace ops {
 

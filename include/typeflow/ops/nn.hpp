@@ -206,17 +206,26 @@ struct pool : nn_base {
   }
 };
 
-/// The gradient of a pool: (x, dy) -> shaped as x. Max pooling routes each output's gradient to
-/// the first maximum of its window (row-major window order), as TensorFlow's MaxPoolGrad does.
+/// The gradient of a pool: (x, dy) -> shaped as x, of dy's dtype. Max pooling routes each
+/// output's gradient to the first maximum of its window (row-major window order), as
+/// TensorFlow's MaxPoolGrad does; x may be a float32 gradient's 16-bit saved copy (autodiff's
+/// saved_in<H>), whose values it compares widened. Average pooling reads only x's shape.
 template <pool_kind K, padding P, std::int64_t KH, std::int64_t KW, std::int64_t SH,
           std::int64_t SW>
 struct pool_grad : pool<K, P, KH, KW, SH, SW> {
   static constexpr std::string_view name = K == pool_kind::max ? "max_pool_grad" : "avg_pool_grad";
   static constexpr bool writes_in_pieces = true; // one image at a time (graph/node.hpp)
+  static constexpr bool takes_half = true;       // x (graph/node.hpp)
+  static constexpr unsigned shape_only = K == pool_kind::avg ? 1u : 0u;
   template <class X, class G>
-  using value_type = typename X::value_type;
+  using value_type = typename G::value_type;
   template <class X, class G>
   static constexpr std::string_view dtype_error() {
+    using TX = typename X::value_type;
+    using TG = typename G::value_type;
+    if (is_half<TG> || (std::is_same_v<TX, TG> ? !detail::floating_operand<G>
+                                               : !(is_half<TX> && std::is_same_v<TG, float>)))
+      return "x and dy need one floating-point dtype (or x bfloat16 or float16, dy float32)";
     return {};
   }
   template <std::size_t RX, std::size_t RG>

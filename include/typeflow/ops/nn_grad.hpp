@@ -22,9 +22,14 @@ struct grad_rule<ops::conv2d<P, SH, SW, DH, DW>> {
 template <ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW, std::int64_t SH,
           std::int64_t SW>
 struct grad_rule<ops::pool<K, P, KH, KW, SH, SW>> {
+  // Max pooling's gradient compares x's values, read from a 16-bit saved copy as it is;
+  // average pooling's reads x's shape only.
   template <std::size_t, class Y, class G, class X>
   static consteval auto vjp(Y, G, X) {
-    return make_node<ops::pool_grad<K, P, KH, KW, SH, SW>, X, G>();
+    if constexpr (K == ops::pool_kind::max)
+      return make_node<ops::pool_grad<K, P, KH, KW, SH, SW>, stored_source_t<X>, G>();
+    else
+      return make_node<ops::pool_grad<K, P, KH, KW, SH, SW>, shape_source_t<X>, G>();
   }
 };
 

@@ -441,13 +441,31 @@ void pool_forward(thread_pool& pool, const T* x, const window2d& g, T* y) {
 struct no_sink {};
 
 /// The gradient of a pool: max sends dy to the first maximum of each window (row-major window
-/// order); avg spreads dy evenly over the window's valid positions. With a sink, one image at a
-/// time goes to it instead of into dx (see no_sink).
-template <bool Max, class T, class Sink = no_sink>
-void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g, T* dx,
+/// order); avg spreads dy evenly over the window's valid positions (x is not read). x may be
+/// 16-bit (TX: a saved copy), compared widened to T one image at a time. With a sink, one image
+/// at a time goes to it instead of into dx (see no_sink).
+template <bool Max, class TX, class T, class Sink = no_sink>
+void pool_backward(thread_pool& pool, const TX* x, const T* dy, const window2d& g, T* dx,
                    const Sink& sink = {}) {
   constexpr bool pieces = !std::is_same_v<Sink, no_sink>;
   const std::int64_t image = g.h * g.w * g.c;
+  // Image b of x as T: x itself, or widened into the thread's buffer (kept from call to call).
+  const auto source = [&](std::int64_t b) -> const T* {
+    if constexpr (!Max) {
+      (void)b;
+      return nullptr;
+    } else if constexpr (std::is_same_v<TX, T>) {
+      return x + b * image;
+    } else {
+      thread_local std::vector<T> wide;
+      if (wide.size() < static_cast<std::size_t>(image))
+        wide.resize(static_cast<std::size_t>(image));
+      const TX* xb = x + b * image;
+      for (std::int64_t i = 0; i < image; ++i)
+        wide[static_cast<std::size_t>(i)] = static_cast<T>(xb[i]);
+      return wide.data();
+    }
+  };
   // Image b's gradient: into dx, or into the thread's piece buffer (kept from call to call,
   // one image's size per thread: not allocated per image).
   const auto target = [&](std::int64_t b) {
@@ -481,7 +499,7 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
                          g.oh * g.sh >= g.h && g.ow * g.sw >= g.w;
       pool.parallel_for(g.n, 1, [&](std::int64_t b0, std::int64_t b1) {
         for (std::int64_t b = b0; b < b1; ++b) {
-          const T* xb = x + b * image;
+          const T* xb = source(b);
           T* db = target(b);
           if (!tiled)
             std::fill_n(db, g.h * g.w * g.c, T(0));
@@ -529,7 +547,7 @@ void pool_backward(thread_pool& pool, const T* x, const T* dy, const window2d& g
     std::vector<T> best_v(Max ? static_cast<std::size_t>(g.c) : 0);
     std::vector<std::int64_t> best_at(best_v.size());
     for (std::int64_t b = b0; b < b1; ++b) {
-      const T* xb = x + b * image;
+      const T* xb = source(b);
       T* db = target(b);
       std::fill_n(db, image, T(0));
       for (std::int64_t oy = 0; oy < g.oh; ++oy) {

@@ -163,8 +163,8 @@ __host__ __device__ T pool_forward_at(const T* x, const window2d& g, const windo
 /// dx[b, iy, ix, ci] gathers the gradient of every window that reads it (ascending oy, then ox):
 /// for max, only from windows whose first maximum (row-major) it is. Only the windows that can
 /// hold (iy, ix) are visited: oy in [(iy + ph - kh) / sh + 1, (iy + ph) / sh].
-template <bool Max, class T, class I>
-__host__ __device__ T pool_backward_at(const T* x, const T* dy, const window2d& g,
+template <bool Max, class T, class TX, class I>
+__host__ __device__ T pool_backward_at(const TX* x, const T* dy, const window2d& g,
                                        const window_dividers<I>& dv, I idx) {
   I ci, ixi, iyi;
   const I b = split(split(split(idx, dv.c, ci), dv.w, ixi), dv.h, iyi);
@@ -191,10 +191,10 @@ __host__ __device__ T pool_backward_at(const T* x, const T* dy, const window2d& 
       const T grad = dy[((bb * g.oh + oy) * g.ow + ox) * g.c + ci];
       if (Max) {
         std::int64_t best_y = y0, best_x = x0;
-        T best = x[((bb * g.h + y0) * g.w + x0) * g.c + ci];
+        T best = static_cast<T>(x[((bb * g.h + y0) * g.w + x0) * g.c + ci]);
         for (std::int64_t yy = y0; yy < y1; ++yy)
           for (std::int64_t xx = x0; xx < x1; ++xx) {
-            const T v = x[((bb * g.h + yy) * g.w + xx) * g.c + ci];
+            const T v = static_cast<T>(x[((bb * g.h + yy) * g.w + xx) * g.c + ci]);
             if (v > best) {
               best = v;
               best_y = yy;
@@ -239,14 +239,14 @@ struct pool_forward_fn {
     return pool_forward_at<Max>(x, g, dv, i);
   }
 };
-template <bool Max, class T>
+template <bool Max, class T, class TX = T>
 struct pool_backward_fn {
-  const T* x;
+  const TX* x; // not read by avg
   const T* dy;
   window2d g;
   template <class I>
   __host__ __device__ T operator()(const window_dividers<I>& dv, I i) const {
-    return pool_backward_at<Max>(x, dy, g, dv, i);
+    return pool_backward_at<Max, T>(x, dy, g, dv, i);
   }
 };
 
@@ -386,10 +386,10 @@ void kernel(context& ctx, ops::pool_grad<K, P, KH, KW, SH, SW>*, T*, value* vals
   const auto g = backend::pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
   const std::int64_t n = g.n * g.h * g.w * g.c;
   T* dx = ctx.scratch<T>(vals[I], n);
-  launch_window(
-      ctx, g, dx, n,
-      pool_backward_fn<K == ops::pool_kind::max, T>{static_cast<const T*>(vals[X::index].data),
-                                                    static_cast<const T*>(vals[G::index].data), g});
+  launch_window(ctx, g, dx, n,
+                pool_backward_fn<K == ops::pool_kind::max, T, typename X::value_type>{
+                    static_cast<const typename X::value_type*>(vals[X::index].data),
+                    static_cast<const T*>(vals[G::index].data), g});
 }
 
 /// The fused cross-entropy (Grad: its gradient); a bad label sets a device flag that the

@@ -109,9 +109,9 @@ template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int6
           std::int64_t SH, std::int64_t SW, class T, class X, class G>
 void kernel(context& ctx, ops::pool_grad<K, P, KH, KW, SH, SW>*, T*, value* vals, void*, X*, G*) {
   const auto g = pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
-  pool_backward<K == ops::pool_kind::max>(ctx.pool, static_cast<const T*>(vals[X::index].data),
-                                          static_cast<const T*>(vals[G::index].data), g,
-                                          ctx.allocate<T>(vals[I]));
+  pool_backward<K == ops::pool_kind::max>(
+      ctx.pool, static_cast<const typename X::value_type*>(vals[X::index].data),
+      static_cast<const T*>(vals[G::index].data), g, ctx.allocate<T>(vals[I]));
 }
 /// The same, handing each image's gradient to `sink` (graph::chained) instead of storing it.
 template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW,
@@ -119,9 +119,9 @@ template <std::size_t I, ops::pool_kind K, padding P, std::int64_t KH, std::int6
 void kernel_pieces(context& ctx, ops::pool_grad<K, P, KH, KW, SH, SW>*, T*, value* vals,
                    const Sink& sink, X*, G*) {
   const auto g = pool_window<ops::pool<K, P, KH, KW, SH, SW>>(vals[X::index].dims);
-  pool_backward<K == ops::pool_kind::max>(ctx.pool, static_cast<const T*>(vals[X::index].data),
-                                          static_cast<const T*>(vals[G::index].data), g,
-                                          static_cast<T*>(nullptr), sink);
+  pool_backward<K == ops::pool_kind::max>(
+      ctx.pool, static_cast<const typename X::value_type*>(vals[X::index].data),
+      static_cast<const T*>(vals[G::index].data), g, static_cast<T*>(nullptr), sink);
 }
 
 template <std::size_t I, class T, class L, class Y>
