@@ -13,6 +13,11 @@
 //                         (convolutions and matmuls on bfloat16 operands, float32 accumulation;
 //                         skipped where the CPU has no native bfloat16): its speed against
 //                         typeflow_train_step
+//   typeflow_train_step_saved16
+//                         the training step of mixed_precision<bfloat16>(optimizer): the
+//                         activations its gradients read kept in bfloat16, products float32
+// Each training step reports peak_MB: run_stats::peak_bytes of its session (the most bytes of
+// intermediate buffers live at once, over all its runs) in 10^6 bytes.
 // Compared with PyTorch eager by bench/torch_baselines.py.
 #include "common.hpp"
 
@@ -25,7 +30,10 @@ namespace {
 
 constexpr std::int64_t batch = 128;
 
-enum class mode { forward, train, traced, bf16 };
+enum class mode { forward, train, traced, bf16, saved16 };
+
+constexpr auto train_saved16 =
+    ty::mixed_precision<ty::bfloat16>(mnist::optimizer).minimize(mnist::total_loss);
 
 template <mode M>
 void step(benchmark::State& state) {
@@ -45,14 +53,20 @@ void step(benchmark::State& state) {
   ty::session s(opts);
   if (M == mode::bf16 && !s.products_in_bfloat16())
     return state.SkipWithError("no native bfloat16 on this CPU");
-  s.initialize(mnist::train_op);
+  const auto train = [] {
+    if constexpr (M == mode::saved16)
+      return train_saved16;
+    else
+      return mnist::train_op;
+  }();
+  s.initialize(train);
   const auto run = [&] {
     const auto feeds = [&](auto... fetches) {
       return s.run(ty::fetch(fetches...), ty::feed(mnist::images, images),
                    ty::feed(mnist::labels, labels));
     };
     if constexpr (M != mode::forward)
-      return feeds(mnist::total_loss, mnist::train_op);
+      return feeds(mnist::total_loss, train);
     else
       return feeds(mnist::total_loss);
   };
@@ -61,6 +75,8 @@ void step(benchmark::State& state) {
   for (auto _ : state)
     benchmark::DoNotOptimize(run());
   state.SetItemsProcessed(state.iterations() * batch);
+  if constexpr (M != mode::forward)
+    state.counters["peak_MB"] = static_cast<double>(s.stats().peak_bytes) / 1e6;
   if constexpr (M == mode::traced) {
     // Each repetition rewrites the file with its own runs: the last one's profile stays.
     if (const char* path = std::getenv("TYPEFLOW_BENCH_PROFILE")) {
@@ -77,5 +93,6 @@ BENCHMARK(step<mode::train>)->Name("typeflow_train_step")->UseRealTime();
 BENCHMARK(step<mode::forward>)->Name("typeflow_forward")->UseRealTime();
 BENCHMARK(step<mode::traced>)->Name("typeflow_train_step_traced")->UseRealTime();
 BENCHMARK(step<mode::bf16>)->Name("typeflow_train_step_bf16")->UseRealTime();
+BENCHMARK(step<mode::saved16>)->Name("typeflow_train_step_saved16")->UseRealTime();
 
 } // namespace
