@@ -449,12 +449,8 @@ constexpr auto tx = ty::placeholder<"tx", float, ty::shape<2, 4, 4, 1>>;
 constexpr auto tf = ty::placeholder<"tf", float, ty::shape<3, 3, 1, 2>>;
 constexpr auto tt = ty::tanh(ty::conv2d<ty::padding::same>(tx, tf));
 constexpr auto tloss = ty::sum(ty::max_pool<ty::padding::same, 2>(tt));
-// A gradient penalty: the gradient of a saved_in gradient.
-constexpr auto hx = ty::placeholder<"hx", float, ty::shape<4, 3>>;
-constexpr auto hw1 = ty::placeholder<"hw1", float, ty::shape<3, 5>>;
-constexpr auto hw2 = ty::placeholder<"hw2", float, ty::shape<5, 2>>;
-constexpr auto hh = ty::tanh(ty::matmul(hx, hw1));
-constexpr auto hloss = ty::sum(ty::matmul(hh, hw2));
+// A gradient penalty: the gradient of a saved_in gradient (the two-layer net above, with tanh).
+constexpr auto hloss = ty::sum(ty::matmul(ty::tanh(ty::matmul(sx, sw1)), sw2));
 } // namespace
 
 TEST_CASE("saved_in<bfloat16>: chained pool gradients, and gradients of gradients") {
@@ -472,8 +468,8 @@ TEST_CASE("saved_in<bfloat16>: chained pool gradients, and gradients of gradient
 
   // d/dw1 of |d loss / d w2|^2: the saved copies pass the gradient on (straight through),
   // so it is the exact one's up to the rounding of the activations it reads.
-  constexpr auto g2 = ty::grad<ty::saved_in<ty::bfloat16>>(hloss, hw2);
-  constexpr auto g2e = ty::grad(hloss, hw2);
+  constexpr auto g2 = ty::grad<ty::saved_in<ty::bfloat16>>(hloss, sw2);
+  constexpr auto g2e = ty::grad(hloss, sw2);
   ty::tensor<float> hxv({4, 3}), a({3, 5}), b({5, 2});
   for (i64 i = 0; i < 12; ++i)
     hxv[i] = 0.1f * static_cast<float>(i);
@@ -481,8 +477,8 @@ TEST_CASE("saved_in<bfloat16>: chained pool gradients, and gradients of gradient
     a[i] = 0.05f * static_cast<float>(i) - 0.3f;
   for (i64 i = 0; i < 10; ++i)
     b[i] = 0.2f;
-  auto [p, q] = s.run(ty::fetch(ty::grad(ty::sum(g2 * g2), hw1), ty::grad(ty::sum(g2e * g2e), hw1)),
-                      ty::feed(hx, hxv), ty::feed(hw1, a), ty::feed(hw2, b));
+  auto [p, q] = s.run(ty::fetch(ty::grad(ty::sum(g2 * g2), sw1), ty::grad(ty::sum(g2e * g2e), sw1)),
+                      ty::feed(sx, hxv), ty::feed(sw1, a), ty::feed(sw2, b));
   double largest = 0;
   for (i64 i = 0; i < q.size(); ++i)
     largest = std::max(largest, std::abs(double(q[i])));
