@@ -7,14 +7,17 @@
 //               bytes 5 * 4 * N, against the copy's bandwidth
 //   matmul      typeflow's matmul (a session on gpu<0>, variables resident, the product
 //               assigned to a variable: one cuBLAS call plus the assignment's copy) against
-//               cublasSgemm called directly, float32, 4096^3 (FP32 and TF32)
+//               cublasSgemm called directly, float32, 4096^3 (FP32 and TF32); under a session
+//               precision of bfloat16 (float32 variables rounded per product, tensor cores)
+//               against cublasGemmEx called directly on operands already in bfloat16
 //   reduce      typeflow's reduction kernels (sum over all, over axis 0 and over axis 1 of a
 //               [8192, 8192] float32 matrix) against the read bandwidth (the copy's, bytes read
 //               only: 4 * N)
 //   train_step  the seed model (examples/mnist/model.hpp), batch 128, on gpu<0>: one
 //               session::run of total_loss and train_op per step, batch fed from the host;
 //               convolutions as im2col + cuBLAS and on cuDNN, kernel by kernel and as one
-//               CUDA graph
+//               CUDA graph; then with bfloat16 and float16 products (tensor cores), against
+//               the float32 and TF32 steps of the same run
 // Every result is checked against a double-precision host reference before it is timed. Times
 // are medians of CUDA-event (or host clock, for whole session runs) samples after warm-up.
 // Prints a table; writes JSON to argv[1] when given. Without a device: "skipped: no CUDA device".
@@ -246,20 +249,64 @@ void reduce(cudaStream_t s, double copy_gbs) {
   CHECK(cudaFree(partials));
 }
 
-template <class A, class B, class Cv>
-void matmul_case(A va, B vb, Cv vc, bool tf32) {
-  constexpr std::int64_t M = 4096;
+/// The median time of a session run that assigns va's product with vb to vc (warmed up once).
+template <class S, class A, class B, class Cv>
+double assign_product_ms(S& sess, A va, B vb, Cv vc) {
   auto step = ty::group(ty::assign(vc, ty::matmul(va, vb)));
-  ty::session<ty::on<ty::gpu<0>>> sess(ty::session_options{.seed = 5, .allow_tf32 = tf32});
   sess.run(ty::fetch(step));
-  const double flop = 2.0 * M * M * M;
   // (A run that fetches no value returns once its work is queued: wait for it.)
-  const double ms = time_host(
+  return time_host(
       [&] {
         sess.run(ty::fetch(step));
         CHECK(cudaDeviceSynchronize());
       },
       20, 3);
+}
+
+/// The session's matmul with bfloat16 products (the float32 variables rounded in each run,
+/// then cublasGemmEx) against cublasGemmEx called directly on bfloat16 operands.
+template <class A, class B, class Cv>
+void matmul_bf16_case(A va, B vb, Cv vc) {
+  constexpr std::int64_t M = 4096;
+  ty::session<ty::on<ty::gpu<0>>> sess(
+      ty::session_options{.seed = 5, .precision = ty::precision::bfloat16});
+  const double ms = assign_product_ms(sess, va, vb, vc);
+  const double flop = 2.0 * M * M * M;
+  cublasHandle_t h;
+  CHECK(cublasCreate(&h));
+  auto upload = [](const std::vector<float>& v) {
+    std::vector<ty::bfloat16> b16(v.begin(), v.end());
+    void* p = nullptr;
+    CHECK(cudaMalloc(&p, b16.size() * sizeof(ty::bfloat16)));
+    CHECK(cudaMemcpy(p, b16.data(), b16.size() * sizeof(ty::bfloat16), cudaMemcpyHostToDevice));
+    return p;
+  };
+  void* a = upload(random_floats(M * M, 30));
+  void* b = upload(random_floats(M * M, 31));
+  device_buffer c(M * M);
+  const float one = 1, zero = 0;
+  const auto direct = [&] {
+    CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, M, M, M, &one, b, CUDA_R_16BF, M, a,
+                       CUDA_R_16BF, M, &zero, c.p, CUDA_R_32F, M, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT));
+    CHECK(cudaDeviceSynchronize());
+  };
+  const double ms_direct = time_host(direct, 20, 3);
+  CHECK(cublasDestroy(h));
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  results.push_back({"cublasGemmEx direct 4096^3 BF16 in, FP32 out", "TFLOP/s", ms_direct,
+                     flop / ms_direct / 1e9, "", 0});
+  results.push_back({"typeflow matmul 4096^3 bfloat16 products (session, rounding included)",
+                     "TFLOP/s", ms, flop / ms / 1e9, "cublasGemmEx", ms_direct / ms});
+}
+
+template <class A, class B, class Cv>
+void matmul_case(A va, B vb, Cv vc, bool tf32) {
+  constexpr std::int64_t M = 4096;
+  ty::session<ty::on<ty::gpu<0>>> sess(ty::session_options{.seed = 5, .allow_tf32 = tf32});
+  const double ms = assign_product_ms(sess, va, vb, vc);
+  const double flop = 2.0 * M * M * M;
   // Direct cuBLAS on the same sizes, its own buffers and handle, timed the same way.
   cublasHandle_t h;
   CHECK(cublasCreate(&h));
@@ -286,18 +333,22 @@ constexpr auto mc = ty::variable<"mc", float, ty::shape<4096, 4096>, ty::zeros>;
 constexpr auto sa = ty::variable<"sa", float, ty::shape<256, 256>, ty::uniform<-1.0, 1.0>>;
 constexpr auto sb = ty::variable<"sb", float, ty::shape<256, 256>, ty::uniform<-1.0, 1.0>>;
 
-/// Correctness first, at a size a double loop checks: 256^3 through the same session path.
+/// Correctness first, at a size a double loop checks: 256^3 through the same session path
+/// (under bfloat16 products, against the operands rounded to bfloat16 on the host).
 template <class A, class B>
-void matmul_check(A sa, B sb) {
-  ty::session<ty::on<ty::gpu<0>>> sess(ty::session_options{.seed = 6});
+void matmul_check(A sa, B sb, ty::precision precision = ty::precision::float32) {
+  ty::session<ty::on<ty::gpu<0>>> sess(ty::session_options{.seed = 6, .precision = precision});
   auto [prod, av, bv] = sess.run(ty::fetch(ty::matmul(sa, sb), sa, sb));
+  const auto operand = [&](float v) {
+    return precision == ty::precision::bfloat16 ? static_cast<double>(ty::bfloat16(v)) : double(v);
+  };
   std::vector<double> ref(256 * 256);
   std::vector<float> got(prod.data(), prod.data() + prod.size());
   for (int i = 0; i < 256; ++i)
     for (int j = 0; j < 256; ++j) {
       double acc = 0;
       for (int k = 0; k < 256; ++k)
-        acc += double(av[i * 256 + k]) * bv[k * 256 + j];
+        acc += operand(av[i * 256 + k]) * operand(bv[k * 256 + j]);
       ref[i * 256 + j] = acc;
     }
   if (!close(got, ref, 1e-5))
@@ -316,21 +367,33 @@ void train_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train
   for (auto& v : labels)
     v = static_cast<std::int32_t>(rng() % 10);
   using convs_t = ty::gpu_convolutions;
-  for (const int variant : {0, 1, 2, 3, 4, 5}) {
-    const auto mode = variant % 3 == 0   ? convs_t::im2col
+  // The captured step of the fastest float32 convolutions, exact and TF32: the baselines of the
+  // 16-bit products (variants 6 and 7: bfloat16 and float16, convolutions as im2col + GEMM).
+  double captured_fp32 = 0, captured_tf32 = 0;
+  for (const int variant : {0, 1, 2, 3, 4, 5, 6, 7}) {
+    const auto mode = variant >= 6       ? convs_t::fastest
+                      : variant % 3 == 0 ? convs_t::im2col
                       : variant % 3 == 1 ? convs_t::cudnn
                                          : convs_t::fastest;
-    const bool tf32 = variant >= 3;
-    if (mode != convs_t::im2col && !cb::has_cudnn)
+    const bool tf32 = variant >= 3 && variant < 6;
+    const auto precision = variant == 6   ? ty::precision::bfloat16
+                           : variant == 7 ? ty::precision::float16
+                                          : ty::precision::float32;
+    if (mode != convs_t::im2col && !cb::has_cudnn && variant < 6)
       continue;
-    const std::string convs = std::string(mode == convs_t::im2col  ? "im2col"
-                                          : mode == convs_t::cudnn ? "cuDNN"
-                                                                   : "fastest") +
-                              (tf32 ? " TF32" : " FP32");
+    const std::string convs = variant == 6   ? std::string("BF16 products (tensor cores)")
+                              : variant == 7 ? std::string("FP16 products (tensor cores)")
+                                             : std::string(mode == convs_t::im2col  ? "im2col"
+                                                           : mode == convs_t::cudnn ? "cuDNN"
+                                                                                    : "fastest") +
+                                                   (tf32 ? " TF32" : " FP32");
     double ms_uncaptured = 0;
     for (const bool graphs : {false, true}) {
-      ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{
-          .seed = 1, .allow_tf32 = tf32, .convolutions = mode, .cuda_graphs = graphs});
+      ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{.seed = 1,
+                                                            .allow_tf32 = tf32,
+                                                            .convolutions = mode,
+                                                            .cuda_graphs = graphs,
+                                                            .precision = precision});
       auto step = [&] {
         auto [loss] = s.run(ty::fetch(total_loss, train_op), ty::feed(images_ph, images),
                             ty::feed(labels_ph, labels));
@@ -340,7 +403,7 @@ void train_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train
       const double ms = time_host(step, 300, 30);
       if (graphs && s.stats().graph_launches != 1)
         throw ty::error("bench train_step: the step was not replayed as a CUDA graph");
-      if (mode != convs_t::fastest &&
+      if ((mode != convs_t::fastest || variant >= 6) &&
           (s.stats().cudnn_convolutions > 0) != (mode == convs_t::cudnn))
         throw ty::error("bench train_step: convolutions on cuDNN: " +
                         std::to_string(s.stats().cudnn_convolutions));
@@ -351,6 +414,16 @@ void train_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train
       } else {
         results.push_back({name + "one CUDA graph", "images/s", ms, batch / ms * 1e3,
                            "kernel by kernel", ms_uncaptured / ms});
+        if (variant == 2 || (variant == 0 && !cb::has_cudnn)) // fastest: im2col without cuDNN
+          captured_fp32 = ms;
+        if (variant == 5 || (variant == 3 && !cb::has_cudnn))
+          captured_tf32 = ms;
+        if (variant >= 6 && captured_fp32 > 0) {
+          results.push_back({name + "one CUDA graph, against FP32", "images/s", ms,
+                             batch / ms * 1e3, "fastest FP32 one CUDA graph", captured_fp32 / ms});
+          results.push_back({name + "one CUDA graph, against TF32", "images/s", ms,
+                             batch / ms * 1e3, "fastest TF32 one CUDA graph", captured_tf32 / ms});
+        }
       }
     }
   }
@@ -371,10 +444,14 @@ std::pair<ty::tensor<float>, ty::tensor<std::int32_t>> profile_batch() {
 /// by kernel, between cudaProfilerStart and cudaProfilerStop, after three warm-up steps.
 template <class Images, class Labels, class Loss, class Train>
 void profiled_step(Images images_ph, Labels labels_ph, Loss total_loss, Train train_op,
-                   ty::gpu_convolutions mode, bool tf32) {
+                   ty::gpu_convolutions mode, bool tf32,
+                   ty::precision precision = ty::precision::float32) {
   const auto [images, labels] = profile_batch();
-  ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{
-      .seed = 1, .allow_tf32 = tf32, .convolutions = mode, .cuda_graphs = false});
+  ty::session<ty::on<ty::gpu<0>>> s(ty::session_options{.seed = 1,
+                                                        .allow_tf32 = tf32,
+                                                        .convolutions = mode,
+                                                        .cuda_graphs = false,
+                                                        .precision = precision});
   for (int k = 0; k < 4; ++k) {
     if (k == 3) {
       CHECK(cudaDeviceSynchronize());
@@ -389,7 +466,11 @@ void profiled_step(Images images_ph, Labels labels_ph, Loss total_loss, Train tr
               mode == ty::gpu_convolutions::im2col  ? "im2col"
               : mode == ty::gpu_convolutions::cudnn ? "cuDNN"
                                                     : "fastest",
-              tf32 ? "TF32" : "FP32", s.stats().cudnn_convolutions);
+              precision == ty::precision::bfloat16  ? "BF16 products"
+              : precision == ty::precision::float16 ? "FP16 products"
+              : tf32                                ? "TF32"
+                                                    : "FP32",
+              s.stats().cudnn_convolutions);
 }
 
 /// Where a step's time goes: the last of five runs of the seed's step traced (a traced step on
@@ -439,13 +520,16 @@ int main(int argc, char** argv) {
     CHECK(cudaRuntimeGetVersion(&runtime));
     std::printf("device: %s, %d SMs, %.0f MB L2, CUDA driver %d, runtime %d\n", prop.name,
                 prop.multiProcessorCount, prop.l2CacheSize / 1e6, driver, runtime);
-    if (argc > 3 && std::string(argv[1]) == "--kernels") { // --kernels MODE tf32|fp32
-      const std::string m = argv[2];
+    if (argc > 3 && std::string(argv[1]) == "--kernels") { // --kernels MODE tf32|fp32|bf16|f16
+      const std::string m = argv[2], p = argv[3];
       profiled_step(mnist::images, mnist::labels, mnist::total_loss, mnist::train_op,
                     m == "cudnn"    ? ty::gpu_convolutions::cudnn
                     : m == "im2col" ? ty::gpu_convolutions::im2col
                                     : ty::gpu_convolutions::fastest,
-                    std::string(argv[3]) == "tf32");
+                    p == "tf32",
+                    p == "bf16"  ? ty::precision::bfloat16
+                    : p == "f16" ? ty::precision::float16
+                                 : ty::precision::float32);
       return 0;
     }
     if (argc > 1 && std::string(argv[1]) == "--profile") {
@@ -465,6 +549,8 @@ int main(int argc, char** argv) {
     matmul_check(sa, sb);
     matmul_case(ma, mb, mc, false);
     matmul_case(ma, mb, mc, true);
+    matmul_check(sa, sb, ty::precision::bfloat16);
+    matmul_bf16_case(ma, mb, mc);
     std::printf("matmul done\n");
     train_step(mnist::images, mnist::labels, mnist::total_loss, mnist::train_op);
     CHECK(cudaStreamDestroy(s));

@@ -11,7 +11,7 @@ BIN=$PWD/.gpu/bin
 DATA=$PWD/.gpu/data
 what=${*:-tests examples bench}
 # (sanitize, baselines and mainjob take minutes each: name them. MAINJOB_PLACEMENTS picks the
-# main job's placements, default both.)
+# main job's placements, default both; MAINJOB_PRECISIONS its precisions, default float32.)
 
 # Shared libraries the binaries need that the machine keeps outside the loader's path (cuBLAS,
 # NCCL in Python wheels): found by name, added to LD_LIBRARY_PATH.
@@ -60,12 +60,14 @@ do_examples() {
   run mnist_cuda.replicas2 120 "$BIN/mnist_cuda" "${small[@]}" --placement variables-on-cpu \
     --replicas 2
 }
-do_sanitize() { # SANITIZE_TOOLS and SANITIZE_TESTS narrow it (default: all of them)
+do_sanitize() { # SANITIZE_TOOLS and SANITIZE_TESTS narrow it (default: all of them);
+  # SANITIZE_MNIST=0 leaves out the main job's short run
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
     for t in ${SANITIZE_TESTS:-test_cuda_fused test_cuda_session test_cuda_ops test_cuda_layout \
       test_cuda_runtime}; do
       run "sanitizer.$tool.$t" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/$t"
     done
+    [ "${SANITIZE_MNIST:-1}" = 0 ] && continue
     run "sanitizer.$tool.mnist_gpu" 300 compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$BIN/mnist_cuda" --data-dir "$DATA" --train-limit 256 --epochs 1 --batch-size 64 \
       --log-every 4 --threads 2 --placement gpu
@@ -81,10 +83,13 @@ do_baselines() {
   XLA_PYTHON_CLIENT_PREALLOCATE=false run gpu_baselines 500 python3 bench/gpu_baselines.py \
     --out "$OUT/gpu_baselines.json"
 }
-do_mainjob() {
+do_mainjob() { # MAINJOB_PRECISIONS: the --precision values, default float32 (float16 is the
+  # g++ build's, on the CPU: mnist_cuda rejects it)
   for p in ${MAINJOB_PLACEMENTS:-gpu variables-on-cpu}; do
-    run "mainjob.$p" 590 "$BIN/mnist_cuda" --data-dir "$DATA" --epochs 10 --threads 8 \
-      --placement "$p"
+    for q in ${MAINJOB_PRECISIONS:-float32}; do
+      run "mainjob.$p.$q" 590 "$BIN/mnist_cuda" --data-dir "$DATA" --epochs 10 --threads 8 \
+        --placement "$p" --precision "$q"
+    done
   done
 }
 for step in $what; do

@@ -129,9 +129,10 @@ std::optional<int> parse(int argc, char** argv, flags& f) {
                  "cpu, gpu or variables-on-cpu (the GPU policies need the CUDA build)")
       ->check(CLI::IsMember({"cpu", "gpu", "variables-on-cpu"}));
   app.add_option("--precision", f.precision,
-                 "float32; bfloat16: the CPU's convolutions and matmuls on bfloat16 operands with "
-                 "float32 accumulation (CPUs with native bfloat16; float32 elsewhere); float16: "
-                 "on float16-rounded operands (emulated), with dynamic loss scaling")
+                 "float32; bfloat16: convolutions and matmuls on bfloat16 operands with "
+                 "float32 accumulation (CPUs with native bfloat16, float32 on others; a GPU's "
+                 "tensor cores); float16: on float16-rounded operands (emulated on the CPU), "
+                 "with dynamic loss scaling")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   app.add_option("--replicas", f.replicas, "towers, each on its share of every batch")
       ->check(CLI::IsMember({1, 2}));
@@ -299,10 +300,12 @@ int run_training(const flags& f) {
   s.initialize(train_op);
   if (rank_of(s) != 0 && !std::freopen("/dev/null", "w", stdout)) // rank 0 logs
     throw ty::error("mnist: cannot silence rank " + std::to_string(rank_of(s)));
-  std::printf("%s: session: %d threads, placement %s, %d replica%s, CPU products in %s\n",
+  std::printf("%s: session: %d threads, placement %s, %d replica%s, %s products in %s\n",
               now_string().c_str(), s.threads(), f.placement.c_str(), f.replicas,
-              f.replicas == 1 ? "" : "s",
-              s.products_in_bfloat16()    ? "bfloat16 (float32 accumulation)"
+              f.replicas == 1 ? "" : "s", f.placement == "cpu" ? "CPU" : "GPU",
+              f.placement != "cpu" && f.precision == "bfloat16"
+                  ? "bfloat16 (tensor cores, float32 accumulation)"
+              : s.products_in_bfloat16()  ? "bfloat16 (float32 accumulation)"
               : s.products_in_float16()   ? "float16 (emulated, float32 accumulation; loss scaling)"
               : f.precision == "bfloat16" ? "float32 (no native bfloat16 on this CPU)"
               : f.precision == "float16"  ? "float32 (no oneDNN in this build; loss scaling)"

@@ -87,6 +87,11 @@ constexpr tol accum_transc(double k) {
   return {tol_class::accum_transc, k};
 }
 
+/// A factor on the float32 accum tolerances: 4 while the GPU's products run on the tensor cores
+/// (16-bit operands, float32 sums whose rounding inside the matrix unit is not specified as
+/// round-to-nearest: 4x still lies 100x under one bfloat16 rounding of an operand, 2^-9).
+double accum_scale = 1;
+
 /// The allowed |gpu - cpu| for a reference value `ref` of dtype T (0: must be equal).
 template <class T>
 double allowed(tol t, double ref) {
@@ -105,7 +110,7 @@ double allowed(tol t, double ref) {
       base = f32 ? 2e-6 : 1e-12;
       break;
     case tol_class::accum:
-      base = (f32 ? 2e-6 : 1e-12) * std::sqrt(t.k);
+      base = (f32 ? 2e-6 * accum_scale : 1e-12) * std::sqrt(t.k);
       break;
     case tol_class::accum_transc:
       base = (f32 ? 4e-6 : 1e-12) * std::sqrt(t.k);
@@ -208,6 +213,9 @@ struct tally_t {
   bool device = false;
   int cases = 0, failed = 0;
   ty::gpu_convolutions convolutions = ty::gpu_convolutions::fastest; ///< the GPU sessions'
+  /// The GPU sessions' precision; under bfloat16 or float16 the CPU session's float32 feeds are
+  /// rounded to it first (rounded_feeds), so both sides multiply the same operands.
+  ty::precision precision = ty::precision::float32;
   std::size_t cudnn_runs = 0; ///< the last GPU run's convolutions on cuDNN
 } tally;
 
@@ -239,6 +247,36 @@ item<E> at(const char* name, E, tol t) {
   return {name, t};
 }
 
+/// A float32 feed rounded to H (to nearest even, by the host's conversion), its values kept in
+/// `store`; other feeds as they are.
+template <class H, class P>
+ty::feed_t<P> round_feed(const ty::feed_t<P>& f, std::vector<std::vector<float>>& store) {
+  if constexpr (std::is_same_v<typename P::value_type, float>) {
+    auto& v = store.emplace_back(f.data, f.data + f.dims.numel());
+    for (auto& e : v)
+      e = static_cast<float>(H(e));
+    return {v.data(), f.dims};
+  } else {
+    return f;
+  }
+}
+/// The CPU session's feeds under tally.precision: the float32 ones rounded to its 16-bit type,
+/// so that the CPU's float32 products read exactly the operands the GPU's tensor cores read
+/// (a product of two 16-bit values is exact in float32; only the order of the sums differs).
+template <class Feeds>
+Feeds cpu_feeds(const Feeds& feeds, std::vector<std::vector<float>>& store) {
+  if (tally.precision == ty::precision::float32)
+    return feeds;
+  store.reserve(std::tuple_size_v<Feeds>);
+  return std::apply(
+      [&](const auto&... f) {
+        if (tally.precision == ty::precision::bfloat16)
+          return Feeds{round_feed<ty::bfloat16>(f, store)...};
+        return Feeds{round_feed<ty::float16>(f, store)...};
+      },
+      feeds);
+}
+
 /// Runs the items' expressions on gpu<0> and on the CPU with the same feeds, in one run per
 /// session, and reports each: values within tolerance, and its subgraph placed on the GPU.
 /// Without a device only the placement is checked.
@@ -253,12 +291,13 @@ void check(const std::string& group, const Feeds& feeds, const item<E>&... items
   if (tally.device) {
     try {
       ty::session<> cs(ty::session_options{.seed = 7});
-      ty::session<ty::on<ty::gpu<0>>> gs(
-          ty::session_options{.seed = 7, .convolutions = tally.convolutions});
+      ty::session<ty::on<ty::gpu<0>>> gs(ty::session_options{
+          .seed = 7, .convolutions = tally.convolutions, .precision = tally.precision});
+      std::vector<std::vector<float>> store;
       // (Not `const auto`: a const tuple of the results costs nvcc's device front end
       // seconds per case.)
-      auto co =
-          std::apply([&](const auto&... f) { return cs.run(ty::fetch_t<E...>{}, f...); }, feeds);
+      auto co = std::apply([&](const auto&... f) { return cs.run(ty::fetch_t<E...>{}, f...); },
+                           cpu_feeds(feeds, store));
       auto go =
           std::apply([&](const auto&... f) { return gs.run(ty::fetch_t<E...>{}, f...); }, feeds);
       tally.cudnn_runs = gs.stats().cudnn_convolutions;
@@ -434,6 +473,10 @@ void cast_case(F) {
   const auto lv = make(l, grid(11, -5000000000.0, 1000000000.0));
   const auto wfv = make(wf, wave(0.9));
   const auto wdv = make(wd, wave(1.9));
+  // 1 + k/512 for k < 45: every bfloat16 rounding case at [1, 1.1): exact, halfway (to even,
+  // down and up) and in between.
+  constexpr auto xt = ty::placeholder<"xt", F, ty::shape<5, 9>>;
+  const auto xtv = make(xt, grid(45, 1, 1.0 / 512));
   using I = std::int32_t;
   constexpr auto comparisons = ty::cast<I>(i < j) + ty::cast<I>(i <= j) * ty::constant<2> +
                                ty::cast<I>(i > j) * ty::constant<4> +
@@ -442,7 +485,14 @@ void cast_case(F) {
                                ty::cast<I>(ty::not_equal(i, j)) * ty::constant<32>;
   check("cast+int",
         std::make_tuple(ty::feed(xf, xfv), ty::feed(xd, xdv), ty::feed(i, iv), ty::feed(j, jv),
-                        ty::feed(l, lv), ty::feed(wf, wfv), ty::feed(wd, wdv)),
+                        ty::feed(l, lv), ty::feed(wf, wfv), ty::feed(wd, wdv), ty::feed(xt, xtv)),
+        at("cast float32->bfloat16 ties", ty::cast<ty::bfloat16>(xt), exact),
+        at("cast float32->bfloat16", ty::cast<ty::bfloat16>(xf * wf), exact),
+        at("cast float32->float16", ty::cast<ty::float16>(xf * wf), exact),
+        at("bfloat16 and float16 round trips",
+           ty::cast<float>(ty::cast<ty::bfloat16>(xf * wf)) -
+               ty::cast<float>(ty::cast<ty::float16>(wf * ty::constant<3>)),
+           exact),
         at("cast float32->float64", ty::cast<double>(xf), exact),
         at("cast float64->float32", ty::cast<float>(xd), exact),
         at("cast float32->int32", ty::cast<std::int32_t>(xf), exact),
@@ -506,7 +556,7 @@ void reduce_case(T) {
 // are matmuls with the other transpose combinations). Forward sums run over 53 terms, dA over
 // 19 (= n), dB over 37 (= m). float64: three of the forward products.
 template <class T>
-void matmul_case(T) {
+void matmul_case(T, const char* name = "matmul") {
   constexpr auto a = ty::placeholder<"a", T, ty::shape<37, 53>>;
   constexpr auto a_t = ty::placeholder<"at", T, ty::shape<53, 37>>;
   constexpr auto b = ty::placeholder<"b", T, ty::shape<53, 19>>;
@@ -531,7 +581,7 @@ void matmul_case(T) {
       std::make_tuple(ty::feed(a, av), ty::feed(a_t, atv), ty::feed(b, bv), ty::feed(b_t, btv),
                       ty::feed(w, wv), ty::feed(ba, bav), ty::feed(bb, bbv), ty::feed(ba_t, batv),
                       ty::feed(bb_t, bbtv), ty::feed(bw, bwv));
-  const std::string group = dtype_group<T>("matmul");
+  const std::string group = dtype_group<T>(name);
   if constexpr (std::is_same_v<T, float>)
     check(group, feeds, at("nn", nn, accum(53)), at("nt", nt, accum(53)), at("tn", tn, accum(53)),
           at("tt", tt, accum(53)), at("batched nn", bnn, accum(53)),
@@ -570,17 +620,22 @@ void conv_case(T, const char* name = "conv2d") {
   constexpr auto x10 = ty::placeholder<"x10", T, ty::shape<2, 10, 10, 3>>;
   constexpr auto c8 = ty::conv2d<padding::valid, 2>(x10, f); // [2, 4, 4, 4]
   constexpr auto c9 = ty::conv2d<padding::same, 2>(x10, f);  // [2, 5, 5, 4]
+  // 8 input channels: im2col and col2im run 16 bytes of channels per thread (window lanes).
+  constexpr auto x8 = ty::placeholder<"x8", T, ty::shape<2, 9, 10, 8>>;
+  constexpr auto f8 = ty::placeholder<"f8", T, ty::shape<3, 3, 8, 4>>;
+  constexpr auto c10 = ty::conv2d<padding::same>(x8, f8); // [2, 9, 10, 4]
   constexpr auto g1 = ty::placeholder<"g1", T, typename decltype(c1)::shape_type>;
   constexpr auto g4 = ty::placeholder<"g4", T, typename decltype(c4)::shape_type>;
   constexpr auto g6 = ty::placeholder<"g6", T, typename decltype(c6)::shape_type>;
   const auto xv = make(x, wave(0.1)), fv = make(f, wave(0.2)), f2v = make(f2, wave(0.3)),
              x10v = make(x10, wave(0.4)), g1v = make(g1, wave(1.1)), g4v = make(g4, wave(1.4)),
-             g6v = make(g6, wave(1.6));
+             g6v = make(g6, wave(1.6)), x8v = make(x8, wave(0.5)), f8v = make(f8, wave(0.6));
   const std::string group = dtype_group<T>(name);
   if constexpr (std::is_same_v<T, float>)
     check(group,
           std::make_tuple(ty::feed(x, xv), ty::feed(f, fv), ty::feed(f2, f2v), ty::feed(g1, g1v),
-                          ty::feed(g4, g4v), ty::feed(g6, g6v), ty::feed(x10, x10v)),
+                          ty::feed(g4, g4v), ty::feed(g6, g6v), ty::feed(x10, x10v),
+                          ty::feed(x8, x8v), ty::feed(f8, f8v)),
           at("same", c1, accum(27)), at("valid", c2, accum(27)), at("same stride 2", c3, accum(27)),
           at("valid stride 2x3 3x2", c4, accum(18)), at("same dilation 2", c5, accum(27)),
           at("valid dilation 2x3 3x2", c6, accum(18)),
@@ -591,7 +646,10 @@ void conv_case(T, const char* name = "conv2d") {
           at("grad valid stride 2x3 x", ty::grad(ty::sum(c4 * g4), x), accum(24)),
           at("grad valid stride 2x3 f", ty::grad(ty::sum(c4 * g4), f2), accum(24)),
           at("grad valid dilation 2x3 x", ty::grad(ty::sum(c6 * g6), x), accum(24)),
-          at("grad valid dilation 2x3 f", ty::grad(ty::sum(c6 * g6), f2), accum(70)));
+          at("grad valid dilation 2x3 f", ty::grad(ty::sum(c6 * g6), f2), accum(70)),
+          at("same 8 channels", c10, accum(72)),
+          at("grad same 8 channels x", ty::grad(ty::sum(c10 * g1), x8), accum(36)),
+          at("grad same 8 channels f", ty::grad(ty::sum(c10 * g1), f8), accum(180)));
   else
     check(group, std::make_tuple(ty::feed(x, xv), ty::feed(f, fv), ty::feed(g1, g1v)),
           at("same", c1, accum(27)), at("grad same x", ty::grad(ty::sum(c1 * g1), x), accum(36)),
@@ -613,8 +671,8 @@ void conv_paths_case() {
   if (!tally.device)
     return;
   // Forward passes: every case but the two SAME ones at stride 2 whose padding is odd (over 10
-  // columns); gradients: six.
-  const std::size_t expected = ty::cuda_backend::has_cudnn ? 13 : 0;
+  // columns); gradients: eight.
+  const std::size_t expected = ty::cuda_backend::has_cudnn ? 16 : 0;
   std::printf("convolution steps on cuDNN: %zu with gpu_convolutions::cudnn, %zu with im2col\n",
               on_cudnn, tally.cudnn_runs);
   report("conv2d/float32 on cuDNN where it takes the geometry, never with im2col",
@@ -624,14 +682,38 @@ void conv_paths_case() {
          "");
 }
 
+// float32 matmuls and convolutions (forward and both gradients) under a session precision of
+// bfloat16 and of float16: the GPU rounds the operands and multiplies on the tensor cores with
+// float32 sums; the CPU multiplies the same operands, rounded on the host, in float32. A GPU
+// that ignored the precision, or truncated instead of rounding, differs by about one 16-bit
+// rounding of an operand (2^-9 or 2^-12 relative), far over the accum tolerance (how ties round
+// shows only on ties, which cast+int checks for the same conversion); cuDNN is not used (its
+// 16-bit convolutions write 16-bit outputs).
+void half_products_case() {
+  accum_scale = 4;
+  tally.precision = ty::precision::bfloat16;
+  matmul_case(float{}, "matmul bf16 products");
+  conv_case(float{}, "conv2d bf16 products");
+  const std::size_t on_cudnn = tally.cudnn_runs;
+  tally.precision = ty::precision::float16;
+  matmul_case(float{}, "matmul f16 products");
+  conv_case(float{}, "conv2d f16 products");
+  tally.precision = ty::precision::float32;
+  accum_scale = 1;
+  if (tally.device)
+    report("conv2d/16-bit products never on cuDNN",
+           on_cudnn + tally.cudnn_runs == 0 ? "" : "a convolution ran on cuDNN", "");
+}
+
 // max_pool and avg_pool, SAME and VALID, non-overlapping and overlapping windows, a 3x2 window
 // with strides 1x2; their gradients. Run on smooth values and on a grid with ties (the max-pool
 // gradient goes to the window's first maximum). An input element lies in up to ceil(KH/SH) *
-// ceil(KW/SW) windows (4 for 3x3/2, 3 for 3x2/1x2); an average sums up to KH*KW terms.
-template <class T>
+// ceil(KW/SW) windows (4 for 3x3/2, 3 for 3x2/1x2); an average sums up to KH*KW terms. With 3
+// channels and with 8 (the gradients then run 4 channels per thread: window lanes).
+template <std::int64_t C, class T>
 void pool_case(T) {
   using ty::padding;
-  constexpr auto x = ty::placeholder<"x", T, ty::shape<2, 9, 10, 3>>;
+  constexpr auto x = ty::placeholder<"x", T, ty::shape<2, 9, 10, C>>;
   constexpr auto m1 = ty::max_pool<padding::same, 2>(x);           // [2, 5, 5, 3]
   constexpr auto m2 = ty::max_pool<padding::valid, 3, 3, 2, 2>(x); // [2, 4, 4, 3]
   constexpr auto m3 = ty::max_pool<padding::same, 3, 2, 1, 2>(x);  // [2, 9, 5, 3]
@@ -655,8 +737,9 @@ void pool_case(T) {
           at("grad avg valid 3/2", ty::grad(ty::sum(a2 * g2), x), accum(4)),
           at("grad avg same 3x2/1x2", ty::grad(ty::sum(a3 * g3), x), accum(3)));
   };
-  run(dtype_group<T>("pool"), make(x, wave(0.1)));
-  run(dtype_group<T>("pool") + "/ties", make(x, grid(4, -1, 0.5)));
+  const std::string group = dtype_group<T>(C == 3 ? "pool" : "pool 8 channels");
+  run(group, make(x, wave(0.1)));
+  run(group + "/ties", make(x, grid(4, -1, 0.5)));
 }
 
 // The fused sparse softmax cross-entropy (int32 or int64 labels), softmax and log_softmax on
@@ -752,7 +835,9 @@ int main() {
   matmul_case(double{});
   conv_paths_case();
   conv_case(double{});
-  pool_case(float{});
+  half_products_case();
+  pool_case<3>(float{});
+  pool_case<8>(float{});
   softmax_case(float{}, std::int32_t{});
   softmax_case(double{}, std::int64_t{});
   layout_case(float{});

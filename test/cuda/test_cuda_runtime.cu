@@ -555,7 +555,8 @@ TEST_CASE("im2col, col2im and pooling: the GPU's index arithmetic against naive 
       {true, 2, 9, 10, 3, 3, 3, 1, 1, 1, 1},  {true, 2, 9, 10, 3, 3, 3, 2, 2, 1, 1},
       {false, 2, 9, 10, 3, 3, 2, 2, 3, 1, 1}, {true, 1, 9, 10, 2, 3, 3, 2, 1, 1, 2},
       {false, 1, 9, 10, 2, 3, 2, 1, 1, 2, 3}, {true, 2, 14, 14, 4, 5, 5, 1, 1, 1, 1},
-      {true, 2, 14, 14, 4, 2, 2, 2, 2, 1, 1}, {true, 1, 7, 7, 3, 3, 3, 2, 2, 1, 1}};
+      {true, 2, 14, 14, 4, 2, 2, 2, 2, 1, 1}, {true, 1, 7, 7, 3, 3, 3, 2, 2, 1, 1},
+      {false, 1, 9, 10, 8, 3, 2, 2, 1, 1, 2}};
   for (const auto& q : geometries) {
     const auto x = dims_of({q.n, q.h, q.w, q.c});
     const window2d g =
@@ -595,6 +596,35 @@ TEST_CASE("im2col, col2im and pooling: the GPU's index arithmetic against naive 
               }
     CHECK(all_of(cb::im2col_fn<double>{xv.data(), g}, g, rows * patch) == col_ref);
     CHECK(all_of(cb::col2im_fn<double>{colv.data(), g}, g, x.numel()) == dx_ref);
+    // The same V channels at a time (the GPU's 16-byte lanes), V the largest of 4, 2, 1 that
+    // divides the channels.
+    const int v = g.c % 4 == 0 ? 4 : g.c % 2 == 0 ? 2 : 1;
+    INFO("lanes of " << v);
+    const cb::window_dividers<std::uint32_t> dv(g);
+    auto lanes_match = [&](auto lanes_of, std::int64_t n, const std::vector<double>& ref) {
+      bool same = true;
+      for (std::int64_t i = 0; i < n; i += v) {
+        const auto got = lanes_of(static_cast<std::uint32_t>(i));
+        for (int k = 0; k < v; ++k)
+          same = same && got[k] == ref[static_cast<std::size_t>(i + k)];
+      }
+      return same;
+    };
+    auto as_vector = [](const auto& l) {
+      return std::vector<double>(std::begin(l.v), std::end(l.v));
+    };
+    auto im2col_lanes = [&](std::uint32_t i) {
+      return v == 4   ? as_vector(cb::im2col_lanes_at<4, double>(xv.data(), g, dv, i))
+             : v == 2 ? as_vector(cb::im2col_lanes_at<2, double>(xv.data(), g, dv, i))
+                      : as_vector(cb::im2col_lanes_at<1, double>(xv.data(), g, dv, i));
+    };
+    auto col2im_lanes = [&](std::uint32_t i) {
+      return v == 4   ? as_vector(cb::col2im_lanes_at<4>(colv.data(), g, dv, i))
+             : v == 2 ? as_vector(cb::col2im_lanes_at<2>(colv.data(), g, dv, i))
+                      : as_vector(cb::col2im_lanes_at<1>(colv.data(), g, dv, i));
+    };
+    CHECK(lanes_match(im2col_lanes, rows * patch, col_ref));
+    CHECK(lanes_match(col2im_lanes, x.numel(), dx_ref));
     // Pooling over the same window (no dilation: pools have none).
     if (q.dh != 1 || q.dw != 1)
       continue;
@@ -644,5 +674,18 @@ TEST_CASE("im2col, col2im and pooling: the GPU's index arithmetic against naive 
       CHECK(avg[i] == doctest::Approx(avg_ref[i]).epsilon(1e-12));
     for (std::size_t i = 0; i < davg.size(); ++i)
       CHECK(davg[i] == doctest::Approx(davg_ref[i]).epsilon(1e-12));
+    // The pool gradients V channels at a time: each lane as one channel alone, bit for bit.
+    auto pool_lanes = [&]<bool Max>(std::uint32_t i) {
+      return v == 4 ? as_vector(cb::pool_backward_lanes_at<4, Max, double>(xv.data(), dyv.data(), g,
+                                                                           dv, i))
+             : v == 2 ? as_vector(cb::pool_backward_lanes_at<2, Max, double>(xv.data(), dyv.data(),
+                                                                             g, dv, i))
+                      : as_vector(cb::pool_backward_lanes_at<1, Max, double>(xv.data(), dyv.data(),
+                                                                             g, dv, i));
+    };
+    CHECK(lanes_match([&](std::uint32_t i) { return pool_lanes.template operator()<true>(i); },
+                      x.numel(), dmax));
+    CHECK(lanes_match([&](std::uint32_t i) { return pool_lanes.template operator()<false>(i); },
+                      x.numel(), davg));
   }
 }

@@ -86,7 +86,8 @@ constexpr bool always_stored() {
     return false;
 }
 /// Whether op Op's products follow the session's precision (session_options::precision:
-/// bfloat16 or float16 operands, float32 sums) on the CPU, and TF32 on a GPU that allows it.
+/// bfloat16 or float16 operands, float32 sums) on the CPU and the GPUs, and TF32 on a GPU that
+/// allows it under float32.
 /// An op says so with `static constexpr bool follows_precision = true;` (conv2d and its
 /// gradients, matmul); describe_placement() then names the compute dtype of its steps.
 template <class Op>

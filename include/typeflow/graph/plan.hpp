@@ -1226,17 +1226,22 @@ public:
     return s;
   }
 
-  /// What step i computes in, given the products' precision on the CPU (`cpu`) and whether
-  /// the GPUs' products may use TF32: its dtype, or, for a convolution or matmul (alone or with
-  /// its epilogue) of float32 whose products follow a lower precision, that precision's
-  /// products with float32 sums.
-  static std::string compute_dtype(std::size_t i, precision cpu, bool gpu_tf32) {
+  /// What step i computes in, given the products' precision on the CPU (`cpu`) and on the
+  /// GPUs (`gpu`), and whether the GPUs' float32 products may use TF32: its dtype, or, for a
+  /// convolution or matmul (alone or with its epilogue) of float32 whose products follow a lower
+  /// precision, that precision's products with float32 sums.
+  static std::string compute_dtype(std::size_t i, precision cpu, bool gpu_tf32,
+                                   precision gpu = precision::float32) {
     const std::size_t p = layout.step[i] == step_kind::epilogue ? layout.producer[i] : i;
     constexpr auto dtypes = detail::dtype_table<nodes>::value;
     if (fact.products[p] && dtypes[p] == "float32") {
       if (placement.device[i].is_cpu && cpu == precision::bfloat16)
         return "bfloat16 products, float32 sums";
       if (placement.device[i].is_cpu && cpu == precision::float16)
+        return "float16 products, float32 sums";
+      if (!placement.device[i].is_cpu && gpu == precision::bfloat16)
+        return "bfloat16 products, float32 sums";
+      if (!placement.device[i].is_cpu && gpu == precision::float16)
         return "float16 products, float32 sums";
       if (!placement.device[i].is_cpu && gpu_tf32)
         return "tf32 products, float32 sums";
@@ -1249,7 +1254,8 @@ public:
   /// produces its tensor: `%3 = matmul matmul(x, w)  @/job:localhost/.../device:CPU:1
   /// [float32]`, then `  transfer %3 -> /job:localhost/.../device:CPU:0`. Leaves have no
   /// compute dtype.
-  static std::string describe_placement(precision cpu = precision::float32, bool gpu_tf32 = false) {
+  static std::string describe_placement(precision cpu = precision::float32, bool gpu_tf32 = false,
+                                        precision gpu = precision::float32) {
     std::string s;
     for (std::size_t i = 0; i < size; ++i) {
       const bool step = layout.root[i] == i;
@@ -1259,7 +1265,7 @@ public:
         if (placement.fell_back[i])
           s += " (soft placement: no kernel on the requested device)";
         if (!fact.no_buffer[i] && layout.step[i] != step_kind::inline_constant)
-          s += "  [" + compute_dtype(i, cpu, gpu_tf32) + "]";
+          s += "  [" + compute_dtype(i, cpu, gpu_tf32, gpu) + "]";
         s += "\n";
       }
       for (std::size_t q = placement.source_begin[i]; q < placement.source_begin[i + 1]; ++q) {

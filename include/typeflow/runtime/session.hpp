@@ -58,12 +58,14 @@ struct session_options {
   bool log_device_placement = false;
   std::ostream* log = nullptr;
   /// CUDA backend: let float32 matmul and convolutions use TF32 tensor cores (about 1e-3
-  /// relative error instead of 1e-6; off by default, as in PyTorch's matmul).
+  /// relative error instead of 1e-6; off by default, as in PyTorch's matmul). A 16-bit
+  /// `precision` takes precedence.
   bool allow_tf32 = false;
   /// CUDA backend: how float32 convolutions and their gradients run, where CMake found cuDNN
   /// (TYPEFLOW_HAS_CUDNN): the faster of cuDNN and im2col + cuBLAS for each geometry, timed
   /// the first time it runs (fastest), cuDNN wherever it takes the geometry (cudnn), or
   /// im2col + cuBLAS (im2col). cuDNN cannot take an odd SAME padding (the extra row after).
+  /// Under a 16-bit `precision`, convolutions take im2col (cuDNN's write 16-bit outputs).
   gpu_convolutions convolutions = gpu_convolutions::fastest;
   /// CUDA backend: a run whose plan lies wholly on one GPU (fed from placeholders) is captured
   /// as one CUDA graph the second time it runs with given feed extents (the first warms up
@@ -85,12 +87,15 @@ struct session_options {
   /// instantiated. On a GPU the checked values are copied to the host (a debugging aid), and a
   /// run is not replayed as a CUDA graph.
   bool check_numerics = false;
-  /// The precision of the CPU's convolutions and matrix products, forward and gradients alike
-  /// (everything else, variables and activations included, stays in its own dtype).
-  /// precision::bfloat16 takes effect where oneDNN runs bfloat16 natively; elsewhere the session
-  /// computes in float32 (session::products_in_bfloat16() says which). precision::float16
-  /// rounds the operands in every oneDNN build (session::products_in_float16()), at float32's
-  /// speed or a little under (the rounding is a pass over the operands).
+  /// The precision of the float32 convolutions and matrix products, forward and gradients
+  /// alike (everything else, variables and activations included, stays in its own dtype).
+  /// On the CPU, precision::bfloat16 takes effect where oneDNN runs bfloat16 natively; elsewhere
+  /// the session computes in float32 (session::products_in_bfloat16() says which).
+  /// precision::float16 rounds the operands in every oneDNN build
+  /// (session::products_in_float16()), at float32's speed or a little under (the rounding is a
+  /// pass over the operands). On a GPU both run on the tensor cores (cublasGemmStridedBatchedEx,
+  /// float32 sums and outputs; convolutions as im2col + GEMM), and take precedence over
+  /// allow_tf32.
   typeflow::precision precision = typeflow::precision::float32;
 };
 
@@ -221,6 +226,7 @@ public:
                                                           o.precision == precision::float16)) {
     st_.allow_tf32 = o.allow_tf32;
     st_.convolutions = o.convolutions;
+    st_.precision = o.precision;
     cpu_backend::set_blas_single_threaded();
   }
 
@@ -237,14 +243,15 @@ public:
   bool products_in_float16() const { return dnnl_->f16(); }
   /// describe_placement() of the plan of `fetches` under this session's placement, with the
   /// compute dtypes this session uses: bfloat16 or float16 products where the CPU runs them
-  /// (products_in_bfloat16(), products_in_float16()), TF32 where allow_tf32 is set.
+  /// (products_in_bfloat16(), products_in_float16()), on the GPUs the session's precision, and
+  /// TF32 where allow_tf32 is set and the precision is float32.
   template <class... F>
   std::string describe_placement(F...) const {
     const precision cpu = products_in_bfloat16()  ? precision::bfloat16
                           : products_in_float16() ? precision::float16
                                                   : precision::float32;
     return graph::plan<type_list<std::remove_cvref_t<F>...>, Placement>::describe_placement(
-        cpu, opts_.allow_tf32);
+        cpu, opts_.allow_tf32, opts_.precision);
   }
   /// oneDNN primitives this session has created (each once per geometry; 0 without oneDNN).
   std::size_t onednn_primitives() const { return dnnl_->primitives(); }

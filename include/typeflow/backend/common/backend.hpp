@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "../../core/dtype.hpp"
 #include "value.hpp"
 
 namespace typeflow::backend {
@@ -25,7 +26,8 @@ namespace typeflow::backend {
 /// How a CUDA session runs float32 convolutions and their gradients (session_options::
 /// convolutions): the faster of cuDNN and im2col + cuBLAS per geometry, timed once per process
 /// (fastest); cuDNN wherever it takes the geometry, its heuristic's algorithm (cudnn); or
-/// im2col + cuBLAS only (im2col). float64 always takes im2col.
+/// im2col + cuBLAS only (im2col). float64, and float32 under a 16-bit session precision, always
+/// take im2col.
 enum class gpu_convolutions { fastest, cudnn, im2col };
 
 /// The part of a session that backends read and update.
@@ -35,6 +37,9 @@ struct session_state {
   std::uint64_t runs = 0; ///< runs started so far (seeds dropout masks)
   bool allow_tf32 = false;
   gpu_convolutions convolutions = gpu_convolutions::fastest; ///< session_options::convolutions
+  /// session_options::precision: what a GPU's float32 convolutions and matrix products read
+  /// their operands as (bfloat16 or float16 on the tensor cores, float32 sums and outputs).
+  typeflow::precision precision = typeflow::precision::float32;
   /// One slot per accelerator (type-erased backend state, created on first use), so that the
   /// session's layout is the same in translation units compiled with and without a backend.
   std::array<std::shared_ptr<void>, 16> accelerators{};

@@ -1,8 +1,9 @@
 // Convolutions on cuDNN 9 (compiled by nvcc; where CMake found cuDNN, TYPEFLOW_HAS_CUDNN): the
 // forward pass and both gradients of a float32 conv2d over NHWC data, through cuDNN's
 // convolution API, where cuDNN is faster than im2col + cuBLAS (nn.cuh's path, which runs
-// otherwise: float64, session_options::cudnn off, an empty extent, asymmetric SAME padding,
-// which cuDNN cannot express, or no cuDNN algorithm for the geometry).
+// otherwise: float64, session_options::cudnn off, a 16-bit session precision (cuDNN's 16-bit
+// convolutions write 16-bit outputs), an empty extent, asymmetric SAME padding, which cuDNN
+// cannot express, or no cuDNN algorithm for the geometry).
 //
 // typeflow's filters are [KH, KW, C, O] (TensorFlow's HWIO); cuDNN's NHWC filters are
 // [O, KH, KW, C]: the filter goes through a 2-D transpose ([KH*KW*C, O] <-> [O, KH*KW*C]) on
