@@ -2,12 +2,32 @@
 """Per-kernel GPU times of one profiled step, from Nsight Compute's CSV
 (`ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv`
 over `gpu_bench --kernels ...`): the kernels in launch order with their durations, the total,
-and the ten longest.
+the ten longest, and the time by kind (products, rounding to 16 bits, im2col/col2im, pooling,
+elementwise, reductions, the commit).
 
 Usage: python3 bench/ncu_table.py FILE.csv [...]
 """
 import csv
+import re
 import sys
+
+# A kernel's kind, by the first pattern its name matches.
+KINDS = [
+    ("products (cuBLAS, cuDNN)", r"gemm|nvjet|splitK|convolve_common|xmma|cutlass"),
+    ("rounding to 16 bits", r"round_kernel"),
+    ("im2col/col2im", r"im2col|col2im"),
+    ("pooling", r"pool"),
+    ("elementwise (fused)", r"fused_elementwise"),
+    ("reductions", r"reduce"),
+    ("commit", r"commit_kernel"),
+]
+
+
+def kind(name):
+    for k, pattern in KINDS:
+        if re.search(pattern, name):
+            return k
+    return "other"
 
 
 def main():
@@ -31,6 +51,12 @@ def main():
         print("  longest:")
         for i, name, t in sorted(rows, key=lambda r: -r[2])[:10]:
             print(f"  {i:4d} {t:8.1f} us  {name[:110]}")
+        by_kind = {}
+        for _, name, t in rows:
+            by_kind[kind(name)] = by_kind.get(kind(name), 0.0) + t
+        print("  by kind:")
+        for k, t in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+            print(f"  {t:8.1f} us  {k}")
 
 
 if __name__ == "__main__":
