@@ -1235,15 +1235,13 @@ public:
     const std::size_t p = layout.step[i] == step_kind::epilogue ? layout.producer[i] : i;
     constexpr auto dtypes = detail::dtype_table<nodes>::value;
     if (fact.products[p] && dtypes[p] == "float32") {
-      if (placement.device[i].is_cpu && cpu == precision::bfloat16)
+      const bool on_cpu = placement.device[i].is_cpu;
+      const precision q = on_cpu ? cpu : gpu;
+      if (q == precision::bfloat16)
         return "bfloat16 products, float32 sums";
-      if (placement.device[i].is_cpu && cpu == precision::float16)
+      if (q == precision::float16)
         return "float16 products, float32 sums";
-      if (!placement.device[i].is_cpu && gpu == precision::bfloat16)
-        return "bfloat16 products, float32 sums";
-      if (!placement.device[i].is_cpu && gpu == precision::float16)
-        return "float16 products, float32 sums";
-      if (!placement.device[i].is_cpu && gpu_tf32)
+      if (!on_cpu && gpu_tf32)
         return "tf32 products, float32 sums";
     }
     return std::string(dtypes[i]);
