@@ -214,7 +214,7 @@ struct tally_t {
   int cases = 0, failed = 0;
   ty::gpu_convolutions convolutions = ty::gpu_convolutions::fastest; ///< the GPU sessions'
   /// The GPU sessions' precision; under bfloat16 or float16 the CPU session's float32 feeds are
-  /// rounded to it first (rounded_feeds), so both sides multiply the same operands.
+  /// rounded to it first (cpu_feeds), so both sides multiply the same operands.
   ty::precision precision = ty::precision::float32;
   std::size_t cudnn_runs = 0; ///< the last GPU run's convolutions on cuDNN
 } tally;
