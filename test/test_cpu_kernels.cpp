@@ -884,7 +884,14 @@ TEST_SUITE("cpu_kernels") {
     const i64 A = 3, R = 100, C = 300;
     rng r{21};
     auto v = random_vector<float>(r, A * R * C, -4, 4);
-    v[static_cast<std::size_t>((1 * R + 37) * C + 5)] = std::numeric_limits<float>::quiet_NaN();
+    // NaNs in each place a vector or scalar combine meets one: the part of rows 37..49 (of 8
+    // fixed parts) combines rows 37-40 and 41-44 four at a time and row 49 alone, and a NaN in
+    // the row accumulator (row 37) must survive the non-NaN rows after it. Columns 5, 40, 100
+    // and 200 are in 16-wide vectors, 295 in the scalar tail.
+    for (const auto& [row, col] : std::initializer_list<std::pair<i64, i64>>{
+             {37, 5}, {38, 40}, {39, 100}, {40, 200}, {49, 17}, {37, 295}, {44, 296}, {0, 297}})
+      v[static_cast<std::size_t>((1 * R + row) * C + col)] =
+          std::numeric_limits<float>::quiet_NaN();
     ty::tensor<float> in({A, R, C}, std::span<const float>(v));
     for (int threads : {1, 2}) {
       INFO("threads = " << threads);

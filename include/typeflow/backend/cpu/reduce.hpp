@@ -29,13 +29,21 @@ using accum_t = std::conditional_t<std::is_same_v<T, float>, double,
 using backend::combine;
 
 #if defined(TYPEFLOW_HAS_XSIMD)
-/// combine() on batches: a lane keeps its value when it is NaN or wins the comparison, so NaN
-/// propagates (xsimd's != is ordered, hence !(a == a) for NaN).
+/// combine() on batches: NaN propagates from either side.
 template <class R, class T>
 inline simd::vec<T> combine_batch(simd::vec<T> acc, simd::vec<T> v) {
   if constexpr (std::is_same_v<R, ops::reducers::max> || std::is_same_v<R, ops::reducers::min>) {
-    const auto keep = (std::is_same_v<R, ops::reducers::max> ? acc >= v : acc <= v) | !(acc == acc);
+    constexpr bool is_max = std::is_same_v<R, ops::reducers::max>;
+#if defined(__SSE2__)
+    // x86's maxps/minps (xsimd::max/min(a, b)) return b when either is NaN, so v's NaN
+    // propagates and a NaN in acc is kept by the select: three instructions, not four.
+    const auto m = is_max ? xsimd::max(acc, v) : xsimd::min(acc, v);
+    return xsimd::select(xsimd::isnan(acc), acc, m);
+#else
+    // A lane keeps its value when it is NaN or wins the comparison (xsimd's != is ordered).
+    const auto keep = (is_max ? acc >= v : acc <= v) | !(acc == acc);
     return xsimd::select(keep, acc, v);
+#endif
   } else {
     return acc + v;
   }
@@ -56,6 +64,27 @@ inline void combine_row(T* __restrict acc, const T* __restrict row, std::int64_t
 #endif
   for (; c < n; ++c)
     acc[c] = combine<R>(acc[c], row[c]);
+}
+
+/// acc[c] = combine(acc[c], combine(combine(r0[c], r1[c]), combine(r2[c], r3[c]))) for c < n, with
+/// rows r_i = row + i * stride: one pass over the accumulators per four rows.
+template <class R, class T>
+inline void combine_rows4(T* __restrict acc, const T* __restrict row, std::int64_t stride,
+                          std::int64_t n) {
+  const T *r0 = row, *r1 = row + stride, *r2 = row + 2 * stride, *r3 = row + 3 * stride;
+  std::int64_t c = 0;
+#if defined(TYPEFLOW_HAS_XSIMD)
+  if constexpr (std::is_floating_point_v<T>) {
+    using B = simd::vec<T>;
+    for (; c + std::int64_t{B::size} <= n; c += B::size) {
+      const B a = combine_batch<R>(B::load_unaligned(r0 + c), B::load_unaligned(r1 + c));
+      const B b = combine_batch<R>(B::load_unaligned(r2 + c), B::load_unaligned(r3 + c));
+      combine_batch<R>(B::load_unaligned(acc + c), combine_batch<R>(a, b)).store_unaligned(acc + c);
+    }
+  }
+#endif
+  for (; c < n; ++c)
+    acc[c] = combine<R>(acc[c], combine<R>(combine<R>(r0[c], r1[c]), combine<R>(r2[c], r3[c])));
 }
 
 /// Reduce n contiguous elements: independent lanes (four vectors with xsimd); sums add the lanes
@@ -271,9 +300,14 @@ void reduce_from(thread_pool& pool, const Input& input, const backend::rt_dims& 
     if (simple && k1 <= 4 && rn >= 64 && k1 * 8 * k2 <= (std::int64_t{1} << 22)) {
       // [k1, rn, k2] with few outer slices: the rows are cut into fixed parts (results do not
       // depend on the thread count), each part streams its rows front to back into a row of
-      // accumulators, and the parts are combined in order. Walking down columns in tiles
-      // instead touches a new page per row, and runs one tile on one thread when rows are short.
-      constexpr std::int64_t parts = 8, flush = 64;
+      // accumulators four rows per pass (one load and store of an accumulator per four input
+      // vectors: 0.6x -> 0.9x the read loop for [8192, 8192]), and the parts are combined in
+      // order. Walking down columns in tiles instead touches a new page per row, and runs one
+      // tile on one thread when rows are short; tiling the accumulator row to 8 KB was slower.
+      constexpr bool is_sum = !std::is_same_v<base_r, ops::reducers::max> &&
+                              !std::is_same_v<base_r, ops::reducers::min>;
+      constexpr std::int64_t parts = 8;
+      constexpr std::int64_t flush = is_sum ? 64 : std::numeric_limits<std::int64_t>::max();
       std::vector<acc_t> part(static_cast<std::size_t>(k1 * parts * k2));
       pool.parallel_for(k1 * parts, 1, [&](std::int64_t t0, std::int64_t t1) {
         // Rows are combined in T (exact for max/min); a sum's row of T accumulators is added
@@ -284,9 +318,13 @@ void reduce_from(thread_pool& pool, const Input& input, const backend::rt_dims& 
           acc_t* acc = part.data() + t * k2;
           std::fill_n(acc, k2, base_r::template identity<acc_t>());
           const std::int64_t r0 = rn * q / parts, r1 = rn * (q + 1) / parts;
-          for (std::int64_t rb = r0; rb < r1; rb += flush) {
+          for (std::int64_t rb = r0; rb < r1; rb += std::min(flush, r1 - rb)) {
             std::fill_n(row_acc.data(), k2, base_r::template identity<T>());
-            for (std::int64_t r = rb; r < std::min(r1, rb + flush); ++r)
+            const std::int64_t re = rb + std::min(flush, r1 - rb);
+            std::int64_t r = rb;
+            for (; r + 4 <= re; r += 4)
+              detail::combine_rows4<base_r>(row_acc.data(), in + (a * rn + r) * k2, k2, k2);
+            for (; r < re; ++r)
               detail::combine_row<base_r>(row_acc.data(), in + (a * rn + r) * k2, k2);
             for (std::int64_t c = 0; c < k2; ++c)
               acc[c] = detail::combine<base_r>(acc[c], static_cast<acc_t>(row_acc[c]));
