@@ -353,6 +353,11 @@ constexpr auto mloss = ty::mean(ty::sparse_softmax_cross_entropy_with_logits(mlo
 constexpr auto mopt = ty::momentum(ty::constant<0.05>, ty::constant<0.9>);
 constexpr auto mtrain = mopt.minimize(mloss);
 constexpr auto mtrain16 = ty::mixed_precision<ty::bfloat16>(mopt).minimize(mloss);
+// Loss scaling around the policy, wrapped in either order: the same optimizer.
+static_assert(std::is_same_v<decltype(ty::mixed_precision<ty::bfloat16>(ty::loss_scaled(mopt))),
+                             decltype(ty::loss_scaled(ty::mixed_precision<ty::bfloat16>(mopt)))>);
+constexpr auto mtrain16_scaled =
+    ty::mixed_precision<ty::bfloat16>(ty::loss_scaled(mopt)).minimize(mloss);
 
 // Eight tanh layers of [512, 256] activations, differentiated by their input: the backward pass
 // starts with every activation kept, so they set the peak.
@@ -413,6 +418,11 @@ TEST_CASE("mixed_precision<bfloat16>(opt): the same forward pass, and it trains"
   CHECK(l16.front() == l32.front()); // the forward pass is exact
   CHECK(l16.back() < l16.front());   // and it learns
   CHECK(l16.back() == doctest::Approx(l32.back()).epsilon(1e-2));
+  // Scaling by 2^16 before differentiation and back after is exact here (no gradient over- or
+  // underflows), so the loss-scaled policy takes the same steps, bit for bit.
+  const auto l16s = train(mtrain16_scaled);
+  for (std::size_t i = 0; i < l16.size(); ++i)
+    CHECK(l16s[i] == l16[i]);
 }
 
 TEST_CASE("weight and bias gradients run right after their operands") {

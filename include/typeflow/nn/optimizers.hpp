@@ -298,7 +298,7 @@ private:
 /// (grad.hpp's saved_in<H>): about half the activation bytes of a training step. The
 /// variables, the optimizer's slots and the update stay as Opt's (float32 master weights), and
 /// the forward pass and the loss are computed exactly as without it; products in 16 bits come
-/// from session_options::precision. Wraps any optimizer, and is wrapped by loss_scaled.
+/// from session_options::precision. Wraps any optimizer; with loss_scaled, in either order.
 template <class H, class Opt>
 requires is_half<H>
 struct mixed_precision_optimizer {
@@ -326,6 +326,13 @@ consteval auto mixed_precision(Opt) {
     return mixed_precision_optimizer<H, Opt>{};
   else
     return invalid_expr{};
+}
+
+/// `mixed_precision<H>(loss_scaled(opt))`: the wrappers commute, so this is
+/// `loss_scaled(mixed_precision<H>(opt))`, the same type.
+template <class H, loss_scale_params P, class Opt>
+consteval auto mixed_precision(loss_scale_optimizer<P, Opt>) {
+  return loss_scale_optimizer<P, decltype(typeflow::mixed_precision<H>(Opt{}))>{};
 }
 
 /// `loss_scaled(opt).minimize(loss)`, or with parameters: `loss_scaled<{.initial = 32768}>(opt)`.
