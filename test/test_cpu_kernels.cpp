@@ -933,6 +933,30 @@ TEST_SUITE("cpu_kernels") {
           CHECK(max2[q] == mx);
       }
     }
+    // Ties keep the first value (combine()'s rule), so a max or min over zeros of both signs has
+    // the first zero's sign, whichever path and lane an element takes: [64, 40] over rows (the
+    // row parts, 4 rows a pass; vector and tail columns) and over columns (independent lanes).
+    {
+      constexpr auto z = ty::placeholder<"z", float, ty::shape<64, 40>>;
+      std::vector<float> zs(64 * 40);
+      for (i64 q = 0; q < 64; ++q)
+        for (i64 c = 0; c < 40; ++c) // column c starts with -0 when c is odd, then the other sign
+          zs[static_cast<std::size_t>(q * 40 + c)] = ((c % 2 == 1) == (q == 0)) ? -0.0f : 0.0f;
+      ty::tensor<float> tz({64, 40}, std::span<const float>(zs));
+      ty::session s(ty::session_options{.threads = 2});
+      auto [mx0, mn0, mx1, mn1] = s.run(
+          ty::fetch(ty::max<0>(z), ty::min<0>(z), ty::max<1>(z), ty::min<1>(z)), ty::feed(z, tz));
+      for (i64 c = 0; c < 40; ++c) {
+        INFO("column ", c);
+        CHECK(std::signbit(mx0[c]) == (c % 2 == 1));
+        CHECK(std::signbit(mn0[c]) == (c % 2 == 1));
+      }
+      for (i64 q = 0; q < 64; ++q) { // row 0 starts with +0, the others with -0
+        INFO("row ", q);
+        CHECK(std::signbit(mx1[q]) == (q != 0));
+        CHECK(std::signbit(mn1[q]) == (q != 0));
+      }
+    }
     // Short rows (a bias gradient's shape): [500, 7] over axis 0 also takes the row parts.
     {
       constexpr auto q = ty::placeholder<"q", float, ty::shape<500, 7>>;

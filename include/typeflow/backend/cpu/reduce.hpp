@@ -35,10 +35,11 @@ inline simd::vec<T> combine_batch(simd::vec<T> acc, simd::vec<T> v) {
   if constexpr (std::is_same_v<R, ops::reducers::max> || std::is_same_v<R, ops::reducers::min>) {
     constexpr bool is_max = std::is_same_v<R, ops::reducers::max>;
 #if defined(__SSE2__)
-    // x86's maxps/minps (xsimd::max/min(a, b)) return b when either is NaN, so v's NaN
-    // propagates and a NaN in acc is kept by the select: three instructions, not four.
-    const auto m = is_max ? xsimd::max(acc, v) : xsimd::min(acc, v);
-    return xsimd::select(xsimd::isnan(acc), acc, m);
+    // x86's maxps/minps (xsimd::max/min(a, b)) return b when either is NaN or they tie, so
+    // max(v, acc) keeps acc on a tie (combine()'s rule: -0 and +0 keep the first) and when acc
+    // is NaN, and the select lets v's NaN through: three instructions, not four.
+    const auto m = is_max ? xsimd::max(v, acc) : xsimd::min(v, acc);
+    return xsimd::select(xsimd::isnan(v), v, m);
 #else
     // A lane keeps its value when it is NaN or wins the comparison (xsimd's != is ordered).
     const auto keep = (is_max ? acc >= v : acc <= v) | !(acc == acc);
