@@ -389,8 +389,9 @@ void pool_forward(thread_pool& pool, const T* x, const window2d& g, T* y) {
           for (std::int64_t ox = 0; ox < g.ow; ++ox) {
             const auto [y0, y1, x0, x1] = clipped_window(g, oy, ox);
             T* out = y + (r * g.ow + ox) * g.c;
-            // The window one output row down, fetched ahead: the loads below wait on memory.
-            const std::int64_t py0 = y0 + g.sh, py1 = std::min(g.h, y1 + g.sh);
+            // The window one output row down (its rows below this one), fetched ahead: the loads
+            // below wait on memory.
+            const std::int64_t py0 = std::max(y1, y0 + g.sh), py1 = std::min(g.h, y1 + g.sh);
             for (std::int64_t iy = py0; iy < py1; ++iy)
               for (std::int64_t ix = x0; ix < x1; ++ix)
                 for (std::int64_t c0 = 0; c0 < g.c; c0 += 64 / std::int64_t{sizeof(T)})
@@ -516,8 +517,9 @@ void pool_backward(thread_pool& pool, const TX* x, const T* dy, const window2d& 
               if (win.empty())
                 continue;
               const T* gy = dy + ((b * g.oh + oy) * g.ow + ox) * g.c;
-              // The window one output row down, fetched ahead: the loads below wait on memory.
-              const std::int64_t py0 = y0 + g.sh, py1 = std::min(g.h, y1 + g.sh);
+              // The window one output row down (its rows below this one), fetched ahead: the loads
+              // below wait on memory.
+              const std::int64_t py0 = std::max(y1, y0 + g.sh), py1 = std::min(g.h, y1 + g.sh);
               for (std::int64_t iy = py0; iy < py1; ++iy)
                 for (std::int64_t ix = x0; ix < x1; ++ix)
                   for (std::int64_t c0 = 0; c0 < g.c; c0 += 64 / std::int64_t{sizeof(T)})
