@@ -4,8 +4,12 @@
 // average is taken in a fixed order, so two runs give identical bits.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
 
 #include "typeflow/typeflow.hpp"
 
@@ -111,6 +115,51 @@ TEST_CASE("uneven splits give the full-batch gradient, down to towers with no ro
 
 TEST_CASE("float64 towers agree with one tower to 1e-12") {
   check_equivalent<double, ty::replicate<ty::cpu<0>, ty::cpu<1>, ty::cpu<2>>>({13, 12, 7}, 1e-12);
+}
+
+template <class Op>
+constexpr bool is_matmul = false;
+template <bool TA, bool TB>
+constexpr bool is_matmul<ty::ops::matmul<TA, TB>> = true;
+
+/// How many of plan P's replica_mean nodes average a sum (`add`), and how many a matmul.
+template <class P>
+constexpr std::array<int, 2> means_of_sums_and_products() {
+  return []<std::size_t... I>(std::index_sequence<I...>) {
+    std::array<int, 2> n{};
+    (
+        []<class N>(std::array<int, 2>& c, N) {
+          if constexpr (std::is_same_v<typename N::op, ty::ops::replica_mean>)
+            []<class A>(std::array<int, 2>& d, ty::type_list<A>) {
+              d[0] += std::is_same_v<typename A::op, ty::ops::add> ? 1 : 0;
+              d[1] += is_matmul<typename A::op> ? 1 : 0;
+            }(c, typename N::children{});
+        }(n, typename P::template node<I>{}),
+        ...);
+    return n;
+  }
+  (std::make_index_sequence<P::size>{});
+}
+
+TEST_CASE("the weight decay's gradient is added after the towers' mean, in the update's loop") {
+  // l1/weights' gradient is matmul(x^T, dh) + 1e-3 w: the towers average the matmul only (the
+  // decay term is the same in every tower), and the sum is computed in the update's fused loop.
+  // What may differ between towers: a placeholder's value, or a draw per run (a dropout mask,
+  // each tower session counting its own runs), directly or not.
+  constexpr auto w = ty::variable<"tw", float, ty::shape<4>>;
+  constexpr auto f = ty::placeholder<"tf", float, ty::shape<4>>;
+  static_assert(!ty::detail::tower_dependent<decltype(w * w + ty::constant<2>)>::value);
+  static_assert(ty::detail::tower_dependent<decltype(w * ty::relu(f))>::value);
+  static_assert(ty::detail::tower_dependent<decltype(ty::dropout<7>(w, ty::constant<0.5>))>::value);
+  using M = model<float>;
+  using P = ty::graph::plan<ty::type_list<std::remove_const_t<decltype(M::train)>>>;
+  constexpr auto n = means_of_sums_and_products<P>();
+  CHECK(n[0] == 0);
+  CHECK(n[1] == 2); // l1/weights and l2/weights
+  const std::string steps = P::describe();
+  INFO(steps);
+  CHECK(steps.find("= fused assign_sub(l1/weights, mul(add(add(replica_mean(matmul(") !=
+        std::string::npos);
 }
 
 TEST_CASE("fetches: the loss is the batch-weighted mean, predictions are concatenated") {

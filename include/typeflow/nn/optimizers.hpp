@@ -40,19 +40,53 @@ struct save_of<Opt> {
   using type = typename Opt::save;
 };
 
+/// Whether E's value may differ between the towers of a replicated session: it reads a
+/// placeholder (each tower is fed its share of a batch) or draws per run (a dropout mask),
+/// directly or not. Variables (read as they were at the start of the run), constants and what
+/// is computed from them alone (a weight-decay term) are the same in every tower. One
+/// instantiation per node type, one template level per graph level (see graph/traverse.hpp).
+template <class E>
+struct tower_dependent;
+template <class Op, class... C>
+struct tower_dependent<expr<Op, C...>>
+    : std::bool_constant<is_placeholder_t<expr<Op, C...>>::value || draws_per_run<Op>::value ||
+                         (tower_dependent<C>::value || ...)> {};
+
+/// The towers' mean of gradient G: replica_mean(G), with a term of a sum that is the same in
+/// every tower (not tower_dependent: the weight-decay gradient) added after the mean instead of
+/// before it. They are the same in
+/// every tower, so the value is the same (up to rounding, the mean of equal terms being the term);
+/// and replica_mean, a stored value, then holds only the batch's part: the weight-decay term
+/// fuses into the update's loop instead of a pass of its own over the gradient.
+template <class G>
+consteval auto tower_mean(G) {
+  if constexpr (std::is_same_v<typename G::op, ops::add>) {
+    return []<class A, class B>(type_list<A, B>) {
+      if constexpr (!tower_dependent<B>::value)
+        return typeflow::add(detail::tower_mean(A{}), B{});
+      else if constexpr (!tower_dependent<A>::value)
+        return typeflow::add(A{}, detail::tower_mean(B{}));
+      else
+        return typeflow::replica_mean(G{});
+    }(typename G::children{});
+  } else {
+    return typeflow::replica_mean(G{});
+  }
+}
+
 /// Applies Opt::update(v, g) to each trainable variable of Loss's graph.
 template <class Opt, class Loss, class... V, std::size_t... I>
 consteval auto apply_updates(Loss loss, type_list<V...>, std::index_sequence<I...>) {
   static_assert(sizeof...(V) > 0, "minimize: the loss depends on no trainable variable");
   using G = decltype(typeflow::grad<typename save_of<Opt>::type>(loss, V{}...));
-  // Each gradient passes through replica_mean: the towers of a replicated session average
-  // there; any other session reads the gradient itself.
+  // Each gradient passes through replica_mean (tower_mean): the towers of a replicated session
+  // average there; any other session reads the gradient itself.
   if constexpr (sizeof...(V) == 1)
-    return typeflow::group(Opt::update(V{}..., typeflow::replica_mean(G{})),
+    return typeflow::group(Opt::update(V{}..., detail::tower_mean(G{})),
                            typeflow::assign_add(global_step, constant<1>));
   else
     return typeflow::group(
-        Opt::update(V{}, typeflow::replica_mean(typename G::template type_at<I>{}))...,
+        Opt::update(V{}, detail::tower_mean(typename G::template type_at<I>{}))...,
         typeflow::assign_add(global_step, constant<1>));
 }
 
@@ -209,7 +243,7 @@ consteval auto add_all(A a, B... b) {
 /// A gradient averaged over the towers (replica_mean), then divided by the loss scale S.
 template <class S, class V, class G>
 consteval auto unscale(S, V, G) {
-  return typeflow::div(typeflow::replica_mean(G{}), typeflow::cast<typename V::value_type>(S{}));
+  return typeflow::div(detail::tower_mean(G{}), typeflow::cast<typename V::value_type>(S{}));
 }
 
 /// The I-th of N gradients grad(...) returned (one gradient is not a tuple).

@@ -321,6 +321,15 @@ struct bias_add : arith_base {
 
 } // namespace ops
 
+namespace detail {
+/// Ops whose value changes with every run, a fresh draw: not capturable as a CUDA graph, and not
+/// the same in every tower of a replicated session (each tower session counts its own runs).
+template <class Op>
+struct draws_per_run : std::false_type {};
+template <std::uint64_t Seed>
+struct draws_per_run<ops::dropout_mask<Seed>> : std::true_type {};
+} // namespace detail
+
 /// conv2d<padding, stride_h, stride_w, dilation_h, dilation_w>(x, w): NHWC x HWIO -> NHWC.
 template <padding P, std::int64_t SH = 1, std::int64_t SW = SH, std::int64_t DH = 1,
           std::int64_t DW = DH, expression X, expression W>

@@ -103,12 +103,6 @@ using backend::run_stats;
 
 namespace detail {
 
-/// Ops whose value changes with every run (not capturable as a CUDA graph).
-template <class Op>
-struct draws_per_run : std::false_type {};
-template <std::uint64_t Seed>
-struct draws_per_run<ops::dropout_mask<Seed>> : std::true_type {};
-
 template <class P>
 struct unfed_message {
   static constexpr msg_buf message() {
