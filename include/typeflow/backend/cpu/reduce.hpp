@@ -310,6 +310,11 @@ void reduce_from(thread_pool& pool, const Input& input, const backend::rt_dims& 
       constexpr std::int64_t parts = 8;
       constexpr std::int64_t flush = is_sum ? 64 : std::numeric_limits<std::int64_t>::max();
       std::vector<acc_t> part(static_cast<std::size_t>(k1 * parts * k2));
+      // Narrow rows (a bias gradient's [N*H*W, C]) make one contiguous stream per part, whose
+      // loads wait on memory unless fetched ahead (8 KB: the bias gradient of the seed's conv1,
+      // [100352, 32] from memory, 0.42 -> 0.31 ms on Zen 5).
+      const bool narrow = k2 * std::int64_t{sizeof(T)} <= 512;
+      const std::int64_t ahead = std::max<std::int64_t>(4, 8192 / (k2 * std::int64_t{sizeof(T)}));
       pool.parallel_for(k1 * parts, 1, [&](std::int64_t t0, std::int64_t t1) {
         // Rows are combined in T (exact for max/min); a sum's row of T accumulators is added
         // into the wider one every `flush` rows, as reduce_contiguous does with its chunks.
@@ -323,8 +328,13 @@ void reduce_from(thread_pool& pool, const Input& input, const backend::rt_dims& 
             std::fill_n(row_acc.data(), k2, base_r::template identity<T>());
             const std::int64_t re = rb + std::min(flush, r1 - rb);
             std::int64_t r = rb;
-            for (; r + 4 <= re; r += 4)
+            for (; r + 4 <= re; r += 4) {
+              if (narrow && r + ahead + 4 <= r1) // 4 rows of the stream, `ahead` rows early
+                for (std::int64_t b = 0; b < 4 * k2 * std::int64_t{sizeof(T)}; b += 64)
+                  __builtin_prefetch(reinterpret_cast<const char*>(in + (a * rn + r + ahead) * k2) +
+                                     b);
               detail::combine_rows4<base_r>(row_acc.data(), in + (a * rn + r) * k2, k2, k2);
+            }
             for (; r < re; ++r)
               detail::combine_row<base_r>(row_acc.data(), in + (a * rn + r) * k2, k2);
             for (std::int64_t c = 0; c < k2; ++c)
