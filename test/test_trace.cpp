@@ -201,6 +201,31 @@ TEST_CASE("log_device_placement: every node and transfer once, in TensorFlow's f
   CHECK(log.str() == first); // the second run of the same plan logs nothing
 }
 
+TEST_CASE("a trace on one device: only views move no bytes") {
+  // On one CPU, conv2's input gradient writes dx over x (pool1's output, which it reads only for
+  // its shape and which dies with it): a kernel writing in place, not a view.
+  const auto b = make_batch(16, 4);
+  ty::trace_recorder rec;
+  ty::session<> s(ty::session_options{.threads = 2, .seed = 3, .trace = &rec});
+  s.initialize(mnist::train_op);
+  (void)train_step(s, b);
+  std::size_t input_gradients = 0;
+  for (const auto& e : rec.events()) {
+    if (e.what != ty::trace_event::type::step)
+      continue;
+    const std::string k = e.plan->kernel[e.node];
+    INFO(k);
+    if (k == "conv2d_backprop_input") {
+      ++input_gradients;
+      CHECK(e.bytes > 0);
+    }
+    if (e.bytes == 0)
+      CHECK((k == "reshape" || k == "reshape_like" || k == "expand_dims" || k == "replica_mean" ||
+             k == "assign"));
+  }
+  CHECK(input_gradients == 1);
+}
+
 TEST_CASE("a trace: Chrome trace-event JSON, steps that add up to the step, results unchanged") {
   const auto b = make_batch(128, 2);
   ty::trace_recorder rec(ty::trace_recorder::options{.skip = 1, .runs = 3});

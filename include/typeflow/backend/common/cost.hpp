@@ -152,13 +152,15 @@ struct step_cost {
   /// buffers (a view: reshape, a one-tower replica_mean) moved nothing.
   static std::uint64_t bytes(const rt_value* frame) {
     // A fused loop's output may be written over an input that dies with it (in place: the
-    // input read, the output written); any other step whose output is an operand's buffer is a
-    // view and moves nothing.
-    // (A lone assign(var, x) hands x over as the variable's value: a view.)
-    constexpr bool loop = is_chained<Region>::value ||
-                          (tail::members > 0 && !is_prologue &&
-                           !(tail::members == 1 && Op::name == std::string_view("assign")));
-    if constexpr (!loop)
+    // input read, the output written). A layout step whose output is an operand's buffer is a
+    // view and moves nothing (reshape, a one-tower replica_mean), as is a lone assign(var, x),
+    // which hands x over as the variable's value; another kernel may write its output over an
+    // operand that dies with it and moves its bytes all the same (conv2d_backprop_input over x,
+    // which it reads only for its shape).
+    constexpr bool lone_assign = tail::members == 1 && Op::name == std::string_view("assign");
+    constexpr bool loop =
+        is_chained<Region>::value || (tail::members > 0 && !is_prologue && !lone_assign);
+    if constexpr (!loop && (Op::kind == node_kind::layout || lone_assign))
       for (std::size_t k = 1; k < size; ++k)
         if (frame[0].data && frame[k].data == frame[0].data)
           return 0;
