@@ -54,10 +54,9 @@ struct tower_dependent<expr<Op, C...>>
 
 /// The towers' mean of gradient G: replica_mean(G), with a term of a sum that is the same in
 /// every tower (not tower_dependent: the weight-decay gradient) added after the mean instead of
-/// before it. They are the same in
-/// every tower, so the value is the same (up to rounding, the mean of equal terms being the term);
-/// and replica_mean, a stored value, then holds only the batch's part: the weight-decay term
-/// fuses into the update's loop instead of a pass of its own over the gradient.
+/// before it. The value is the same up to rounding (the mean of equal terms is the term), and
+/// replica_mean, a stored value, then holds only the batch's part: the weight-decay term fuses
+/// into the update's loop instead of a pass of its own over the gradient.
 template <class G>
 consteval auto tower_mean(G) {
   if constexpr (std::is_same_v<typename G::op, ops::add>) {
