@@ -14,6 +14,8 @@ Cases (the names bench/run matches against the typeflow benchmarks):
   torch_{sum,max}_{all,axis0,axis1}
                              x.sum(), x.max(), x.sum(0), x.sum(1), x.amax(0), x.amax(1) of a
                              float32 [8192, 8192] tensor; bytes/s = 8192*8192*4 / s
+  torch_sum_narrow0          x.view(-1, 32).sum(0) of the same tensor (a bias gradient's
+                             shape, [2097152, 32] over its rows)
   torch_conv{1,2}_{fwd,bwd}  F.conv2d without bias, 5x5, stride 1, padding 2 (SAME), batch 128:
                              conv1 [128,1,28,28] -> 32 channels, conv2 [128,32,14,14] -> 64.
                              bwd times only the backward: the forward runs once outside the
@@ -100,6 +102,7 @@ def reductions(args, out):
         "torch_sum_axis1": lambda x: x.sum(1),
         "torch_max_axis0": lambda x: x.amax(0),
         "torch_max_axis1": lambda x: x.amax(1),
+        "torch_sum_narrow0": lambda x: x.view(-1, 32).sum(0),
     }
     if not any(selected(args, name) for name in cases):
         return

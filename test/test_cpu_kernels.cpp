@@ -13,6 +13,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <typeflow/backend/cpu/fused.hpp>
 #include <typeflow/backend/cpu/gemm.hpp>
 #include <typeflow/backend/cpu/nn.hpp>
@@ -957,6 +958,66 @@ TEST_SUITE("cpu_kernels") {
         CHECK(std::signbit(mn1[q]) == (q != 0));
       }
     }
+    // The same over rows long enough for the vector lanes (and their pairwise combine), and a
+    // scalar tail: [4, 200] over columns, row q starting with -0 when q is odd.
+    {
+      constexpr auto z = ty::placeholder<"z", float, ty::shape<4, 200>>;
+      std::vector<float> zs(4 * 200);
+      for (i64 q = 0; q < 4; ++q)
+        for (i64 c = 0; c < 200; ++c)
+          zs[static_cast<std::size_t>(q * 200 + c)] = ((q % 2 == 1) == (c == 0)) ? -0.0f : 0.0f;
+      ty::tensor<float> tz({4, 200}, std::span<const float>(zs));
+      ty::session s;
+      auto [mx, mn] = s.run(ty::fetch(ty::max<1>(z), ty::min<1>(z)), ty::feed(z, tz));
+      for (i64 q = 0; q < 4; ++q) {
+        INFO("row ", q);
+        CHECK(std::signbit(mx[q]) == (q % 2 == 1));
+        CHECK(std::signbit(mn[q]) == (q % 2 == 1));
+      }
+    }
+    // Rows of 16, 32 and 128 floats (whole vectors that divide eight, with 16- or 8-wide
+    // vectors) over axis 0: each row part keeps eight vector accumulators in registers, and
+    // 777 rows leave rows that do not fill the eight. Sums within 1e-6 of the double-precision
+    // sum's magnitude and the same bits on 1 and 2 threads; max exact; a NaN (column 3)
+    // propagates; a column of zeros whose first row is -0 keeps that sign (ties keep the first).
+    const auto narrow = [&]<i64 C>(std::integral_constant<i64, C>, i64 rows) {
+      INFO("[" << rows << ", " << C << "]");
+      constexpr auto q = ty::placeholder<"n", float, ty::shape<ty::dyn, C>>;
+      auto qs = random_vector<float>(r, rows * C, -1, 1);
+      qs[static_cast<std::size_t>((rows / 2) * C + 3)] = std::numeric_limits<float>::quiet_NaN();
+      for (i64 k = 0; k < rows; ++k)
+        qs[static_cast<std::size_t>(k * C + C - 1)] = k == 0 ? -0.0f : 0.0f;
+      ty::tensor<float> tq({rows, C}, std::span<const float>(qs));
+      ty::session s1(ty::session_options{.threads = 1}), s2(ty::session_options{.threads = 2});
+      auto [sum1, max1] = s1.run(ty::fetch(ty::sum<0>(q), ty::max<0>(q)), ty::feed(q, tq));
+      auto [sum2, max2] = s2.run(ty::fetch(ty::sum<0>(q), ty::max<0>(q)), ty::feed(q, tq));
+      for (i64 c = 0; c < C; ++c) {
+        INFO("column " << c);
+        double sm = 0, sabs = 0, mx = -INFINITY;
+        for (i64 k = 0; k < rows; ++k) {
+          const float x = qs[static_cast<std::size_t>(k * C + c)];
+          sm += x, sabs += std::abs(x), mx = std::max<double>(mx, x);
+        }
+        if (c == 3) {
+          CHECK(std::isnan(sum1[c]));
+          CHECK(std::isnan(max1[c]));
+          CHECK(std::isnan(max2[c]));
+          continue;
+        }
+        CHECK(std::abs(sum1[c] - sm) <= 1e-6 * (1 + sabs));
+        CHECK(std::bit_cast<std::uint32_t>(sum1[c]) == std::bit_cast<std::uint32_t>(sum2[c]));
+        CHECK(max1[c] == mx);
+        CHECK(max2[c] == mx);
+        if (c == C - 1) {
+          CHECK(std::signbit(max1[c]));
+          CHECK(std::signbit(max2[c]));
+        }
+      }
+    };
+    narrow(std::integral_constant<i64, 16>{}, 777);
+    narrow(std::integral_constant<i64, 32>{}, 777);
+    narrow(std::integral_constant<i64, 32>{}, 20000);
+    narrow(std::integral_constant<i64, 128>{}, 300);
     // Short rows (a bias gradient's shape): [500, 7] over axis 0 also takes the row parts.
     {
       constexpr auto q = ty::placeholder<"q", float, ty::shape<500, 7>>;
@@ -991,6 +1052,22 @@ TEST_SUITE("cpu_kernels") {
       ty::tensor<float> tn({n}, std::span<const float>(xs));
       auto [mx2] = s.run(ty::fetch(ty::max(f)), ty::feed(f, tn));
       CHECK(std::isnan(mx2.item()));
+    }
+    // Long sums: the vector lanes flush into wide accumulators every 4096 elements (a whole
+    // number of chunks, a ragged last one, more than one task's 65536), within 1e-6 of the
+    // double-precision sum's magnitude and the same bits on one thread as on the default pool.
+    ty::session s2(ty::session_options{.threads = 1});
+    for (i64 n : {4096, 4096 * 3 + 77, 200000}) {
+      INFO("n = " << n);
+      auto xs = random_vector<float>(r, n, -1, 1);
+      ty::tensor<float> t({n}, std::span<const float>(xs));
+      double ref = 0, sabs = 0;
+      for (float x : xs)
+        ref += x, sabs += std::abs(x);
+      auto [s1] = s.run(ty::fetch(ty::sum(f)), ty::feed(f, t));
+      auto [t2] = s2.run(ty::fetch(ty::sum(f)), ty::feed(f, t));
+      CHECK(std::abs(s1.item() - ref) <= 1e-6 * sabs);
+      CHECK(std::bit_cast<std::uint32_t>(s1.item()) == std::bit_cast<std::uint32_t>(t2.item()));
     }
   }
 

@@ -8,6 +8,12 @@
 
 namespace typeflow::backend {
 
+/// Whether reducer R keeps one of its inputs (max, min) rather than adding them: exact in any
+/// precision and any order, so it needs neither a wider accumulator nor periodic flushes.
+template <class R>
+inline constexpr bool is_extremum_v =
+    std::is_same_v<R, ops::reducers::max> || std::is_same_v<R, ops::reducers::min>;
+
 /// Combines two partial results of reducer R.
 template <class R, class T>
 TYPEFLOW_HD inline T combine(T acc, T v) {

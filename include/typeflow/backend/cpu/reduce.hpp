@@ -27,12 +27,13 @@ using accum_t = std::conditional_t<std::is_same_v<T, float>, double,
                                    std::conditional_t<std::is_integral_v<T>, std::int64_t, T>>;
 
 using backend::combine;
+using backend::is_extremum_v;
 
 #if defined(TYPEFLOW_HAS_XSIMD)
 /// combine() on batches: NaN propagates from either side.
 template <class R, class T>
 inline simd::vec<T> combine_batch(simd::vec<T> acc, simd::vec<T> v) {
-  if constexpr (std::is_same_v<R, ops::reducers::max> || std::is_same_v<R, ops::reducers::min>) {
+  if constexpr (is_extremum_v<R>) {
     constexpr bool is_max = std::is_same_v<R, ops::reducers::max>;
 #if defined(__SSE2__)
     // x86's maxps/minps (xsimd::max/min(a, b)) return b when either is NaN or they tie, so
@@ -88,48 +89,118 @@ inline void combine_rows4(T* __restrict acc, const T* __restrict row, std::int64
     acc[c] = combine<R>(acc[c], combine<R>(combine<R>(r0[c], r1[c]), combine<R>(r2[c], r3[c])));
 }
 
-/// Reduce n contiguous elements: independent lanes (four vectors with xsimd); sums add the lanes
-/// in T over chunks of 4096 (64 elements per lane) and the chunks in the wider accumulator.
+#if defined(TYPEFLOW_HAS_XSIMD)
+/// Whether combine_narrow_rows takes rows of k2 elements: a whole number of vectors that
+/// divides eight.
+template <class T>
+inline bool narrow_in_registers(std::int64_t k2) {
+  constexpr std::int64_t W = simd::vec<T>::size;
+  return std::is_floating_point_v<T> && k2 % W == 0 && k2 / W >= 1 && 8 % (k2 / W) == 0;
+}
+
+/// acc[c] = combine(acc[c], rows[r][c]) over `rows` contiguous rows of k2 elements
+/// (narrow_in_registers): eight vector accumulators stay in registers over the stream, the
+/// j-th taking every eighth vector (so always the same block of columns), and are folded in
+/// order (a tie keeps the lower one, which holds the earlier rows); rows that do not fill the
+/// eight go through combine_row. Bytes up to `limit` are fetched 8 KB ahead: a part's rows are
+/// one stream whose loads otherwise wait on memory.
+template <class R, class T>
+inline void combine_narrow_rows(T* __restrict acc, const T* __restrict p, std::int64_t rows,
+                                std::int64_t k2, const T* limit) {
+  using B = simd::vec<T>;
+  constexpr std::int64_t W = B::size, G = 8 * W, ahead = 8192 / std::int64_t{sizeof(T)};
+  const std::int64_t v = k2 / W, per = 8 / v, n = rows / per * G;
+  const B id(R::template identity<T>());
+  B a0 = id, a1 = id, a2 = id, a3 = id, a4 = id, a5 = id, a6 = id, a7 = id;
+  for (std::int64_t i = 0; i < n; i += G) {
+    if (p + i + ahead + G <= limit)
+      for (std::int64_t b = 0; b < G * std::int64_t{sizeof(T)}; b += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(p + i + ahead) + b);
+    a0 = combine_batch<R>(a0, B::load_unaligned(p + i));
+    a1 = combine_batch<R>(a1, B::load_unaligned(p + i + W));
+    a2 = combine_batch<R>(a2, B::load_unaligned(p + i + 2 * W));
+    a3 = combine_batch<R>(a3, B::load_unaligned(p + i + 3 * W));
+    a4 = combine_batch<R>(a4, B::load_unaligned(p + i + 4 * W));
+    a5 = combine_batch<R>(a5, B::load_unaligned(p + i + 5 * W));
+    a6 = combine_batch<R>(a6, B::load_unaligned(p + i + 6 * W));
+    a7 = combine_batch<R>(a7, B::load_unaligned(p + i + 7 * W));
+  }
+  if (n > 0) {
+    alignas(64) T lane[G];
+    a0.store_aligned(lane), a1.store_aligned(lane + W), a2.store_aligned(lane + 2 * W);
+    a3.store_aligned(lane + 3 * W), a4.store_aligned(lane + 4 * W), a5.store_aligned(lane + 5 * W);
+    a6.store_aligned(lane + 6 * W), a7.store_aligned(lane + 7 * W);
+    for (std::int64_t j = v; j < 8; ++j)
+      for (std::int64_t l = 0; l < W; ++l)
+        lane[(j % v) * W + l] = combine<R>(lane[(j % v) * W + l], lane[j * W + l]);
+    combine_row<R>(acc, lane, k2);
+  }
+  for (std::int64_t r = n / k2; r < rows; ++r)
+    combine_row<R>(acc, p + r * k2, k2);
+}
+#endif
+
+/// Reduce n contiguous elements. With xsimd, floating point runs four vectors of independent
+/// lanes over the longest prefix that fills them: a sum adds each lane in T over chunks of 4096
+/// elements (64 per lane with 16-wide vectors) and flushes every lane into its own wider
+/// accumulator, and the accumulators are combined pairwise at the end, all in vector
+/// registers (adding the 64 lanes one by one after each chunk cost a fifth of a sum's
+/// bandwidth). The rest, and every other type, runs 16 scalar lanes with the same chunks. The
+/// order of operations depends only on n.
 template <class R, class T>
 inline accum_t<T> reduce_contiguous(const T* p, std::int64_t n) {
-  constexpr bool is_sum =
-      !std::is_same_v<R, ops::reducers::max> && !std::is_same_v<R, ops::reducers::min>;
-  constexpr std::int64_t chunk = is_sum ? 4096 : std::numeric_limits<std::int64_t>::max();
-  accum_t<T> total = R::template identity<accum_t<T>>();
-  for (std::int64_t c0 = 0; c0 < n; c0 += std::min(chunk, n - c0)) {
-    const std::int64_t m = std::min(chunk, n - c0);
-    const T* q = p + c0;
-    T r = R::template identity<T>();
-    std::int64_t i = 0;
+  using A = accum_t<T>;
+  constexpr std::int64_t chunk = is_extremum_v<R> ? std::numeric_limits<std::int64_t>::max() : 4096;
+  A total = R::template identity<A>();
+  std::int64_t i = 0;
 #if defined(TYPEFLOW_HAS_XSIMD)
-    if constexpr (std::is_floating_point_v<T>) {
-      using B = simd::vec<T>;
-      constexpr std::int64_t W = B::size;
-      B a0(R::template identity<T>()), a1 = a0, a2 = a0, a3 = a0;
-      for (; i + 4 * W <= m; i += 4 * W) {
-        a0 = combine_batch<R>(a0, B::load_unaligned(q + i));
-        a1 = combine_batch<R>(a1, B::load_unaligned(q + i + W));
-        a2 = combine_batch<R>(a2, B::load_unaligned(q + i + 2 * W));
-        a3 = combine_batch<R>(a3, B::load_unaligned(q + i + 3 * W));
+  if constexpr (std::is_floating_point_v<T>) {
+    using B = simd::vec<T>;
+    constexpr std::int64_t W = B::size, L = 4 * W;
+    static_assert(4096 % L == 0, "a sum's chunk must hold whole vector groups");
+    if (n >= L) {
+      alignas(64) A wide[L];
+      alignas(64) T lane[L];
+      std::fill_n(wide, L, R::template identity<A>());
+      const std::int64_t body = n - n % L;
+      while (i < body) {
+        const std::int64_t end = body - i > chunk ? i + chunk : body;
+        B a0(R::template identity<T>()), a1 = a0, a2 = a0, a3 = a0;
+        for (; i < end; i += L) {
+          a0 = combine_batch<R>(a0, B::load_unaligned(p + i));
+          a1 = combine_batch<R>(a1, B::load_unaligned(p + i + W));
+          a2 = combine_batch<R>(a2, B::load_unaligned(p + i + 2 * W));
+          a3 = combine_batch<R>(a3, B::load_unaligned(p + i + 3 * W));
+        }
+        a0.store_aligned(lane), a1.store_aligned(lane + W);
+        a2.store_aligned(lane + 2 * W), a3.store_aligned(lane + 3 * W);
+        for (std::int64_t l = 0; l < L; ++l)
+          wide[l] = combine<R>(wide[l], static_cast<A>(lane[l]));
       }
-      alignas(64) T lane[4 * W];
-      a0.store_aligned(lane), a1.store_aligned(lane + W);
-      a2.store_aligned(lane + 2 * W), a3.store_aligned(lane + 3 * W);
-      for (auto v : lane)
-        r = combine<R>(r, v);
+      // Pairwise; a tie keeps the lower lane, which holds the earlier elements.
+      for (std::int64_t s = L / 2; s >= 1; s /= 2)
+        for (std::int64_t l = 0; l < s; ++l)
+          wide[l] = combine<R>(wide[l], wide[l + s]);
+      total = wide[0];
     }
+  }
 #endif
-    constexpr int lanes = 16;
+  constexpr int lanes = 16;
+  while (i < n) {
+    const std::int64_t m = std::min(chunk, n - i);
     T acc[lanes];
     std::fill_n(acc, lanes, R::template identity<T>());
-    for (; i + lanes <= m; i += lanes)
+    std::int64_t j = 0;
+    for (; j + lanes <= m; j += lanes)
       for (int l = 0; l < lanes; ++l)
-        acc[l] = combine<R>(acc[l], q[i + l]);
+        acc[l] = combine<R>(acc[l], p[i + j + l]);
+    T r = R::template identity<T>();
     for (auto v : acc)
       r = combine<R>(r, v);
-    for (; i < m; ++i)
-      r = combine<R>(r, q[i]);
-    total = combine<R>(total, static_cast<accum_t<T>>(r));
+    for (; j < m; ++j)
+      r = combine<R>(r, p[i + j]);
+    total = combine<R>(total, static_cast<A>(r));
+    i += m;
   }
   return total;
 }
@@ -305,29 +376,46 @@ void reduce_from(thread_pool& pool, const Input& input, const backend::rt_dims& 
       // vectors: 0.6x -> 0.9x the read loop for [8192, 8192]), and the parts are combined in
       // order. Walking down columns in tiles instead touches a new page per row, and runs one
       // tile on one thread when rows are short; tiling the accumulator row to 8 KB was slower.
-      constexpr bool is_sum = !std::is_same_v<base_r, ops::reducers::max> &&
-                              !std::is_same_v<base_r, ops::reducers::min>;
       constexpr std::int64_t parts = 8;
-      constexpr std::int64_t flush = is_sum ? 64 : std::numeric_limits<std::int64_t>::max();
+      // A sum combines in T up to 64 values per accumulator, then adds them into the wider one
+      // (as reduce_contiguous does with its chunks); max/min are exact in T.
+      constexpr std::int64_t flush =
+          detail::is_extremum_v<base_r> ? std::numeric_limits<std::int64_t>::max() : 64;
       std::vector<acc_t> part(static_cast<std::size_t>(k1 * parts * k2));
       // Narrow rows (a bias gradient's [N*H*W, C]) make one contiguous stream per part, whose
       // loads wait on memory unless fetched ahead (8 KB: the bias gradient of the seed's conv1,
-      // [100352, 32] from memory, 0.42 -> 0.31 ms on Zen 5).
+      // [100352, 32] from memory, 0.42 -> 0.31 ms on Zen 5). Up to eight vectors wide, they
+      // keep their accumulators in registers (combine_narrow_rows): [2097152, 32], 0.63x ->
+      // ...x the read loop on Zen 5.
       const bool narrow = k2 * std::int64_t{sizeof(T)} <= 512;
       const std::int64_t ahead = std::max<std::int64_t>(4, 8192 / (k2 * std::int64_t{sizeof(T)}));
+      bool in_registers = false;
+      std::int64_t block = flush; // rows per flush
+#if defined(TYPEFLOW_HAS_XSIMD)
+      if constexpr (std::is_floating_point_v<T>) {
+        in_registers = detail::narrow_in_registers<T>(k2);
+        if (in_registers && !detail::is_extremum_v<base_r>)
+          block = flush * (8 / (k2 / std::int64_t{simd::vec<T>::size}));
+      }
+#endif
       pool.parallel_for(k1 * parts, 1, [&](std::int64_t t0, std::int64_t t1) {
-        // Rows are combined in T (exact for max/min); a sum's row of T accumulators is added
-        // into the wider one every `flush` rows, as reduce_contiguous does with its chunks.
         std::vector<T> row_acc(static_cast<std::size_t>(k2));
         for (std::int64_t t = t0; t < t1; ++t) {
           const std::int64_t a = t / parts, q = t % parts;
           acc_t* acc = part.data() + t * k2;
           std::fill_n(acc, k2, base_r::template identity<acc_t>());
           const std::int64_t r0 = rn * q / parts, r1 = rn * (q + 1) / parts;
-          for (std::int64_t rb = r0; rb < r1; rb += std::min(flush, r1 - rb)) {
+          for (std::int64_t rb = r0; rb < r1; rb += std::min(block, r1 - rb)) {
             std::fill_n(row_acc.data(), k2, base_r::template identity<T>());
-            const std::int64_t re = rb + std::min(flush, r1 - rb);
+            const std::int64_t re = rb + std::min(block, r1 - rb);
             std::int64_t r = rb;
+#if defined(TYPEFLOW_HAS_XSIMD)
+            if (in_registers) {
+              detail::combine_narrow_rows<base_r>(row_acc.data(), in + (a * rn + rb) * k2, re - rb,
+                                                  k2, in + (a * rn + r1) * k2);
+              r = re;
+            }
+#endif
             for (; r + 4 <= re; r += 4) {
               if (narrow && r + ahead + 4 <= r1) // 4 rows of the stream, `ahead` rows early
                 for (std::int64_t b = 0; b < 4 * k2 * std::int64_t{sizeof(T)}; b += 64)
