@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -250,6 +251,75 @@ TEST_CASE("replicate: check_numerics catches a NaN in the second tower's rows; a
                           ty::feed(M::y, ty::tensor_view<std::int32_t>(no_labels.data(), {0}))),
                   ty::error);
   CHECK(rep.read(ty::global_step)[0] == 1);
+}
+
+namespace {
+/// The seed's tower on CPUs: variables on cpu<0>, the tower's compute on D.
+template <class D>
+using seed_tower = ty::variables_on<ty::cpu<0>, ty::compute_on<D>>;
+/// A tower whose matrix products go to the GPU of its own index: no plan to share.
+template <class D>
+using own_gpu_matmul = ty::by_op<D, ty::kind_on<ty::node_kind::matmul, ty::gpu<D::index>>>;
+} // namespace
+
+TEST_CASE("CPU towers share tower 0's plan and name their own CPU in the placement log") {
+  using M = model<float>;
+  using two = ty::session<ty::replicate<ty::cpu<0>, ty::cpu<1>>>;
+  using seed = ty::session<ty::replicate_with<seed_tower, ty::cpu<0>, ty::cpu<1>>>;
+  using split = ty::session<ty::replicate_with<own_gpu_matmul, ty::cpu<0>, ty::cpu<1>>>;
+  static_assert(two::cpu_towers && seed::cpu_towers && split::cpu_towers);
+  static_assert(!ty::session<ty::replicate<ty::cpu<0>, ty::gpu<0>>>::cpu_towers);
+  static_assert(two::shares_plan<decltype(M::loss), decltype(M::train)>);
+  static_assert(seed::shares_plan<decltype(M::loss), decltype(M::train)>);
+  static_assert(!split::shares_plan<decltype(M::loss), decltype(M::train)>);
+  // The seed's towers train as one tower, with one plan for both (no copies between the CPUs).
+  check_equivalent<float, ty::replicate_with<seed_tower, ty::cpu<0>, ty::cpu<1>>>({12, 13, 5},
+                                                                                  1e-5);
+  // Each tower logs the shared plan once, on its own CPU: every CPU:1 line is tower 1's.
+  std::ostringstream log;
+  two s(ty::session_options{.threads = 2, .seed = 1, .log_device_placement = true, .log = &log});
+  s.initialize(M::train);
+  ty::tensor<float> xv;
+  ty::tensor<std::int32_t> yv;
+  make_batch(8, 0, xv, yv);
+  (void)s.run(ty::fetch(M::loss, M::train), ty::feed(M::x, xv), ty::feed(M::y, yv));
+  (void)s.run(ty::fetch(M::loss, M::train), ty::feed(M::x, xv), ty::feed(M::y, yv));
+  std::size_t cpu0 = 0, cpu1 = 0;
+  std::istringstream lines(log.str());
+  for (std::string line; std::getline(lines, line);) {
+    cpu0 += line.ends_with("device:CPU:0");
+    cpu1 += line.ends_with("device:CPU:1");
+  }
+  using P = ty::graph::plan<ty::type_list<std::remove_cvref_t<decltype(M::loss)>,
+                                          std::remove_cvref_t<decltype(M::train)>>,
+                            ty::on<ty::cpu<0>>>;
+  CHECK(cpu0 == P::size);
+  CHECK(cpu1 == P::size);
+  // The seed's towers: tower 1 logs its compute on CPU:1 and the variables on CPU:0, as its own
+  // plan places them, and no copies between the CPUs (the shared plan has none).
+  std::ostringstream seed_log;
+  seed r(
+      ty::session_options{.threads = 2, .seed = 1, .log_device_placement = true, .log = &seed_log});
+  r.initialize(M::train);
+  (void)r.run(ty::fetch(M::loss, M::train), ty::feed(M::x, xv), ty::feed(M::y, yv));
+  std::size_t variables = 0, compute1 = 0, copies = 0;
+  std::istringstream seed_lines(seed_log.str());
+  for (std::string line; std::getline(seed_lines, line);) {
+    INFO(line);
+    if (line.find("(variable)") != std::string::npos) {
+      ++variables;
+      CHECK(line.ends_with("device:CPU:0"));
+    }
+    compute1 += line.ends_with("device:CPU:1");
+    copies += line.find("(send)") != std::string::npos;
+  }
+  std::size_t plan_variables = 0;
+  for (std::size_t i = 0; i < P::size; ++i)
+    plan_variables += P::op_names[i] == "variable";
+  CHECK(plan_variables >= 4); // the weights and biases, their momentum slots, the global step
+  CHECK(variables == 2 * plan_variables); // once per tower
+  CHECK(compute1 > 0);
+  CHECK(copies == 0);
 }
 
 TEST_CASE("the replication transformation: the gradients all-reduced, the update once") {

@@ -10,6 +10,8 @@
 // processes (mpi_reducer, distributed/mpi.hpp), then the rest of the plan once, in tower 0. The
 // executor holds no kernel: it orders the parts and hands each tower's values to the kernels.
 // The average is taken in a fixed order (tower 0, 1, ...), so results are deterministic.
+// CPU towers whose plans differ only in which CPU they name run tower 0's plan (shares_plan),
+// so its step functions are compiled once for all of them.
 #pragma once
 #include <array>
 #include <exception>
@@ -82,13 +84,41 @@ struct batch_axis_message {
 
 template <class Reducer, template <class> class Tower, class... D>
 class session<replicate_policy<Reducer, Tower, D...>> {
+  using first_device = std::tuple_element_t<0, std::tuple<D...>>;
+  /// Whether plans A and B put every node on the same device, counting all CPUs as one.
+  template <class A, class B>
+  static consteval bool same_but_cpu() {
+    static_assert(A::size == B::size);
+    for (std::size_t i = 0; i < A::size; ++i) {
+      const auto a = A::placement.device[i], b = B::placement.device[i];
+      if (a.is_cpu != b.is_cpu || (!a.is_cpu && a.index != b.index))
+        return false;
+    }
+    return true;
+  }
+  template <class Fs>
+  static consteval bool same_plans() {
+    return (same_but_cpu<graph::plan<Fs, Tower<first_device>>, graph::plan<Fs, Tower<D>>>() && ...);
+  }
+
 public:
   static constexpr std::size_t towers = sizeof...(D);
+  /// Whether every tower is on a CPU. CPU towers share one session type: they differ only in
+  /// their threads (each has its own pool) and in the device their trace events and placement
+  /// log name, so they need not compile their steps once per tower.
+  static constexpr bool cpu_towers = (D::is_cpu && ...);
+  /// Whether the towers run the fetches F... with tower 0's plan: CPU towers whose plans place
+  /// every node alike, up to which CPU (a GPU node on the same GPU in every tower). Then the
+  /// step functions exist once, not once per tower; the seed's tower on CPUs (variables on
+  /// cpu<0>, compute on cpu<k>) also loses its copies between the two CPUs.
+  template <class... F>
+  static constexpr bool shares_plan = (cpu_towers &&
+                                       same_plans<type_list<std::remove_cvref_t<F>...>>());
 
   session() : session(session_options{}) {}
   explicit session(session_options o)
       : opts_(o), vars_(std::make_shared<backend::variable_store>()),
-        towers_(session<Tower<D>>(share(o), vars_)...) {}
+        towers_(tower_session<D>(share(o), vars_)...) {}
 
   /// Threads of all towers together.
   int threads() const {
@@ -169,8 +199,10 @@ private:
     return run_towers<P, F...>(batch, std::index_sequence_for<D...>{}, feeds...);
   }
 
-  using first_device = std::tuple_element_t<0, std::tuple<D...>>;
   using value = backend::rt_value;
+  /// The session type of the tower on Dk (see cpu_towers).
+  template <class Dk>
+  using tower_session = session<Tower<std::conditional_t<cpu_towers, first_device, Dk>>>;
 
   static session_options share(session_options o) {
     const int total =
@@ -212,8 +244,15 @@ private:
     return f;
   }
 
-  template <std::size_t K, class F>
-  using tower_plan = graph::plan<F, Tower<std::tuple_element_t<K, std::tuple<D...>>>>;
+  template <class Fs>
+  struct shares_plan_of;
+  template <class... F>
+  struct shares_plan_of<type_list<F...>> : std::bool_constant<shares_plan<F...>> {};
+  /// Tower K's plan: tower 0's where the towers share it (shares_plan).
+  template <std::size_t K, class Fs>
+  using tower_plan =
+      graph::plan<Fs, Tower<std::conditional_t<shares_plan_of<Fs>::value, first_device,
+                                               std::tuple_element_t<K, std::tuple<D...>>>>>;
 
   template <class P, class... F, std::size_t... K, class... Feeds>
   auto run_towers(std::int64_t batch, std::index_sequence<K...>, const Feeds&... feeds) {
@@ -238,6 +277,13 @@ private:
         std::apply([](auto&... t) { (t.trace_finish(false), ...); }, s.towers_);
       }
     } guard{*this, traced ? opts_.trace->now() : 0};
+    // A tower running tower 0's plan names its own plan's devices in its trace and log.
+    ((std::get<K>(towers_).own_devices_ =
+          K > 0 && shares_plan_of<Fs>::value
+              ? graph::plan<Fs, Tower<std::tuple_element_t<K, std::tuple<D...>>>>::placement.device
+                    .data()
+              : nullptr),
+     ...);
     std::tuple<std::array<value, tower_plan<K, Fs>::slots>...> vals;
     std::array<batch_split, towers> parts{};
     for (std::size_t k = 0; k < towers; ++k)
@@ -366,7 +412,7 @@ private:
     constexpr auto& R = replication<P>::value;
     auto& t0 = std::get<0>(towers_);
     using Dev = typename P::template device<f>;
-    using T = typename session<Tower<first_device>>::template group_or_value<F>;
+    using T = typename tower_session<first_device>::template group_or_value<F>;
     if constexpr (std::is_void_v<T>) {
       return std::tuple<>{};
     } else if constexpr (R.once[f] || !R.batch[f]) {
@@ -418,7 +464,7 @@ private:
 
   session_options opts_;
   std::shared_ptr<backend::variable_store> vars_;
-  std::tuple<session<Tower<D>>...> towers_;
+  std::tuple<tower_session<D>...> towers_;
   Reducer reducer_;
   std::shared_ptr<void> nccl_state_; ///< the GPU towers' communicators
   bool broadcast_done_ = !Reducer::distributed;

@@ -1480,6 +1480,8 @@ private:
   }
   void trace_push(trace_event::type what, std::size_t node, device_id d, double start) {
     const double end = opts_.trace->now();
+    if (own_devices_ && what == trace_event::type::step && d.is_cpu)
+      d = own_devices_[node];
     tr_.events.push_back(trace_event{what, tr_.plan, static_cast<std::uint32_t>(node), d,
                                      trace_recorder::thread_index(), *tr_.run, start, end - start,
                                      tr_.bytes, tr_.flops});
@@ -1499,13 +1501,17 @@ private:
     if (!logged_.insert(&key).second)
       return;
     std::ostream& os = opts_.log ? *opts_.log : std::clog;
-    os << detail::placement_log(P::view()) << std::flush;
+    os << detail::placement_log(P::view(), own_devices_) << std::flush;
   }
 
   trace_state tr_;
   /// The running step's layout.dying (0 outside run_steps): see cpu_context().
   std::uint64_t dying_ = 0;
   std::set<const void*> logged_; ///< plans whose placement was logged
+  /// The device of each node of the running plan as this session's trace events and placement
+  /// log name a CPU node (null: the plan's own): a replicated session's CPU tower running tower
+  /// 0's plan names its own plan's devices.
+  const device_id* own_devices_ = nullptr;
   session_options opts_;
   std::unique_ptr<cpu_backend::thread_pool> pool_;
   std::unique_ptr<cpu_backend::onednn_cache> dnnl_;

@@ -100,8 +100,12 @@ inline trace_plan make_trace_plan(const graph::plan_view& v) {
 }
 
 /// TensorFlow's log_device_placement lines for a plan: `%7 conv2d(%3, conv1/weights): (conv2d):
-/// /job:localhost/replica:0/task:0/device:CPU:0`, and each transfer's send and receive.
-inline std::string placement_log(const graph::plan_view& v) {
+/// /job:localhost/replica:0/task:0/device:CPU:0`, and each transfer's send and receive. A node
+/// on a CPU is named by `own[node]` where given (a CPU tower running tower 0's plan).
+inline std::string placement_log(const graph::plan_view& v, const device_id* own = nullptr) {
+  const auto node_device = [&](std::size_t i) {
+    return (own && v.device[i].is_cpu ? own[i] : v.device[i]).name();
+  };
   std::string out;
   for (std::size_t i = 0; i < v.size; ++i) {
     const std::string node = std::to_string(i);
@@ -112,13 +116,13 @@ inline std::string placement_log(const graph::plan_view& v) {
     out += ": (";
     out += v.op[i];
     out += "): ";
-    out += v.device[i].name();
+    out += node_device(i);
     out += '\n';
     for (std::size_t q = v.source_begin[i]; q < v.source_begin[i + 1]; ++q) {
       out += '%';
       out += node;
       out += "/send: (send): ";
-      out += v.device[i].name();
+      out += node_device(i);
       out += "\n%";
       out += node;
       out += "/recv: (recv): ";

@@ -389,7 +389,7 @@ void reduce_from(thread_pool& pool, const Input& input, const backend::rt_dims& 
       // sum_narrow0, [2097152, 32], 0.63x -> 0.91-1.14x the read loop on Zen 5.
       const bool narrow = k2 * std::int64_t{sizeof(T)} <= 512;
       const std::int64_t ahead = std::max<std::int64_t>(4, 8192 / (k2 * std::int64_t{sizeof(T)}));
-      bool in_registers = false;
+      [[maybe_unused]] bool in_registers = false;
       std::int64_t block = flush; // rows per flush
 #if defined(TYPEFLOW_HAS_XSIMD)
       if constexpr (std::is_floating_point_v<T>) {
