@@ -1500,8 +1500,12 @@ private:
     static char key; // one per plan type
     if (!logged_.insert(&key).second)
       return;
+    const std::string text = detail::placement_log(P::view(), own_devices_);
+    // One writer at a time: a replicated session's towers log from their own threads, often
+    // into one stream.
+    const std::lock_guard lock(detail::placement_log_mutex());
     std::ostream& os = opts_.log ? *opts_.log : std::clog;
-    os << detail::placement_log(P::view(), own_devices_) << std::flush;
+    os << text << std::flush;
   }
 
   trace_state tr_;

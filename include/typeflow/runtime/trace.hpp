@@ -99,6 +99,13 @@ inline trace_plan make_trace_plan(const graph::plan_view& v) {
   return t;
 }
 
+/// Held while a session writes its placement log (sessions on several threads, a replicated
+/// session's towers among them, may write into one stream).
+inline std::mutex& placement_log_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 /// TensorFlow's log_device_placement lines for a plan: `%7 conv2d(%3, conv1/weights): (conv2d):
 /// /job:localhost/replica:0/task:0/device:CPU:0`, and each transfer's send and receive. A node
 /// on a CPU is named by `own[node]` where given (a CPU tower running tower 0's plan).
