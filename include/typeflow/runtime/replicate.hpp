@@ -244,14 +244,10 @@ private:
     return f;
   }
 
-  template <class Fs>
-  struct shares_plan_of;
-  template <class... F>
-  struct shares_plan_of<type_list<F...>> : std::bool_constant<shares_plan<F...>> {};
   /// Tower K's plan: tower 0's where the towers share it (shares_plan).
   template <std::size_t K, class Fs>
   using tower_plan =
-      graph::plan<Fs, Tower<std::conditional_t<shares_plan_of<Fs>::value, first_device,
+      graph::plan<Fs, Tower<std::conditional_t<cpu_towers && same_plans<Fs>(), first_device,
                                                std::tuple_element_t<K, std::tuple<D...>>>>>;
 
   template <class P, class... F, std::size_t... K, class... Feeds>
@@ -279,7 +275,7 @@ private:
     } guard{*this, traced ? opts_.trace->now() : 0};
     // A tower running tower 0's plan names its own plan's devices in its trace and log.
     ((std::get<K>(towers_).own_devices_ =
-          K > 0 && shares_plan_of<Fs>::value
+          K > 0 && cpu_towers && same_plans<Fs>()
               ? graph::plan<Fs, Tower<std::tuple_element_t<K, std::tuple<D...>>>>::placement.device
                     .data()
               : nullptr),
