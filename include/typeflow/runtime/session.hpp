@@ -195,6 +195,48 @@ struct step_check<D, graph::flat_node<K, Op, T, R, Refs...>, Region*> {
   using op = std::conditional_t<no_vector_form, typename region_vector_form<Region>::op, Op>;
 };
 
+// The run-time checks' error paths, out of line and shared by every step: a template per op
+// (and per node) built each message inline, which g++ then optimized once per instantiation.
+using node_name_fn = const std::string& (*)(std::size_t);
+
+/// Throws the error of a step whose shape rule rejected its operands' extents.
+[[gnu::cold, gnu::noinline]] inline void
+shape_rule_failed(std::string_view op, std::string_view why, const backend::rt_dims* const* dims,
+                  const std::size_t* refs, std::size_t count, std::size_t self, node_name_fn name) {
+  std::string shapes;
+  for (std::size_t k = 0; k < count; ++k)
+    shapes += (k ? " x " : "") + dims[refs[k]]->str();
+  throw error(std::string(op) + ": " + std::string(why) + ": " + shapes + " (in " + name(self) +
+              ")");
+}
+
+/// A step's result must be countable, addressable and, on the host, fit in the machine's memory.
+[[gnu::noinline]] inline void check_result_size(const backend::rt_dims& d, std::size_t elem_bytes,
+                                                bool on_host, std::string_view op,
+                                                std::string_view dtype, std::size_t self,
+                                                node_name_fn name) {
+  if (!d.valid(elem_bytes))
+    throw error(std::string(op) + ": result of shape " + d.str() + " has more " +
+                std::string(dtype) + " elements than can be addressed (in " + name(self) + ")");
+  if (on_host) {
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(d.numel());
+    if (bytes > backend::host_memory_bytes())
+      throw error(std::string(op) + ": result of shape " + d.str() + " needs " +
+                  std::to_string(bytes) + " bytes, more than this machine's " +
+                  std::to_string(backend::host_memory_bytes()) + " bytes of memory (in " +
+                  name(self) + ")");
+  }
+}
+
+/// check_numerics' error: element e of node `self` (extents d) is not finite.
+[[gnu::cold, gnu::noinline]] inline void not_finite(double x, std::int64_t e,
+                                                    const backend::rt_dims& d, std::size_t self,
+                                                    node_name_fn name) {
+  throw error("check_numerics: " + name(self) + " has " +
+              (std::isnan(x) ? std::string("NaN") : std::string("Inf")) + " at element " +
+              std::to_string(e) + " of " + d.str() + " (nothing was committed)");
+}
+
 template <class V>
 struct duplicate_variable_message {
   static constexpr msg_buf message() {
@@ -381,22 +423,35 @@ private:
   template <class V>
   var_record& variable_record() {
     using T = typename V::value_type;
-    auto it = vars_->find(V::op::name);
+    constexpr auto& dims = V::shape_type::dims;
+    return variable_record_of(V::op::name, dtype_name<T>, dims.data(), dims.size(), sizeof(T),
+                              [](session& s, void* data) { s.initialize_into<V>(data); });
+  }
+  /// The record of the variable `name` (dtype, extents), created with `init` on first use; the
+  /// part of variable_record<V> that does not depend on V.
+  [[gnu::noinline]] var_record& variable_record_of(std::string_view name, std::string_view dtype,
+                                                   const std::int64_t* dims, std::size_t rank,
+                                                   std::size_t elem_bytes,
+                                                   void (*init)(session&, void*)) {
+    auto it = vars_->find(name);
+    const auto declared = [&] { return dims_string(dims, dims + rank); };
     if (it == vars_->end()) {
-      const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(numel(V::shape_type::dims));
+      std::int64_t n = 1;
+      for (std::size_t k = 0; k < rank; ++k)
+        n *= dims[k];
+      const std::size_t bytes = elem_bytes * static_cast<std::size_t>(n);
       var_record rec;
-      rec.dtype = dtype_name<T>;
-      rec.dims.assign(V::shape_type::dims.begin(), V::shape_type::dims.end());
+      rec.dtype = dtype;
+      rec.dims.assign(dims, dims + rank);
       rec.data.reset(detail::aligned_bytes(bytes));
       rec.bytes = bytes;
-      initialize_into<V>(rec.data.get());
-      it = vars_->emplace(std::string(V::op::name), std::move(rec)).first;
-    } else if (it->second.dtype != dtype_name<T> ||
-               !same_dims(it->second.dims, V::shape_type::dims)) {
-      throw error("variable \"" + std::string(V::op::name) + "\" exists as " +
+      init(*this, rec.data.get());
+      it = vars_->emplace(std::string(name), std::move(rec)).first;
+    } else if (it->second.dtype != dtype ||
+               !std::equal(it->second.dims.begin(), it->second.dims.end(), dims, dims + rank)) {
+      throw error("variable \"" + std::string(name) + "\" exists as " +
                   std::string(it->second.dtype) + " " + dims_string(it->second.dims) +
-                  " but this graph declares it " + std::string(dtype_name<T>) + " " +
-                  dims_string(V::shape_type::dims));
+                  " but this graph declares it " + std::string(dtype) + " " + declared());
     }
     return it->second;
   }
@@ -528,37 +583,35 @@ private:
   }
 
   /// check_numerics: every fetched floating value and every assignment's new value is finite.
-  using numerics_fn = void (*)(session&, const value*, name_fn);
+  using numerics_fn = void (*)(session&, const value&, std::size_t, name_fn);
   template <class P, std::size_t... I>
   void check_numerics(const value* vals, std::index_sequence<I...>) {
     static constexpr numerics_fn table[] = {
-        numerics_check<I, typename P::template device<I>, typename P::template node<I>,
+        numerics_check<typename P::template device<I>, typename P::template node<I>,
                        P::fact.fetched[I]>()...,
         nullptr};
     for (std::size_t i = 0; i < P::size; ++i)
       if (table[i])
-        table[i](*this, vals, &P::node_string);
+        table[i](*this, vals[i], i, &P::node_string);
   }
-  template <std::size_t I, class D, class N, bool Fetched>
+  template <class D, class N, bool Fetched>
   static constexpr numerics_fn numerics_check() {
     if constexpr ((Fetched || is_state_op<N>)&&(std::is_floating_point_v<typename N::value_type> ||
                                                 is_half<typename N::value_type>))
-      return &check_finite<I, D, typename N::value_type>;
+      return &check_finite<D, typename N::value_type>;
     else
       return nullptr;
   }
-  template <std::size_t I, class D, class T>
-  static void check_finite(session& s, const value* vals, name_fn name) {
-    const value& v = vals[I];
+  /// One function per device and dtype (the node is an argument): every element of v is finite.
+  template <class D, class T>
+  static void check_finite(session& s, const value& v, std::size_t self, name_fn name) {
     const std::int64_t n = v.dims.numel();
     if (n == 0 || !v.data)
       return;
     auto scan = [&](const T* p) {
       for (std::int64_t e = 0; e < n; ++e)
         if (const auto x = static_cast<compute_of<T>>(p[e]); !std::isfinite(x))
-          throw error("check_numerics: " + name(I) + " has " +
-                      (std::isnan(x) ? std::string("NaN") : std::string("Inf")) + " at element " +
-                      std::to_string(e) + " of " + v.dims.str() + " (nothing was committed)");
+          detail::not_finite(static_cast<double>(x), e, v.dims, self, name);
     };
     if constexpr (D::is_cpu)
       scan(static_cast<const T*>(v.data));
@@ -1323,12 +1376,9 @@ private:
   static backend::rt_dims shape_of(const backend::rt_dims* const* dims, std::size_t self,
                                    name_fn name) {
     const auto r = Op::rule(dims[Refs::index]->template fixed<Refs::rank>()...);
-    if (!r.ok()) {
-      std::string shapes;
-      bool first = true;
-      ((shapes += (first ? "" : " x ") + dims[Refs::index]->str(), first = false), ...);
-      throw error(std::string(Op::name) + ": " + std::string(r.error) + ": " + shapes + " (in " +
-                  name(self) + ")");
+    if (!r.ok()) [[unlikely]] {
+      static constexpr std::size_t refs[] = {Refs::index..., 0};
+      detail::shape_rule_failed(Op::name, r.error, dims, refs, sizeof...(Refs), self, name);
     }
     return backend::rt_dims::from(r.dims);
   }
@@ -1337,18 +1387,7 @@ private:
   /// memory: checked before its kernel allocates anything.
   template <class D, class Op, class T>
   static void check_size(const backend::rt_dims& d, std::size_t self, name_fn name) {
-    if (!d.valid(sizeof(T)))
-      throw error(std::string(Op::name) + ": result of shape " + d.str() + " has more " +
-                  std::string(dtype_name<T>) + " elements than can be addressed (in " + name(self) +
-                  ")");
-    if constexpr (D::is_cpu) {
-      const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(d.numel());
-      if (bytes > backend::host_memory_bytes())
-        throw error(std::string(Op::name) + ": result of shape " + d.str() + " needs " +
-                    std::to_string(bytes) + " bytes, more than this machine's " +
-                    std::to_string(backend::host_memory_bytes()) + " bytes of memory (in " +
-                    name(self) + ")");
-    }
+    detail::check_result_size(d, sizeof(T), D::is_cpu, Op::name, dtype_name<T>, self, name);
   }
 
   void note_step(std::size_t, name_fn) { ++st_.stats.steps; }
