@@ -11,12 +11,34 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace typeflow::cpu_backend {
+
+/// A non-owning reference to a callable taking (begin, end): what parallel_for runs. It costs
+/// one pointer and one indirect call, like std::function's call, but no allocation for a lambda
+/// capturing more than two pointers and no type-erased manager per lambda (std::function's code
+/// for copying and destroying its target, compiled for every kernel's lambda: about 120 of them
+/// in examples/mnist/main.cpp). C++26 has std::function_ref; C++20 has nothing of the kind. The
+/// callable must outlive the call, as it does when passed to parallel_for.
+class range_fn {
+public:
+  template <class F>
+  requires(!std::is_same_v<std::remove_cvref_t<F>, range_fn>) range_fn(F&& f)
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* o, std::int64_t b, std::int64_t e) {
+          (*static_cast<std::remove_reference_t<F>*>(o))(b, e);
+        }) {}
+  void operator()(std::int64_t b, std::int64_t e) const { call_(obj_, b, e); }
+
+private:
+  void* obj_;
+  void (*call_)(void*, std::int64_t, std::int64_t);
+};
 
 class thread_pool {
 public:
@@ -43,8 +65,7 @@ public:
 
   /// Calls fn(begin, end) on disjoint chunks covering [0, n), each at least `grain` long
   /// (except the last). Runs inline when there is one chunk, one thread, or when nested.
-  void parallel_for(std::int64_t n, std::int64_t grain,
-                    const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  void parallel_for(std::int64_t n, std::int64_t grain, range_fn fn) {
     if (n <= 0)
       return;
     grain = std::max<std::int64_t>(1, grain);
@@ -76,7 +97,7 @@ public:
 
 private:
   struct job {
-    const std::function<void(std::int64_t, std::int64_t)>* fn = nullptr;
+    const range_fn* fn = nullptr;
     std::int64_t n = 0, chunks = 0;
     std::atomic<std::int64_t> next{0}, finished{0};
     std::exception_ptr error;
