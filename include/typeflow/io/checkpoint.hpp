@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../core/compiled.hpp"
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
 
@@ -381,7 +382,9 @@ inline bool byte_count(std::span<const std::uint64_t> dims, std::size_t elem, st
 /// SIGKILL, a power cut): only those whose process no longer exists (kill(pid, 0) says ESRCH),
 /// so a live process's temporary is never touched. Best-effort: a file that cannot be removed
 /// stays. Returns how many were removed.
-inline std::size_t remove_stale_temporaries(const fs::path& file) {
+TYPEFLOW_DECL std::size_t remove_stale_temporaries(const fs::path& file)
+#if TYPEFLOW_BODIES
+{
   const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
   const std::string stem = file.filename().string() + ".tmp.";
   std::size_t removed = 0;
@@ -404,14 +407,20 @@ inline std::size_t remove_stale_temporaries(const fs::path& file) {
   }
   return removed;
 }
+#else
+    ;
+#endif
 
 /// Writes `ts` as a safetensors file, crash-safely: temp file `<file>.tmp.<pid>` in the same
 /// directory, fsync, atomic rename over `file`, fsync of the directory. On failure `file` is left
 /// as it was and the temporary removed; temporaries of dead writers are removed first (see
 /// remove_stale_temporaries). (Two threads of one process must not save to the same `file` at
 /// once.)
-inline void write_file(const fs::path& file, std::span<const tensor_ref> ts,
-                       const std::map<std::string, std::string>& metadata, std::string_view what) {
+TYPEFLOW_DECL void write_file(const fs::path& file, std::span<const tensor_ref> ts,
+                              const std::map<std::string, std::string>& metadata,
+                              std::string_view what)
+#if TYPEFLOW_BODIES
+{
   const std::string prefix = std::string(what) + " " + file.string() + ": ";
 
   // Validate and build the header: "__metadata__" first, then the tensors in data order, each
@@ -531,11 +540,15 @@ inline void write_file(const fs::path& file, std::span<const tensor_ref> ts,
     ::close(dfd);
   }
 }
+#else
+    ;
+#endif
 
 /// Reads and fully validates a safetensors file; tensors come in the order of their data.
-inline std::vector<st_tensor> read_file(const fs::path& file,
-                                        std::map<std::string, std::string>* metadata,
-                                        std::string_view what) {
+TYPEFLOW_DECL std::vector<st_tensor>
+read_file(const fs::path& file, std::map<std::string, std::string>* metadata, std::string_view what)
+#if TYPEFLOW_BODIES
+{
   const std::string prefix = std::string(what) + " " + file.string() + ": ";
   const std::string name = file.string();
   // O_NONBLOCK: opening a FIFO must not hang (it is refused below as not a regular file).
@@ -688,6 +701,9 @@ inline std::vector<st_tensor> read_file(const fs::path& file,
     *metadata = std::move(meta);
   return out;
 }
+#else
+    ;
+#endif
 
 } // namespace detail
 

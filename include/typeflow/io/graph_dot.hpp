@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../core/compiled.hpp"
 #include "../core/error.hpp"
 #include "../graph/plan.hpp"
 #include "../ops/layout.hpp"
@@ -84,7 +85,9 @@ inline std::string short_device(const device_id& d) {
 
 /// The part of the training graph each node belongs to (see the header comment). A gradient
 /// ends at a replica_mean (minimize() puts one on every gradient).
-inline std::vector<graph_part> graph_parts(const graph::plan_view& v) {
+TYPEFLOW_DECL std::vector<graph_part> graph_parts(const graph::plan_view& v)
+#if TYPEFLOW_BODIES
+{
   const std::size_t n = v.size;
   std::vector<bool> value_fetch(n), forward(n), update(n), before_mean(n), before_update(n),
       is_mean(n);
@@ -131,9 +134,14 @@ inline std::vector<graph_part> graph_parts(const graph::plan_view& v) {
   }
   return part;
 }
+#else
+    ;
+#endif
 
 /// The DOT text of a plan (see to_dot).
-inline std::string dot_text(const graph::plan_view& v, const dot_options& o) {
+TYPEFLOW_DECL std::string dot_text(const graph::plan_view& v, const dot_options& o)
+#if TYPEFLOW_BODIES
+{
   using graph::step_kind;
   const std::size_t n = v.size;
   constexpr std::size_t none = static_cast<std::size_t>(-1);
@@ -323,6 +331,9 @@ inline std::string dot_text(const graph::plan_view& v, const dot_options& o) {
   s += "  }\n}\n";
   return s;
 }
+#else
+    ;
+#endif
 
 } // namespace detail
 
@@ -348,7 +359,9 @@ std::string to_dot(fetch_t<F...>, const dot_options& o = {}) {
 /// (Debian's graphviz) in the format the extension names (.svg, .png, .pdf). Throws
 /// typeflow::error when the file cannot be written or `dot` is missing or fails; a failed
 /// render leaves whatever was at `path` untouched.
-inline void save_graph(const std::string& dot, const std::filesystem::path& path) {
+TYPEFLOW_DECL void save_graph(const std::string& dot, const std::filesystem::path& path)
+#if TYPEFLOW_BODIES
+{
   namespace fs = std::filesystem;
   std::string ext = path.extension().string();
   if (!ext.empty())
@@ -397,5 +410,8 @@ inline void save_graph(const std::string& dot, const std::filesystem::path& path
     throw error(std::string("save_graph: cannot write ").append(path.string()));
   }
 }
+#else
+    ;
+#endif
 
 } // namespace typeflow

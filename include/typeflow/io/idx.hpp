@@ -3,6 +3,7 @@
 // an MNIST loader with the seed model's preprocessing (pixel p -> p * (1. / 255) - 0.5).
 #pragma once
 
+#include "../core/compiled.hpp"
 #include "../core/error.hpp"
 
 #include <algorithm>
@@ -327,8 +328,10 @@ private:
 
 /// Reads and validates an IDX file. want_type: required type code (0 = any); want_rank:
 /// required rank (0 = any).
-inline idx_array read_idx_checked(const std::string& path, std::uint8_t want_type,
-                                  std::size_t want_rank) {
+TYPEFLOW_DECL idx_array read_idx_checked(const std::string& path, std::uint8_t want_type,
+                                         std::size_t want_rank)
+#if TYPEFLOW_BODIES
+{
   idx_byte_reader r(path);
   idx_array out;
 
@@ -435,6 +438,9 @@ inline idx_array read_idx_checked(const std::string& path, std::uint8_t want_typ
   }
   return out;
 }
+#else
+    ;
+#endif
 
 } // namespace detail
 
@@ -456,7 +462,9 @@ inline idx_u8 read_idx_u8(const std::string& path, std::size_t expected_rank) {
 namespace detail {
 
 /// `dir/name` if it exists, else `dir/name.gz`, else an error naming dir and both candidates.
-inline std::string mnist_pick(const std::string& dir, const std::string& name) {
+TYPEFLOW_DECL std::string mnist_pick(const std::string& dir, const std::string& name)
+#if TYPEFLOW_BODIES
+{
   namespace fs = std::filesystem;
   const fs::path plain = fs::path(dir) / name;
   const fs::path gz = fs::path(dir) / (name + ".gz");
@@ -467,13 +475,18 @@ inline std::string mnist_pick(const std::string& dir, const std::string& name) {
     return gz.string();
   throw error("mnist: " + dir + ": neither " + name + " nor " + name + ".gz exists");
 }
+#else
+    ;
+#endif
 
 } // namespace detail
 
 /// Loads the MNIST-format training (train = true: train-*) or test (t10k-*) split from `dir`,
 /// preferring the uncompressed files over the .gz ones. Pixels are preprocessed with
 /// preprocess_pixels; labels must be 0..9 and match the images in number.
-inline mnist_split load_mnist(const std::string& dir, bool train) {
+TYPEFLOW_DECL mnist_split load_mnist(const std::string& dir, bool train)
+#if TYPEFLOW_BODIES
+{
   const std::string prefix = train ? "train" : "t10k";
   const std::string img_path = detail::mnist_pick(dir, prefix + "-images-idx3-ubyte");
   const std::string lbl_path = detail::mnist_pick(dir, prefix + "-labels-idx1-ubyte");
@@ -500,5 +513,8 @@ inline mnist_split load_mnist(const std::string& dir, bool train) {
   preprocess_pixels(img.data.data(), s.images.data(), img.data.size());
   return s;
 }
+#else
+    ;
+#endif
 
 } // namespace typeflow::data

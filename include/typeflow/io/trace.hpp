@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../core/compiled.hpp"
 #include "../core/error.hpp"
 #include "../runtime/trace.hpp"
 
@@ -50,7 +51,9 @@ inline std::string trace_kernel(const trace_event& e) {
 
 /// Writes `events` as Chrome trace-event JSON (the "JSON Object Format": traceEvents plus
 /// metadata naming each process and track). Times are microseconds since the recorder was made.
-inline void write_chrome_trace(std::ostream& os, const std::vector<trace_event>& events) {
+TYPEFLOW_DECL void write_chrome_trace(std::ostream& os, const std::vector<trace_event>& events)
+#if TYPEFLOW_BODIES
+{
   using json = nlohmann::ordered_json;
   json list = json::array();
   std::map<int, std::string> processes;
@@ -141,10 +144,15 @@ inline void write_chrome_trace(std::ostream& os, const std::vector<trace_event>&
                  {"otherData", {{"generator", "typeflow"}}}};
   os << doc.dump(1) << '\n';
 }
+#else
+    ;
+#endif
 
 /// Writes the recorder's events to `path` as Chrome trace-event JSON; throws typeflow::error
 /// when the file cannot be written.
-inline void save_chrome_trace(const trace_recorder& rec, const std::filesystem::path& path) {
+TYPEFLOW_DECL void save_chrome_trace(const trace_recorder& rec, const std::filesystem::path& path)
+#if TYPEFLOW_BODIES
+{
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f)
     throw error(std::string("save_chrome_trace: cannot open ")
@@ -155,6 +163,9 @@ inline void save_chrome_trace(const trace_recorder& rec, const std::filesystem::
   if (!f)
     throw error(std::string("save_chrome_trace: writing ").append(path.string()).append(" failed"));
 }
+#else
+    ;
+#endif
 
 /// Where the time of the recorded runs goes, per kind of op.
 struct profile {
@@ -223,7 +234,9 @@ private:
 
 /// Summarizes the recorded runs of `events` against the machine's roofs. A run's time is its
 /// span; the kinds are the plan's (trace_plan::kind), plus "transfer" and "all-reduce".
-inline profile make_profile(const std::vector<trace_event>& events, const roofline& machine) {
+TYPEFLOW_DECL profile make_profile(const std::vector<trace_event>& events, const roofline& machine)
+#if TYPEFLOW_BODIES
+{
   profile p;
   p.machine = machine;
   std::map<std::string, profile::row> by_kind;
@@ -276,8 +289,16 @@ inline profile make_profile(const std::vector<trace_event>& events, const roofli
             [](const profile::row& a, const profile::row& b) { return a.seconds > b.seconds; });
   return p;
 }
-inline profile make_profile(const trace_recorder& rec, const roofline& machine) {
+#else
+    ;
+#endif
+TYPEFLOW_DECL profile make_profile(const trace_recorder& rec, const roofline& machine)
+#if TYPEFLOW_BODIES
+{
   return make_profile(rec.events(), machine);
 }
+#else
+    ;
+#endif
 
 } // namespace typeflow

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../../core/compiled.hpp"
 #include "gemm.hpp"
 #include "onednn.hpp"
 #include "simd.hpp"
@@ -78,7 +79,9 @@ inline bool blas_core_is_generic(const std::string& core) {
 
 /// The CPU, the ISA each CPU engine uses on it, and any engine running a generic fallback on a
 /// CPU that can do better.
-inline machine_info describe_machine() {
+TYPEFLOW_DECL machine_info describe_machine()
+#if TYPEFLOW_BODIES
+{
   machine_info m;
   {
     std::ifstream f("/proc/cpuinfo");
@@ -141,5 +144,8 @@ inline machine_info describe_machine() {
 #endif
   return m;
 }
+#else
+    ;
+#endif
 
 } // namespace typeflow
