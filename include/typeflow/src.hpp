@@ -3,8 +3,12 @@
 // file, compiled with the same definitions as its others.
 #pragma once
 #if !defined(TYPEFLOW_SEPARATE_COMPILATION)
-#error                                                                                             \
-    "typeflow/src.hpp: define TYPEFLOW_SEPARATE_COMPILATION for the whole program, or do not include this header (typeflow is header-only without it)"
+// Without it typeflow is header-only, and this header has nothing to do.
+#error "typeflow/src.hpp: define TYPEFLOW_SEPARATE_COMPILATION for the whole program"
+#endif
+#if defined(TYPEFLOW_BODIES)
+// A typeflow header read before this one was read without its bodies.
+#error "typeflow/src.hpp: include it before any other typeflow header of its unit"
 #endif
 #define TYPEFLOW_COMPILING_SOURCE 1
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -19,16 +20,17 @@
 
 namespace typeflow::cpu_backend {
 
-/// A non-owning reference to a callable taking (begin, end): what parallel_for runs. It costs
-/// one pointer and one indirect call, like std::function's call, but no allocation for a lambda
-/// capturing more than two pointers and no type-erased manager per lambda (std::function's code
-/// for copying and destroying its target, compiled for every kernel's lambda: about 120 of them
-/// in examples/mnist/main.cpp). C++26 has std::function_ref; C++20 has nothing of the kind. The
-/// callable must outlive the call, as it does when passed to parallel_for.
+/// A non-owning reference to a callable taking (begin, end): what parallel_for runs. It holds
+/// two pointers and costs one indirect call, like std::function's call, but no allocation for a
+/// lambda capturing more than two pointers and no type-erased manager per lambda (std::function's
+/// code for copying and destroying its target, compiled for every kernel's lambda: about 120 of
+/// them in examples/mnist/main.cpp). C++26 has std::function_ref; C++20 has nothing of the kind.
+/// The callable must outlive the call, as it does when passed to parallel_for.
 class range_fn {
 public:
   template <class F>
-  requires(!std::is_same_v<std::remove_cvref_t<F>, range_fn>) range_fn(F&& f)
+  requires(!std::is_same_v<std::remove_cvref_t<F>, range_fn> &&
+           std::invocable<std::remove_reference_t<F>&, std::int64_t, std::int64_t>) range_fn(F&& f)
       : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
         call_([](void* o, std::int64_t b, std::int64_t e) {
           (*static_cast<std::remove_reference_t<F>*>(o))(b, e);
