@@ -26,6 +26,13 @@
 #
 # MODE=build (CTest test `build_clang.<name>`, a normal test)
 #   Compiles SOURCE as it is (no `// expect:` line, no define): it must compile.
+#
+# Optional: -DPCH=<precompiled typeflow.hpp> -DPCH_KIND=<gcc|clang> -DHEADERS_DIR=<include dir>
+#   A speed-up only (compile_fail_pch.cmake built it with this test's flags). It is used when
+#   SOURCE's first preprocessor directive is `#include <typeflow/typeflow.hpp>` and the header
+#   is newer than every file under HEADERS_DIR; otherwise the test compiles without it and says
+#   why. g++ finds <dir>/typeflow/typeflow.hpp.gch through a first -I <dir>; clang takes it as
+#   -include-pch, and its "In file included from" then names line 1 of SOURCE.
 
 if(NOT DEFINED MODE)
   set(MODE fail)
@@ -87,13 +94,42 @@ endif()
 if(NOT DEFINED MAX_LINES)
   set(MAX_LINES 10)
 endif()
+set(_pch_flags "")
+if(DEFINED PCH AND NOT PCH STREQUAL "")
+  set(_pch_skip "")
+  file(STRINGS "${SOURCE}" _directives REGEX "^[ \t]*#")
+  list(GET _directives 0 _first_directive)
+  if(NOT EXISTS "${PCH}")
+    set(_pch_skip "${PCH} is not built")
+  elseif(NOT _first_directive MATCHES "^[ \t]*#[ \t]*include[ \t]*<typeflow/typeflow\\.hpp>")
+    set(_pch_skip "its first directive is not #include <typeflow/typeflow.hpp>")
+  else()
+    file(GLOB_RECURSE _headers "${HEADERS_DIR}/*")
+    foreach(_header IN LISTS _headers)
+      if(NOT "${PCH}" IS_NEWER_THAN "${_header}")
+        set(_pch_skip "${_header} changed after ${PCH} was built")
+        break()
+      endif()
+    endforeach()
+  endif()
+  if(NOT _pch_skip STREQUAL "")
+    message(STATUS "compiling without the precompiled typeflow.hpp: ${_pch_skip}")
+  elseif(PCH_KIND STREQUAL "gcc")
+    get_filename_component(_pch_dir "${PCH}" DIRECTORY)   # <dir>/typeflow
+    get_filename_component(_pch_dir "${_pch_dir}" DIRECTORY)
+    set(_pch_flags "-I${_pch_dir}")
+  else()
+    set(_pch_flags -include-pch "${PCH}")
+  endif()
+endif()
+
 execute_process(
-  COMMAND "${CXX}" ${_flags} ${_extra} -fdiagnostics-color=never "${SOURCE}"
+  COMMAND "${CXX}" ${_pch_flags} ${_flags} ${_extra} -fdiagnostics-color=never "${SOURCE}"
   RESULT_VARIABLE _rc
   OUTPUT_VARIABLE _out
   ERROR_VARIABLE _out)
 
-string(REPLACE ";" " " _cmdline "${CXX} ${_flags} ${_extra} ${SOURCE}")
+string(REPLACE ";" " " _cmdline "${CXX} ${_pch_flags} ${_flags} ${_extra} ${SOURCE}")
 
 if(MODE STREQUAL "control" OR MODE STREQUAL "build")
   if(_rc EQUAL 0)

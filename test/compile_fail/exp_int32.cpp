@@ -1,7 +1,8 @@
 // expect: exp: requires a floating-point dtype: int32
 // exp is defined on floating-point tensors only.
+#include <typeflow/typeflow.hpp> // first: the precompiled header covers a first include
+
 #include <cstdint>
-#include <typeflow/typeflow.hpp>
 
 namespace ty = typeflow;
 

@@ -1,7 +1,8 @@
 // expect: grad: cannot differentiate with respect to \\?"labels\\?" of dtype int32
 // Gradients exist only with respect to floating-point tensors.
+#include <typeflow/typeflow.hpp> // first: the precompiled header covers a first include
+
 #include <cstdint>
-#include <typeflow/typeflow.hpp>
 
 namespace ty = typeflow;
 

@@ -1,9 +1,10 @@
 // expect: session: op mystery is placed on the CPU but has no CPU kernel
 // An op with no kernel in backend/cpu/kernels/ placed on the CPU: whether the CPU backend has a
 // kernel is derived from the kernel's existence, and its absence names the op.
+#include <typeflow/typeflow.hpp> // first: the precompiled header covers a first include
+
 #include <cstdint>
 #include <string_view>
-#include <typeflow/typeflow.hpp>
 
 namespace ty = typeflow;
 

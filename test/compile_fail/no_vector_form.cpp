@@ -2,8 +2,9 @@
 // A user's elementwise op without a vector form (backend/cpu/simd.hpp's batch_op) would turn its
 // whole fused region into a scalar loop: that is a compile error unless the op says it is
 // scalar-only.
+#include <typeflow/typeflow.hpp> // first: the precompiled header covers a first include
+
 #include <string_view>
-#include <typeflow/typeflow.hpp>
 
 namespace ty = typeflow;
 

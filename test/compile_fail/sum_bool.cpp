@@ -1,7 +1,8 @@
 // expect: sum: cannot reduce a bool tensor: bool
 // Reductions of bool are rejected; cast first.
+#include <typeflow/typeflow.hpp> // first: the precompiled header covers a first include
+
 #include <cstdint>
-#include <typeflow/typeflow.hpp>
 
 namespace ty = typeflow;
 
