@@ -27,11 +27,11 @@
 # MODE=build (CTest test `build_clang.<name>`, a normal test)
 #   Compiles SOURCE as it is (no `// expect:` line, no define): it must compile.
 #
-# Optional: -DPCH=<precompiled typeflow.hpp> -DPCH_KIND=<gcc|clang> -DHEADERS_DIR=<include dir>
+# Optional: -DPCH=<precompiled typeflow.hpp> -DPCH_KIND=<gcc|clang>
 #   A speed-up only (compile_fail_pch.cmake built it with this test's flags). It is used when
 #   SOURCE's first preprocessor directive is `#include <typeflow/typeflow.hpp>` and the header
-#   is newer than every file under HEADERS_DIR; otherwise the test compiles without it and says
-#   why. g++ finds <dir>/typeflow/typeflow.hpp.gch through a first -I <dir>; clang takes it as
+#   is newer than the compiler, the flags file and every file it read (its PCH.d, which names
+#   typeflow's headers and the system's); otherwise the test compiles without it and says why. g++ finds <dir>/typeflow/typeflow.hpp.gch through a first -I <dir>; clang takes it as
 #   -include-pch, and its "In file included from" then names line 1 of SOURCE.
 
 if(NOT DEFINED MODE)
@@ -98,16 +98,23 @@ set(_pch_flags "")
 if(DEFINED PCH AND NOT PCH STREQUAL "")
   set(_pch_skip "")
   file(STRINGS "${SOURCE}" _directives REGEX "^[ \t]*#")
-  list(GET _directives 0 _first_directive)
-  if(NOT EXISTS "${PCH}")
+  set(_first_directive "")
+  if(_directives)
+    list(GET _directives 0 _first_directive)
+  endif()
+  if(NOT EXISTS "${PCH}" OR NOT EXISTS "${PCH}.d")
     set(_pch_skip "${PCH} is not built")
   elseif(NOT _first_directive MATCHES "^[ \t]*#[ \t]*include[ \t]*<typeflow/typeflow\\.hpp>")
     set(_pch_skip "its first directive is not #include <typeflow/typeflow.hpp>")
   else()
-    file(GLOB_RECURSE _headers "${HEADERS_DIR}/*")
-    foreach(_header IN LISTS _headers)
-      if(NOT "${PCH}" IS_NEWER_THAN "${_header}")
-        set(_pch_skip "${_header} changed after ${PCH} was built")
+    # PCH.d is a make rule, "<pch>: <file> <file> \<newline> <file> ...".
+    file(READ "${PCH}.d" _deps)
+    string(REGEX REPLACE "\\\\\n" " " _deps "${_deps}")
+    string(REGEX REPLACE "^[^:]*: " "" _deps "${_deps}")
+    separate_arguments(_deps UNIX_COMMAND "${_deps}")
+    foreach(_input IN LISTS _deps CXX FLAGS_FILE) # (the lists' values: every file, then two)
+      if(NOT "${PCH}" IS_NEWER_THAN "${_input}")
+        set(_pch_skip "${_input} changed after ${PCH} was built")
         break()
       endif()
     endforeach()
