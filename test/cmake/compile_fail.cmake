@@ -31,7 +31,8 @@
 #   A speed-up only (compile_fail_pch.cmake built it with this test's flags). It is used when
 #   SOURCE's first preprocessor directive is `#include <typeflow/typeflow.hpp>` and the header
 #   is newer than the compiler, the flags file and every file it read (its PCH.d, which names
-#   typeflow's headers and the system's); otherwise the test compiles without it and says why. g++ finds <dir>/typeflow/typeflow.hpp.gch through a first -I <dir>; clang takes it as
+#   typeflow's headers and the system's); otherwise the test compiles without it and says why.
+#   g++ finds <dir>/typeflow/typeflow.hpp.gch through a first -I <dir>; clang takes it as
 #   -include-pch, and its "In file included from" then names line 1 of SOURCE.
 
 if(NOT DEFINED MODE)

@@ -7,7 +7,8 @@
 # Each compile-fail test parses all of typeflow.hpp before it reaches its few lines of misuse:
 # about 7 s of the 7-9 s one takes on this project's 2-core machines, 160 times in a CI run. A
 # precompiled header cut one to about 2.5 s (g++ 12 and clang 19, AMD Zen 4). compile_fail.cmake
-# uses it when it is newer than every header (see there); otherwise it compiles without one.
+# uses it while it is newer than every file it was built from (see there); otherwise it compiles
+# without one.
 #
 # The header is compiled with exactly the flags of the tests that will use it (the flags file,
 # less -fsyntax-only, plus EXTRA_FLAGS): g++ ignores a precompiled header built with other
