@@ -12,8 +12,12 @@ examples/quickstart.cpp at -O0 and -O2 (the figure the README states), and with 
 job, examples/mnist/main.cpp (forward, gradients, optimizer, data and checkpoint code; with
 TYPEFLOW_SEPARATE_COMPILATION, as its build compiles it), and its other translation units at -O2:
 typeflow_src.cpp (typeflow's non-template code) and flags.cpp (CLI11).
+With --nvcc (beside --shared, --grad, --residual or the chain) the program is a .cu file compiled
+by nvcc for sm_90 (NVCC, default /usr/local/cuda/bin/nvcc), and the table gives the seconds of
+its device-side front end (cicc, from `nvcc --time`) beside the whole compile: cicc walks the
+template arguments of every class it instantiates as a tree, which is where sharing costs.
 Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --quickstart |
-                                      --mnist] [N ...]
+                                      --mnist] [--nvcc] [N ...]
 (default N: 25 50 100 200).
 """
 import os
@@ -129,12 +133,30 @@ def compile_file(src: pathlib.Path, cxx: str, opt: str, out: pathlib.Path,
     return float(secs), int(kb) / 1024
 
 
-def measure(n: int, cxx: str, mode: str) -> tuple[float, float]:
+def compile_cuda(src: pathlib.Path, nvcc: str, out: pathlib.Path) -> tuple[float, float, float]:
+    """nvcc's whole compile (seconds, peak MiB of its largest process) and cicc's seconds."""
+    times = out.with_suffix(".csv")
+    cmd = ["/usr/bin/time", "-f", "%e %M", nvcc, "--time", str(times), "-std=c++20", "-O2",
+           "-arch=sm_90", "--expt-relaxed-constexpr", "--diag-suppress=186",
+           f"-I{ROOT / 'include'}", "-c", str(src), "-o", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"compile failed for {src.name}:\n{done.stderr[-4000:]}")
+    secs, kb = done.stderr.strip().splitlines()[-1].split()
+    # nvcc --time: CSV rows (source, phase, arch, tool, metric, unit), the metric in ms.
+    cicc = sum(float(row.split(",")[-2]) for row in times.read_text().splitlines()
+               if row.split(",")[1].strip() == "cicc")
+    return float(secs), int(kb) / 1024, cicc / 1000
+
+
+def measure(n: int, cxx: str, mode: str, nvcc: str = "") -> tuple:
     with tempfile.TemporaryDirectory() as tmp:
-        src = pathlib.Path(tmp) / f"graph_{n}.cpp"
+        src = pathlib.Path(tmp) / f"graph_{n}.{'cu' if nvcc else 'cpp'}"
         src.write_text(shared_source(n) if mode == "shared" else
                        residual_source(n) if mode == "residual" else
                        residual_source(n, True) if mode == "repeat" else source(n, mode == "grad"))
+        if nvcc:
+            return compile_cuda(src, nvcc, pathlib.Path(tmp) / "graph.o")
         return compile_file(src, cxx, "-O2", pathlib.Path(tmp) / "graph.o")
 
 
@@ -170,6 +192,14 @@ def main() -> None:
     what = {"grad": "N ops, forward + gradient", "shared": "N shared levels",
             "chain": "N ops", "residual": "residual MLP depth N, gradient + Adam",
             "repeat": "residual MLP, ty::repeat of depth N, gradient + Adam"}[mode]
+    if "--nvcc" in args:
+        nvcc = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
+        print(f"| {what} | nvcc -O2 s | of which cicc s | peak MiB |")
+        print("|---:|---:|---:|---:|")
+        for n in sizes:
+            secs, mib, cicc = measure(n, cxx, mode, nvcc)
+            print(f"| {n} | {secs:.1f} | {cicc:.1f} | {mib:.0f} |", flush=True)
+        return
     print(f"| {what} | compile s ({cxx} -O2) | peak MiB |")
     print("|---:|---:|---:|")
     for n in sizes:

@@ -17,12 +17,43 @@ namespace detail {
 template <class N>
 struct tag {};
 
+/// opaque<T>: T, except in nvcc's device pass (cicc), where it is a class local to a function
+/// template, the same entity in every translation unit (as a lambda in an inline function is),
+/// that holds T as ::type; unwrap<opaque<T>> is T either way. cicc walks the template arguments
+/// of every class it instantiates as a tree, without sharing, and a gradient's node types are
+/// trees of thousands of nodes (the seed model's training op spells 24,000): a visited set of the
+/// nodes themselves cost the sum of their trees at every step of the walk, and a plan named by
+/// its fetches their size in each of the executor's thousands of instantiations (522 s of cicc
+/// for the main job's CUDA build, 46 s with these). A local class costs one step. The host
+/// compilers (g++, clang, nvcc's host pass) do not walk types so and keep the types themselves.
+/// No kernel's template arguments name a plan or a visited set (kernels take the fused regions'
+/// flat types, graph/flat.hpp), so both passes instantiate the same kernels; nvcc's link would
+/// fail on a kernel that only the host pass launched.
+#if defined(__CUDA_ARCH__)
+template <class T>
+constexpr auto opaque_key() {
+  struct key {
+    using type [[maybe_unused]] = T;
+  };
+  return key{};
+}
+template <class T>
+using opaque = decltype(opaque_key<T>());
+template <class K>
+using unwrap = typename K::type;
+#else
+template <class T>
+using opaque = T;
+template <class K>
+using unwrap = K;
+#endif
+
 /// The visited set and the post-order list at once.
-template <class... Ns>
-struct visited : tag<Ns>... {
-  using list = type_list<Ns...>;
+template <class... Ks>
+struct visited : tag<Ks>... {
+  using list = type_list<unwrap<Ks>...>;
   template <class N>
-  using push = visited<Ns..., N>;
+  using push = visited<Ks..., opaque<N>>;
 };
 
 template <class V, class... Cs>
@@ -30,7 +61,7 @@ struct visit_all;
 
 // std::is_base_of (a class), not a variable template: g++ mangles every instantiated variable,
 // and these names hold the whole visited set.
-template <class V, class N, bool Seen = std::is_base_of<tag<N>, V>::value>
+template <class V, class N, bool Seen = std::is_base_of<tag<opaque<N>>, V>::value>
 struct visit {
   using type = V;
 };
