@@ -12,14 +12,16 @@ examples/quickstart.cpp at -O0 and -O2 (the figure the README states), and with 
 job, examples/mnist/main.cpp (forward, gradients, optimizer, data and checkpoint code; with
 TYPEFLOW_SEPARATE_COMPILATION, as its build compiles it), and its other translation units at -O2:
 typeflow_src.cpp (typeflow's non-template code) and flags.cpp (CLI11).
-With --nvcc (beside --shared, --grad, --residual or the chain) the program is a .cu file compiled
-by nvcc for sm_90 (NVCC, default /usr/local/cuda/bin/nvcc), and the table gives the seconds of
-its device-side front end (cicc, from `nvcc --time`) beside the whole compile: cicc walks the
-template arguments of every class it instantiates as a tree, which is where sharing costs.
+With --nvcc (beside --shared, --grad, --residual, --repeat or the chain) the same program, its
+session on the CPU, is a .cu file compiled by nvcc for sm_90 (NVCC, default
+/usr/local/cuda/bin/nvcc), and the table gives the seconds of its device-side compiler (cicc,
+from `nvcc --time`) beside the whole compile: cicc walks the template arguments of every class
+it instantiates as a tree, which is where sharing costs.
 Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --quickstart |
                                       --mnist] [--nvcc] [N ...]
 (default N: 25 50 100 200).
 """
+import csv
 import os
 import pathlib
 import re
@@ -144,9 +146,13 @@ def compile_cuda(src: pathlib.Path, nvcc: str, out: pathlib.Path) -> tuple[float
         sys.exit(f"compile failed for {src.name}:\n{done.stderr[-4000:]}")
     secs, kb = done.stderr.strip().splitlines()[-1].split()
     # nvcc --time: CSV rows (source, phase, arch, tool, metric, unit), the metric in ms.
-    cicc = sum(float(row.split(",")[-2]) for row in times.read_text().splitlines()
-               if row.split(",")[1].strip() == "cicc")
-    return float(secs), int(kb) / 1024, cicc / 1000
+    cicc_ms = 0.0
+    for row in csv.reader(times.read_text().splitlines()):
+        if len(row) >= 6 and row[1].strip().startswith("cicc"):
+            if row[5].strip() != "ms":
+                sys.exit(f"nvcc --time: unexpected unit {row[5].strip()!r}")
+            cicc_ms += float(row[4])
+    return float(secs), int(kb) / 1024, cicc_ms / 1000
 
 
 def measure(n: int, cxx: str, mode: str, nvcc: str = "") -> tuple:
