@@ -145,13 +145,14 @@ def compile_cuda(src: pathlib.Path, nvcc: str, out: pathlib.Path) -> tuple[float
     if done.returncode != 0:
         sys.exit(f"compile failed for {src.name}:\n{done.stderr[-4000:]}")
     secs, kb = done.stderr.strip().splitlines()[-1].split()
-    # nvcc --time: CSV rows (source, phase, arch, tool, metric, unit), the metric in ms.
+    # nvcc --time: CSV rows (source, phase, phase inputs, phase output, arch, tool, metric,
+    # unit), the metric in ms.
     cicc_ms = 0.0
     for row in csv.reader(times.read_text().splitlines()):
-        if len(row) >= 6 and row[1].strip().startswith("cicc"):
-            if row[5].strip() != "ms":
-                sys.exit(f"nvcc --time: unexpected unit {row[5].strip()!r}")
-            cicc_ms += float(row[4])
+        if len(row) >= 8 and row[1].strip().startswith("cicc"):
+            if row[-1].strip() != "ms":
+                sys.exit(f"nvcc --time: unexpected unit {row[-1].strip()!r}")
+            cicc_ms += float(row[-2])
     return float(secs), int(kb) / 1024, cicc_ms / 1000
 
 
