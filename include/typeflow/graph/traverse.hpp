@@ -27,8 +27,9 @@ struct tag {};
 /// for the main job's CUDA build, about 50 s with these). A local class costs one step. The host
 /// compilers (g++, clang, nvcc's host pass) do not walk types so and keep the types themselves.
 /// No kernel's template arguments name a plan or a visited set (kernels take the fused regions'
-/// flat types, graph/flat.hpp), so both passes instantiate the same kernels: for
-/// test_cuda_session.cu the 51 kernels of the PTX are the 51 its host code registers.
+/// flat types, graph/flat.hpp), so both passes instantiate the same kernels; a kernel that
+/// only the host pass instantiated would fail at run time only, so CTest's
+/// cuda.kernel_agreement compares the two passes' kernels in an object file.
 #if defined(__CUDA_ARCH__)
 template <class T>
 constexpr auto opaque_key() {
