@@ -8,12 +8,15 @@ no kernel's template arguments depend on that name. A kernel that only the host 
 instantiates still compiles and links; it fails at run time (cudaErrorInvalidDeviceFunction),
 which a machine without a GPU never sees. This script finds it in the object file instead:
 
-- every kernel the host pass launches has a host wrapper, `__wrapper__device_stub_<kernel>`;
-- every kernel the device pass compiled has a registration stub, `__device_stub__<mangled>`
-  (from the stub file that the device pass writes and the host compile includes).
+- every kernel the host pass launches has a host wrapper function,
+  `__wrapper__device_stub_<kernel>` (so does every kernel the device pass compiled: the
+  "launched" count is of both);
+- every kernel the device pass compiled has a launch stub, `__device_stub__<mangled>` (from the
+  stub file that the device pass writes and the host compile includes).
 
-It fails when a launched kernel has no registration stub, or when it finds no kernels at all
-(nvcc named its stubs differently: the check would be vacuous).
+It fails when a wrapper has no stub, or when it finds no kernels at all: the object's host side
+was optimized (g++ inlines the wrappers away; compile it without -O), or nvcc names its stubs
+differently now. Either way the check would be vacuous.
 
 Usage: check_kernels.py [--nm NM] [--cxxfilt CXXFILT] OBJECT...
 """
@@ -40,7 +43,8 @@ def strip_params(name: str) -> str:
 
 def kernels(obj: str, nm: str, cxxfilt: str) -> tuple[set, set]:
     symbols = subprocess.run([nm, obj], capture_output=True, text=True, check=True).stdout
-    names = [line.split()[-1] for line in symbols.splitlines() if line.strip()]
+    # Functions defined here (text or weak symbols), not variables local to them.
+    names = [f[-1] for f in map(str.split, symbols.splitlines()) if len(f) == 3 and f[1] in "tTwW"]
     wrappers = [n for n in names if WRAPPER in n]
     # A stub's name holds the kernel's mangled name (without its leading '_') and then the
     # stub's own parameters; demangling "_" + that yields the kernel with extra parameters,
@@ -64,7 +68,8 @@ def main() -> int:
         launched, compiled = kernels(obj, args.nm, args.cxxfilt)
         if not launched or not compiled:
             print(f"{obj}: no kernels found ({len(launched)} launched, {len(compiled)} compiled): "
-                  "nvcc's stub names changed, the check cannot see the passes")
+                  "its host side was optimized (compile it without -O), or nvcc's stub names "
+                  "changed; the check cannot see the passes")
             failed = True
             continue
         missing = sorted(launched - compiled)
