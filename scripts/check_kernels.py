@@ -5,8 +5,8 @@ nvcc compiles a .cu file twice: a device pass (cicc, __CUDA_ARCH__ defined) that
 and compiles the kernels, and a host pass that compiles the launches. typeflow's headers name
 plans differently in the two passes (graph/traverse.hpp's `opaque`), which is safe only while
 no kernel's template arguments depend on that name. A kernel that only the host pass
-instantiates still compiles and links; it fails at run time (cudaErrorInvalidDeviceFunction),
-which a machine without a GPU never sees. This script finds it in the object file instead:
+instantiates still compiles and links (its launch passes a null kernel to cudaLaunchKernel)
+and fails only at run time, which a machine without a GPU never sees. This script finds it in the object file instead:
 
 - every kernel the host pass launches has a host wrapper function,
   `__wrapper__device_stub_<kernel>` (so does every kernel the device pass compiled: the
