@@ -16,19 +16,39 @@
 //   typeflow_train_step_saved16
 //                         the training step of mixed_precision<bfloat16>(optimizer): the
 //                         activations its gradients read kept in bfloat16, products float32
+// With --serve (and no benchmark flags) it runs bench/run's interleaved race instead: after a
+// sanity check and a warm-up it prints one JSON line with "ready", then runs the turns it reads
+// from stdin ("run N": N training steps, answered with {"times": [seconds of each]}), the same
+// protocol as bench/peers/common.py's serve().
 // Each training step reports peak_MB: run_stats::peak_bytes of its session (the most bytes of
 // intermediate buffers live at once, over all its runs) in 10^6 bytes.
 // Compared with PyTorch eager by bench/torch_baselines.py.
 #include "common.hpp"
 
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iostream>
+#include <string>
 
 #include "mnist/model.hpp"
 
 namespace {
 
 constexpr std::int64_t batch = 128;
+
+/// The fixed batch: images in [0, 1), labels in [0, 10).
+struct fixed_batch {
+  ty::tensor<float> images{{batch, 28, 28, 1}};
+  ty::tensor<std::int32_t> labels{{batch}};
+  fixed_batch() {
+    fill_uniform(images, 0, 1);
+    std::mt19937 rng(7);
+    for (auto& l : labels)
+      l = static_cast<std::int32_t>(rng() % 10);
+  }
+};
 
 enum class mode { forward, train, traced, bf16, saved16 };
 
@@ -37,12 +57,9 @@ constexpr auto train_saved16 =
 
 template <mode M>
 void step(benchmark::State& state) {
-  ty::tensor<float> images({batch, 28, 28, 1});
-  fill_uniform(images, 0, 1);
-  ty::tensor<std::int32_t> labels({batch});
-  std::mt19937 rng(7);
-  for (auto& l : labels)
-    l = static_cast<std::int32_t>(rng() % 10);
+  const fixed_batch data;
+  const auto& images = data.images;
+  const auto& labels = data.labels;
 
   ty::trace_recorder rec(ty::trace_recorder::options{.skip = 1});
   auto opts = bench_options();
@@ -95,4 +112,63 @@ BENCHMARK(step<mode::traced>)->Name("typeflow_train_step_traced")->UseRealTime()
 BENCHMARK(step<mode::bf16>)->Name("typeflow_train_step_bf16")->UseRealTime();
 BENCHMARK(step<mode::saved16>)->Name("typeflow_train_step_saved16")->UseRealTime();
 
+/// bench/run's race (see the top of this file): the training step of typeflow_train_step.
+int serve() {
+  const fixed_batch data;
+  ty::session s(bench_options());
+  s.initialize(mnist::train_op);
+  const auto step = [&] {
+    return std::get<0>(s.run(ty::fetch(mnist::total_loss, mnist::train_op),
+                             ty::feed(mnist::images, data.images),
+                             ty::feed(mnist::labels, data.labels)))
+        .item();
+  };
+  std::string losses;
+  double first = 0, last = 0;
+  bool finite = true;
+  for (int i = 0; i < 5; ++i) { // the peers' sanity check: finite, and falling over 5 steps
+    const double loss = step();
+    finite = finite && std::isfinite(loss);
+    (i == 0 ? first : last) = loss;
+    losses += (i ? ", " : "") + std::to_string(loss);
+  }
+  const bool ok = finite && last < first;
+  for (int i = 0; i < 5; ++i)
+    step();
+  std::cout << "{\"ready\": true, \"peer\": \"typeflow\", \"sanity\": {\"losses\": [" << losses
+            << "], \"finite\": " << (finite ? "true" : "false")
+            << ", \"decreasing\": " << (ok ? "true" : "false")
+            << "}, \"ok\": " << (ok ? "true" : "false") << ", \"threads\": " << bench_threads()
+            << "}" << std::endl;
+  for (std::string line; std::getline(std::cin, line);) {
+    if (line.empty() || line == "quit")
+      break;
+    std::size_t n = 0;
+    if (line.rfind("run ", 0) != 0 || (n = std::strtoul(line.c_str() + 4, nullptr, 10)) == 0) {
+      std::cout << "{\"error\": \"unknown command\"}" << std::endl;
+      continue;
+    }
+    std::string times;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step();
+      const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+      times += (i ? ", " : "") + std::to_string(dt.count());
+    }
+    std::cout << "{\"times\": [" << times << "]}" << std::endl;
+  }
+  return 0;
+}
+
 } // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--serve") == 0)
+    return serve();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv))
+    return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

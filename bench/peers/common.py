@@ -1,11 +1,13 @@
 """Shared by bench/peers/train_step_*.py: the seed model's hyper-parameters, a fixed random batch,
-the sanity check, the timing and the JSON line each script prints."""
+the sanity check, the timing and the JSON line each script prints, or with --serve the turns it
+runs for bench/run's interleaved race (serve())."""
 import argparse
 import json
 import math
 import os
 import random
 import statistics
+import sys
 import time
 
 BATCH = 128
@@ -19,6 +21,9 @@ def parse_args(modes):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=50, help="timed steps, median (>= 30)")
+    p.add_argument("--serve", action="store_true",
+                   help="after the sanity check and the warm-up, print one JSON line with "
+                        "\"ready\", then run turns read from stdin (see serve())")
     return p.parse_args()
 
 
@@ -63,3 +68,30 @@ def emit(peer, version, times, check, **extra):
                       "images_per_s": round(BATCH / ms * 1e3, 1), "steps": len(times),
                       "ms_min": round(min(times) * 1e3, 3), "sanity": check,
                       "ok": check["decreasing"], **extra}), flush=True)
+
+
+def serve(step, warmup, peer, version, check, **extra):
+    """bench/run's interleaved race: after `warmup` untimed steps, prints one JSON line (the
+    peer, its version, the sanity check, "ready": true), then for each line "run N" read from
+    stdin runs N steps and prints {"times": [seconds of each]}; stops at "quit" or the end of
+    its input."""
+    for _ in range(warmup):
+        step()
+    print(json.dumps({"ready": True, "peer": peer, "version": version, "sanity": check,
+                      "ok": check["decreasing"], **extra}), flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] == "quit":
+            break
+        if words[0] == "run" and len(words) == 2 and words[1].isdigit():
+            print(json.dumps({"times": measure(step, 0, int(words[1]))}), flush=True)
+        else:
+            print(json.dumps({"error": f"unknown command {line.strip()!r}"}), flush=True)
+
+
+def finish(args, step, peer, version, check, **extra):
+    """The script's last call: serve() with --serve, else time args.steps steps and emit()."""
+    if args.serve:
+        serve(step, args.warmup, peer, version, check, **extra)
+    else:
+        emit(peer, version, measure(step, args.warmup, args.steps), check, **extra)

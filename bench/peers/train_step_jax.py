@@ -1,7 +1,8 @@
 """The seed model's training step in JAX on the CPU, one jax.jit'd function: forward, loss
 (cross-entropy + weight decay), gradients, Momentum 0.9 Nesterov update (TensorFlow's formula),
 parameters and slots donated. Threads: the process is pinned to --threads CPUs before JAX starts
-(XLA's CPU client sizes its pool from the affinity mask). Prints one JSON line (common.emit)."""
+(XLA's CPU client sizes its pool from the affinity mask). Prints one JSON line (common.emit), or
+serves bench/run's race (--serve)."""
 import common
 
 args = common.parse_args(["jit"])
@@ -60,5 +61,5 @@ def step():
 
 
 check = common.sanity(step)
-common.emit("jax-jit", jax.__version__, common.measure(step, args.warmup, args.steps), check,
-            threads=args.threads, devices=str(jax.devices()))
+common.finish(args, step, "jax-jit", jax.__version__, check, threads=args.threads,
+              devices=str(jax.devices()))

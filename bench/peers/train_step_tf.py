@@ -1,7 +1,7 @@
 """The seed model's training step in TensorFlow 2 on the CPU, one tf.function (graph mode) or
 one tf.function(jit_compile=True) (XLA): forward, loss (cross-entropy + tf.nn.l2_loss weight
 decay), tf.GradientTape gradients, Momentum 0.9 Nesterov update (TensorFlow's formula) of the
-variables. Threads: intra-op --threads, inter-op 1. Prints one JSON line (common.emit)."""
+variables. Threads: intra-op --threads, inter-op 1. Prints one JSON line (common.emit), or serves bench/run's race (--serve)."""
 import os
 
 import common
@@ -54,5 +54,4 @@ def step():
 
 
 check = common.sanity(step)
-common.emit(f"tf-{args.mode}", tf.__version__, common.measure(step, args.warmup, args.steps), check,
-            threads=args.threads)
+common.finish(args, step, f"tf-{args.mode}", tf.__version__, check, threads=args.threads)

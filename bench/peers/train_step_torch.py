@@ -1,7 +1,8 @@
 """The seed model's training step in PyTorch 2 on the CPU, eager or torch.compile'd: zero_grad,
 forward, loss (cross-entropy + weight decay), backward, SGD(momentum 0.9, nesterov) step.
 The model is bench/torch_baselines.py's SeedModel; both memory formats (contiguous and
-channels_last) are timed and the faster is reported. Prints one JSON line (common.emit)."""
+channels_last) are timed and the faster is reported. Prints one JSON line (common.emit), or
+serves bench/run's race with the faster (--serve)."""
 import os
 import sys
 
@@ -42,8 +43,11 @@ results = {}
 for name, fmt in (("contiguous", torch.contiguous_format), ("channels_last", torch.channels_last)):
     step = make_step(fmt)
     check = common.sanity(step)
-    results[name] = (common.measure(step, args.warmup, args.steps), check)
+    results[name] = (common.measure(step, args.warmup, args.steps), check, step)
 best = min(results, key=lambda k: sorted(results[k][0])[len(results[k][0]) // 2])
-times, check = results[best]
-common.emit(f"torch-{args.mode}", torch.__version__, times, check, threads=torch.get_num_threads(),
-            layout=best)
+times, check, step = results[best]
+extra = {"threads": torch.get_num_threads(), "layout": best}
+if args.serve:  # the race runs the faster layout only
+    common.serve(step, 0, f"torch-{args.mode}", torch.__version__, check, **extra)
+else:
+    common.emit(f"torch-{args.mode}", torch.__version__, times, check, **extra)
