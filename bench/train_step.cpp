@@ -25,12 +25,14 @@
 // Compared with PyTorch eager by bench/torch_baselines.py.
 #include "common.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include "mnist/model.hpp"
 
@@ -112,6 +114,29 @@ BENCHMARK(step<mode::traced>)->Name("typeflow_train_step_traced")->UseRealTime()
 BENCHMARK(step<mode::bf16>)->Name("typeflow_train_step_bf16")->UseRealTime();
 BENCHMARK(step<mode::saved16>)->Name("typeflow_train_step_saved16")->UseRealTime();
 
+/// A loss as JSON: null when it is not finite (JSON has no NaN).
+std::string json_number(double v) {
+  return std::isfinite(v) ? std::to_string(v) : "null";
+}
+
+/// `line` without the blanks around it.
+std::string_view trimmed(std::string_view line) {
+  const auto first = line.find_first_not_of(" \t\r");
+  return first == std::string_view::npos
+             ? std::string_view()
+             : line.substr(first, line.find_last_not_of(" \t\r") - first + 1);
+}
+
+/// The N of a command "run N" (N >= 1, the whole token), or 0.
+std::size_t turn_steps(std::string_view command) {
+  if (!command.starts_with("run "))
+    return 0;
+  const std::string_view arg = trimmed(command.substr(4));
+  std::size_t n = 0;
+  const auto [end, ec] = std::from_chars(arg.data(), arg.data() + arg.size(), n);
+  return ec == std::errc() && end == arg.data() + arg.size() ? n : 0;
+}
+
 /// bench/run's race (see the top of this file): the training step of typeflow_train_step.
 int serve() {
   const fixed_batch data;
@@ -130,21 +155,22 @@ int serve() {
     const double loss = step();
     finite = finite && std::isfinite(loss);
     (i == 0 ? first : last) = loss;
-    losses += (i ? ", " : "") + std::to_string(loss);
+    losses += (i ? ", " : "") + json_number(loss);
   }
   const bool ok = finite && last < first;
   for (int i = 0; i < 5; ++i)
     step();
+  const char* const yes_no[] = {"false", "true"};
   std::cout << "{\"ready\": true, \"peer\": \"typeflow\", \"sanity\": {\"losses\": [" << losses
-            << "], \"finite\": " << (finite ? "true" : "false")
-            << ", \"decreasing\": " << (ok ? "true" : "false")
-            << "}, \"ok\": " << (ok ? "true" : "false") << ", \"threads\": " << bench_threads()
-            << "}" << std::endl;
+            << "], \"finite\": " << yes_no[finite] << ", \"decreasing\": " << yes_no[ok]
+            << "}, \"ok\": " << yes_no[ok] << ", \"threads\": " << bench_threads() << "}"
+            << std::endl;
   for (std::string line; std::getline(std::cin, line);) {
-    if (line.empty() || line == "quit")
+    const std::string_view command = trimmed(line);
+    if (command.empty() || command == "quit")
       break;
-    std::size_t n = 0;
-    if (line.rfind("run ", 0) != 0 || (n = std::strtoul(line.c_str() + 4, nullptr, 10)) == 0) {
+    const std::size_t n = turn_steps(command);
+    if (n == 0) {
       std::cout << "{\"error\": \"unknown command\"}" << std::endl;
       continue;
     }

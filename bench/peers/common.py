@@ -83,7 +83,7 @@ def serve(step, warmup, peer, version, check, **extra):
         words = line.split()
         if not words or words[0] == "quit":
             break
-        if words[0] == "run" and len(words) == 2 and words[1].isdigit():
+        if words[0] == "run" and len(words) == 2 and words[1].isdigit() and int(words[1]) > 0:
             print(json.dumps({"times": measure(step, 0, int(words[1]))}), flush=True)
         else:
             print(json.dumps({"error": f"unknown command {line.strip()!r}"}), flush=True)

@@ -1,7 +1,8 @@
 """The seed model's training step in TensorFlow 2 on the CPU, one tf.function (graph mode) or
 one tf.function(jit_compile=True) (XLA): forward, loss (cross-entropy + tf.nn.l2_loss weight
 decay), tf.GradientTape gradients, Momentum 0.9 Nesterov update (TensorFlow's formula) of the
-variables. Threads: intra-op --threads, inter-op 1. Prints one JSON line (common.emit), or serves bench/run's race (--serve)."""
+variables. Threads: intra-op --threads, inter-op 1. Prints one JSON line (common.emit), or serves
+bench/run's race (--serve)."""
 import os
 
 import common

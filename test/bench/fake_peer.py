@@ -1,6 +1,6 @@
 """A stand-in CPU peer for bench.race (test/bench/race_test.py): serves bench/peers/common.py's
-race protocol with a "training step" that sleeps --mode seconds and returns a falling loss (or,
-with --mode nan, a NaN: its sanity check fails)."""
+race protocol with a "training step" that sleeps $FAKE_PEER_SLEEP seconds and returns a falling
+loss (--mode sleep), or returns NaN (--mode nan: its sanity check fails)."""
 import itertools
 import math
 import os
@@ -10,14 +10,15 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "peers"))
 import common  # noqa: E402
 
-args = common.parse_args(["0.001", "1.0", "nan"])
+args = common.parse_args(["sleep", "nan"])
 count = itertools.count()
+pause = float(os.environ.get("FAKE_PEER_SLEEP", "0.001"))
 
 
 def step():
     if args.mode == "nan":
         return math.nan
-    time.sleep(float(args.mode))
+    time.sleep(pause)
     return 3.0 - 0.01 * next(count)
 
 
