@@ -50,6 +50,12 @@ struct fixed_batch {
     for (auto& l : labels)
       l = static_cast<std::int32_t>(rng() % 10);
   }
+  /// One run of session s on this batch, fetching `fetches`.
+  template <class S, class... F>
+  auto run(S& s, F... fetches) const {
+    return s.run(ty::fetch(fetches...), ty::feed(mnist::images, images),
+                 ty::feed(mnist::labels, labels));
+  }
 };
 
 enum class mode { forward, train, traced, bf16, saved16 };
@@ -60,9 +66,6 @@ constexpr auto train_saved16 =
 template <mode M>
 void step(benchmark::State& state) {
   const fixed_batch data;
-  const auto& images = data.images;
-  const auto& labels = data.labels;
-
   ty::trace_recorder rec(ty::trace_recorder::options{.skip = 1});
   auto opts = bench_options();
   if constexpr (M == mode::traced)
@@ -80,14 +83,10 @@ void step(benchmark::State& state) {
   }();
   s.initialize(train);
   const auto run = [&] {
-    const auto feeds = [&](auto... fetches) {
-      return s.run(ty::fetch(fetches...), ty::feed(mnist::images, images),
-                   ty::feed(mnist::labels, labels));
-    };
     if constexpr (M != mode::forward)
-      return feeds(mnist::total_loss, train);
+      return data.run(s, mnist::total_loss, train);
     else
-      return feeds(mnist::total_loss);
+      return data.run(s, mnist::total_loss);
   };
   if (!std::isfinite(std::get<0>(run()).item()))
     return state.SkipWithError("the loss is not finite");
@@ -143,10 +142,7 @@ int serve() {
   ty::session s(bench_options());
   s.initialize(mnist::train_op);
   const auto step = [&] {
-    return std::get<0>(s.run(ty::fetch(mnist::total_loss, mnist::train_op),
-                             ty::feed(mnist::images, data.images),
-                             ty::feed(mnist::labels, data.labels)))
-        .item();
+    return std::get<0>(data.run(s, mnist::total_loss, mnist::train_op)).item();
   };
   std::string losses;
   double first = 0, last = 0;
