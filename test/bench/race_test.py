@@ -4,7 +4,7 @@ executable). Checks the protocol of train_step --serve (a ready line with a fall
 turns, errors for malformed commands), that run_race() records a median step for every
 contestant in every round, and race_table()'s verdict: typeflow's step beats a peer that sleeps
 ten times its longest step, loses to one that sleeps 1 ms, and a peer whose sanity check fails is
-never the fastest."""
+never the fastest; and bench/race.py (the race alone, its peers from any interpreter)."""
 import importlib.machinery
 import importlib.util
 import json
@@ -97,4 +97,34 @@ if slow:
 fast = race(0.001, False)
 check(fast is not None and run.race_table(fast)[1] is False,
       "typeflow loses to a peer 1 ms a step")
+
+# bench/race.py: the race alone, its peers from any interpreter. The "PyTorch interpreter" here
+# is a wrapper that runs the sleeping stand-in whatever script it is given, and only with the
+# PYTHONPATH --pythonpath gives it.
+with tempfile.TemporaryDirectory() as tmp:
+    tmp = pathlib.Path(tmp)
+    wrapper = tmp / "python"
+    fake = ROOT / "test" / "bench" / "fake_peer.py"
+    wrapper.write_text(f"#!/bin/sh\n[ \"$PYTHONPATH\" = {tmp} ] || exit 7\n"
+                       f"exec {sys.executable} {fake} --threads 1 --serve --mode sleep\n")
+    wrapper.chmod(0o755)
+    env = dict(os.environ, FAKE_PEER_SLEEP=str(2 * longest))
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "race.py"), "--train-step",
+                           str(train_step), "--python", f"torch={wrapper}", "--pythonpath",
+                           f"torch={tmp}", "--peers", "torch-eager", "--threads", "1",
+                           "--rounds", "1", "--out", str(tmp / "out")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    got = json.loads((tmp / "out" / "race.json").read_text()) if (
+        tmp / "out" / "race.json").exists() else {}
+    check(done.returncode == 0, f"race.py exits 0 when typeflow wins (got {done.returncode}: "
+          f"{done.stderr[-2000:]})")
+    check(set(got.get("contestants", {})) == {"typeflow", "torch-eager"},
+          f"race.py raced typeflow and the chosen peer only (got {set(got.get('contestants', {}))})")
+    check("PyTorch eager" in done.stdout and "PASS" in done.stdout and "family" in done.stdout,
+          "race.py prints the table with the CPU")
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "race.py"), "--train-step",
+                          str(train_step), "--python", "pytorch=/bin/true"],
+                         capture_output=True, text=True, timeout=60)
+    check(bad.returncode != 0 and "ENV=VALUE" in bad.stderr,
+          f"race.py rejects an unknown environment (got {bad.returncode}: {bad.stderr[-300:]})")
 sys.exit(1 if failures else 0)
