@@ -630,20 +630,34 @@ inline void onednn_conv2d_backprop_input(onednn_cache& cache, thread_pool& pool,
 }
 
 /// dw = the filter gradient of a convolution given x and dy (HWIO); `partial` holds
-/// conv_parts filters.
+/// conv_parts filters. The slabs' partial gradients stay in the layout oneDNN writes them in
+/// (usually a blocked one) when every slab's primitive writes the same one: they are summed
+/// there, in slab order, and the sum alone is reordered to HWIO (one reorder, not one per
+/// slab). A reorder copies values, so the bits are those of summing reordered partials.
 inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool, const float* x,
                                           const float* dy, const window2d& g, float* partial,
                                           float* dw) {
   using namespace onednn;
   const std::int64_t parts = slabs(g.n), size = g.patch() * g.o;
+  const primitive& first = cache.conv_backward_weights(slab(g, 0, slab_begin(g.n, 1)));
+  const primitive& last = cache.conv_backward_weights(slab(g, slab_begin(g.n, parts - 1), g.n));
+  const bool blocked = first.reorder && equal(first.w, last.w);
+  // The floats of one slab's partial gradient, padding included, and where they go.
+  const std::int64_t stride =
+      blocked ? static_cast<std::int64_t>(bytes(first.w) / sizeof(float)) : size;
+  std::unique_ptr<float[]> own;
+  if (stride > size) { // a padded layout: partial is too small
+    own.reset(new float[static_cast<std::size_t>(parts * stride)]);
+    partial = own.get();
+  }
   for_each_slab(
       cache, pool, g, nullptr,
       [&](const window2d& s) -> const primitive& { return cache.conv_backward_weights(s); },
       [&](const primitive& p, const conv_entry& e, const float*, std::int64_t b0, std::int64_t q) {
-        float* out = partial + q * size;
-        std::unique_ptr<float[]> blocked;
-        if (p.reorder)
-          blocked.reset(new float[bytes(p.w) / sizeof(float) + 1]);
+        float* out = partial + q * stride;
+        std::unique_ptr<float[]> tmp; // this slab's gradient in p's layout, when not kept so
+        if (p.reorder && !blocked)
+          tmp.reset(new float[bytes(p.w) / sizeof(float) + 1]);
         const std::int64_t images = e.src.dims[0];
         input_buffer xb, db;
         const void* xs = input_for(cache, x + b0 * g.h * g.w * g.c, images * g.h * g.w * g.c, xb);
@@ -651,20 +665,23 @@ inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool
             input_for(cache, dy + b0 * g.oh * g.ow * g.o, images * g.oh * g.ow * g.o, db);
         execute(p, {{DNNL_ARG_SRC, &e.src_in, xs},
                     {DNNL_ARG_DIFF_DST, &e.dst_in, ds},
-                    {DNNL_ARG_DIFF_WEIGHTS, &p.w, blocked ? blocked.get() : out}});
-        if (p.reorder)
-          execute(*p.reorder, {{DNNL_ARG_FROM, &p.w, blocked.get()}, {DNNL_ARG_TO, &e.hwio, out}});
+                    {DNNL_ARG_DIFF_WEIGHTS, &p.w, tmp ? tmp.get() : out}});
+        if (tmp)
+          execute(*p.reorder, {{DNNL_ARG_FROM, &p.w, tmp.get()}, {DNNL_ARG_TO, &e.hwio, out}});
       });
-  if (parts == 1) {
-    std::copy_n(partial, size, dw);
-    return;
-  }
-  for (std::int64_t i = 0; i < size; ++i) {
-    float acc = partial[i];
-    for (std::int64_t q = 1; q < parts; ++q)
-      acc += partial[q * size + i];
-    dw[i] = acc;
-  }
+  // The sum in slab order, into dw (HWIO) or, blocked, into the first slab's partial.
+  float* sum = blocked ? partial : dw;
+  pool.parallel_for(stride, 4096, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      float acc = partial[i];
+      for (std::int64_t q = 1; q < parts; ++q)
+        acc += partial[q * stride + i];
+      sum[i] = acc;
+    }
+  });
+  if (blocked)
+    execute(*first.reorder, {{DNNL_ARG_FROM, &first.w, partial},
+                             {DNNL_ARG_TO, &cache.conv(slab(g, 0, slab_begin(g.n, 1))).hwio, dw}});
 }
 
 /// C[m,n] = op(A) op(B) (row strides lda, ldb, ldc) on the calling thread; with an epilogue
