@@ -99,32 +99,43 @@ check(fast is not None and run.race_table(fast)[1] is False,
       "typeflow loses to a peer 1 ms a step")
 
 # bench/race.py: the race alone, its peers from any interpreter. The "PyTorch interpreter" here
-# is a wrapper that runs the sleeping stand-in whatever script it is given, and only with the
-# PYTHONPATH --pythonpath gives it.
+# is a wrapper, named without a path (found on PATH), that runs the sleeping stand-in whatever
+# script it is given, and only with the PYTHONPATH --pythonpath gives it and no GPU visible.
 with tempfile.TemporaryDirectory() as tmp:
     tmp = pathlib.Path(tmp)
-    wrapper = tmp / "python"
+    (tmp / "bin").mkdir()
+    wrapper = tmp / "bin" / "stand-in-python"
     fake = ROOT / "test" / "bench" / "fake_peer.py"
-    wrapper.write_text(f"#!/bin/sh\n[ \"$PYTHONPATH\" = {tmp} ] || exit 7\n"
-                       f"exec {sys.executable} {fake} --threads 1 --serve --mode sleep\n")
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"case \"$PYTHONPATH\" in {tmp} | {tmp}:*) ;; *) exit 7 ;; esac\n"
+        "[ -z \"$CUDA_VISIBLE_DEVICES\" ] && [ \"$JAX_PLATFORMS\" = cpu ] || exit 8\n"
+        f"exec {sys.executable} {fake} --threads 1 --serve --mode sleep\n")
     wrapper.chmod(0o755)
-    env = dict(os.environ, FAKE_PEER_SLEEP=str(2 * longest))
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "race.py"), "--train-step",
-                           str(train_step), "--python", f"torch={wrapper}", "--pythonpath",
-                           f"torch={tmp}", "--peers", "torch-eager", "--threads", "1",
-                           "--rounds", "1", "--out", str(tmp / "out")],
+    env = dict(os.environ, FAKE_PEER_SLEEP=str(2 * longest),
+               PATH=f"{tmp / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+               CUDA_VISIBLE_DEVICES="0", JAX_PLATFORMS="cuda")
+    out = tmp / "bench"  # an OUT that looks like a build folder: its train_step stays
+    out.mkdir()
+    (out / "train_step").write_text("not a symlink")
+    race_py = [sys.executable, str(ROOT / "bench" / "race.py"), "--train-step", str(train_step)]
+    done = subprocess.run(race_py + ["--python", "torch=stand-in-python", "--pythonpath",
+                                     f"torch={tmp}", "--peers", "torch-eager", "--threads",
+                                     "1", "--rounds", "1", "--out", str(tmp)],
                           capture_output=True, text=True, env=env, timeout=300)
-    got = json.loads((tmp / "out" / "race.json").read_text()) if (
-        tmp / "out" / "race.json").exists() else {}
+    got = json.loads((tmp / "race.json").read_text()) if (tmp / "race.json").exists() else {}
     check(done.returncode == 0, f"race.py exits 0 when typeflow wins (got {done.returncode}: "
           f"{done.stderr[-2000:]})")
-    check(set(got.get("contestants", {})) == {"typeflow", "torch-eager"},
-          f"race.py raced typeflow and the chosen peer only (got {set(got.get('contestants', {}))})")
+    check(set(got.get("contestants", {})) == {"typeflow", "torch-eager"} and "cpu" in got,
+          "race.py raced typeflow and the chosen peer only, and names the CPU (got "
+          f"{sorted(got.get('contestants', {}))}, cpu {got.get('cpu')})")
     check("PyTorch eager" in done.stdout and "PASS" in done.stdout and "family" in done.stdout,
           "race.py prints the table with the CPU")
-    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "race.py"), "--train-step",
-                          str(train_step), "--python", "pytorch=/bin/true"],
-                         capture_output=True, text=True, timeout=60)
-    check(bad.returncode != 0 and "ENV=VALUE" in bad.stderr,
-          f"race.py rejects an unknown environment (got {bad.returncode}: {bad.stderr[-300:]})")
+    check((out / "train_step").read_text() == "not a symlink", "race.py leaves OUT's files alone")
+    for argv, says in ((["--python", "pytorch=/bin/true"], "ENV=VALUE"),
+                       (["--python", "torch=no-such-python-here"], "no such interpreter")):
+        bad = subprocess.run(race_py + argv, capture_output=True, text=True, env=env, timeout=60)
+        check(bad.returncode != 0 and says in bad.stderr,
+              f"race.py {' '.join(argv)}: an error that says {says!r} (got {bad.returncode}: "
+              f"{bad.stderr[-300:]})")
 sys.exit(1 if failures else 0)
