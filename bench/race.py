@@ -10,8 +10,9 @@ PYTHONPATH.
 ENV is torch, jax or tf (bench/run's environments venv-torch, venv-jax, venv-tf); INTERPRETER a
 Python that can import that framework, a command on PATH or a path (default: the environment's
 own, under .deps/); DIR is put in front of that interpreter's PYTHONPATH. As in bench/run, the
-peers see no GPU (CUDA_VISIBLE_DEVICES empty, JAX_PLATFORMS=cpu). KEY is one of bench/run's peers (torch-eager, torch-compile,
-jax-jit, tf-graph, tf-xla; default all whose interpreter exists). The race itself, its rules and
+peers see no GPU (CUDA_VISIBLE_DEVICES empty, JAX_PLATFORMS=cpu). KEY is one of bench/run's
+peers (torch-eager, torch-compile, jax-jit, tf-graph, tf-xla; default all whose interpreter
+exists). The race itself, its rules and
 its table are bench/run's (run_race, race_table): this script only chooses the contestants.
 Writes OUT/race.json and OUT/race.log and prints the table, with the CPU it ran on, as Markdown.
 Exit status 0 when typeflow won by the median ratio over the rounds, 1 when it did not, 2 when
@@ -22,7 +23,6 @@ import importlib.util
 import json
 import os
 import pathlib
-import re
 import shlex
 import shutil
 import stat
@@ -41,13 +41,11 @@ def load_bench_run():
     return module
 
 
-def cpu_name() -> str:
+def cpu_name(run) -> str:
     try:
-        info = pathlib.Path("/proc/cpuinfo").read_text()
+        return run.cpu_label(pathlib.Path("/proc/cpuinfo").read_text())
     except OSError:
         return "an unknown CPU"
-    get = lambda key: (re.search(rf"^{key}\s*:\s*(.*)$", info, re.M) or [None, "?"])[1]  # noqa
-    return f"{get('model name')} (family {get('cpu family')} model {get('model')})"
 
 
 def pairs(values: list, what: str) -> dict:
@@ -124,18 +122,17 @@ def main() -> int:
         race = {}
         if (work / "race.json").exists():
             race = json.loads((work / "race.json").read_text())
-            race.update(cpu=cpu_name(), threads=args.threads, train_step=str(train_step),
+            race.update(cpu=cpu_name(run), threads=args.threads, train_step=str(train_step),
                         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
             (out / "race.json").write_text(json.dumps(race, indent=2) + "\n")
         if (work / "race.log").exists():
             shutil.copyfile(work / "race.log", out / "race.log")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    rows, verdict = run.race_table(race)
-    print(f"The race on {args.threads} CPUs of {cpu_name()}, {race.get('rounds', 0)} rounds of "
-          f"{race.get('steps', 0)} steps (raw figures: {out / 'race.json'})\n")
-    print("\n".join(run.table(["case", "ms/step", "typeflow ÷", "lowest – highest",
-                               "rounds won", "target"], rows, "lrrrrl")))
+    lines, verdict = run.race_markdown(race)
+    print(f"The race on {args.threads} CPUs of {cpu_name(run)}, {race.get('rounds', 0)} rounds "
+          f"of {race.get('steps', 0)} steps (raw figures: {out / 'race.json'})\n")
+    print("\n".join(lines))
     return 2 if verdict is None else 0 if verdict else 1
 
 

@@ -25,14 +25,17 @@
 // Compared with PyTorch eager by bench/torch_baselines.py.
 #include "common.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mnist/model.hpp"
 
@@ -113,11 +116,6 @@ BENCHMARK(step<mode::traced>)->Name("typeflow_train_step_traced")->UseRealTime()
 BENCHMARK(step<mode::bf16>)->Name("typeflow_train_step_bf16")->UseRealTime();
 BENCHMARK(step<mode::saved16>)->Name("typeflow_train_step_saved16")->UseRealTime();
 
-/// A loss as JSON: null when it is not finite (JSON has no NaN).
-std::string json_number(double v) {
-  return std::isfinite(v) ? std::to_string(v) : "null";
-}
-
 /// `line` without the blanks around it.
 std::string_view trimmed(std::string_view line) {
   const auto first = line.find_first_not_of(" \t\r");
@@ -144,40 +142,37 @@ int serve() {
   const auto step = [&] {
     return std::get<0>(data.run(s, mnist::total_loss, mnist::train_op)).item();
   };
-  std::string losses;
-  double first = 0, last = 0;
-  bool finite = true;
-  for (int i = 0; i < 5; ++i) { // the peers' sanity check: finite, and falling over 5 steps
-    const double loss = step();
-    finite = finite && std::isfinite(loss);
-    (i == 0 ? first : last) = loss;
-    losses += (i ? ", " : "") + json_number(loss);
-  }
-  const bool ok = finite && last < first;
+  std::vector<double> losses; // the peers' sanity check: finite, and falling over 5 steps
+  for (int i = 0; i < 5; ++i)
+    losses.push_back(step());
+  const bool finite = std::ranges::all_of(losses, [](double l) { return std::isfinite(l); });
+  const bool ok = finite && losses.back() < losses.front();
   for (int i = 0; i < 5; ++i)
     step();
-  const char* const yes_no[] = {"false", "true"};
-  std::cout << "{\"ready\": true, \"peer\": \"typeflow\", \"sanity\": {\"losses\": [" << losses
-            << "], \"finite\": " << yes_no[finite] << ", \"decreasing\": " << yes_no[ok]
-            << "}, \"ok\": " << yes_no[ok] << ", \"threads\": " << bench_threads() << "}"
-            << std::endl;
+  // (nlohmann's dump writes a non-finite loss as null: JSON has no NaN.)
+  const nlohmann::json ready = {
+      {"ready", true},
+      {"peer", "typeflow"},
+      {"sanity", {{"losses", losses}, {"finite", finite}, {"decreasing", ok}}},
+      {"ok", ok},
+      {"threads", bench_threads()}};
+  std::cout << ready.dump() << std::endl;
   for (std::string line; std::getline(std::cin, line);) {
     const std::string_view command = trimmed(line);
     if (command.empty() || command == "quit")
       break;
     const std::size_t n = turn_steps(command);
     if (n == 0) {
-      std::cout << "{\"error\": \"unknown command\"}" << std::endl;
+      std::cout << nlohmann::json{{"error", "unknown command"}}.dump() << std::endl;
       continue;
     }
-    std::string times;
+    std::vector<double> times;
     for (std::size_t i = 0; i < n; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       step();
-      const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
-      times += (i ? ", " : "") + std::to_string(dt.count());
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::cout << "{\"times\": [" << times << "]}" << std::endl;
+    std::cout << nlohmann::json{{"times", times}}.dump() << std::endl;
   }
   return 0;
 }

@@ -639,7 +639,8 @@ inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool
                                           float* dw) {
   using namespace onednn;
   const std::int64_t parts = slabs(g.n), size = g.patch() * g.o;
-  const primitive& first = cache.conv_backward_weights(slab(g, 0, slab_begin(g.n, 1)));
+  const window2d first_slab = slab(g, 0, slab_begin(g.n, 1));
+  const primitive& first = cache.conv_backward_weights(first_slab);
   const primitive& last = cache.conv_backward_weights(slab(g, slab_begin(g.n, parts - 1), g.n));
   const bool blocked = first.reorder && equal(first.w, last.w);
   // The floats of one slab's partial gradient, padding included, and where they go.
@@ -680,8 +681,8 @@ inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool
     }
   });
   if (blocked)
-    execute(*first.reorder, {{DNNL_ARG_FROM, &first.w, partial},
-                             {DNNL_ARG_TO, &cache.conv(slab(g, 0, slab_begin(g.n, 1))).hwio, dw}});
+    execute(*first.reorder,
+            {{DNNL_ARG_FROM, &first.w, partial}, {DNNL_ARG_TO, &cache.conv(first_slab).hwio, dw}});
 }
 
 /// C[m,n] = op(A) op(B) (row strides lda, ldb, ldc) on the calling thread; with an epilogue
