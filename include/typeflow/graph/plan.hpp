@@ -200,7 +200,9 @@ struct node_facts_t {
       placeholder{}, variable{}, group{};
   std::array<epilogue_role, size> epilogue{};
   std::array<bool, size> fused_input{}, pieces{}, products{}, stored{}, reduction{};
-  std::array<unsigned, size> shape_only{}; ///< bit k: operand k is read for its shape only
+  /// shape_only[e]: edge e's reader reads only its operand's shape (an op's mask names its
+  /// first 32 operands; an operand past those is read for its values).
+  std::array<bool, n_edges + 1> shape_only{};
   /// after_reduce[i]: node i reads an all-reduce point (replica_mean), maybe not directly: in a
   /// replicated session it runs once, after the towers (device/replication.hpp's `once`).
   std::array<bool, size> after_reduce{};
@@ -389,19 +391,21 @@ private:
     f.placeholder = {is_placeholder_t<node<I>>::value...};
     f.variable = {is_variable_t<node<I>>::value...};
     f.group = {(node<I>::op::kind == node_kind::group)...};
+    const unsigned shape_only[] = {shape_only_operands<typename node<I>::op>()..., 0u};
     std::size_t e = 0;
     for (std::size_t i = 0; i < size; ++i) {
       f.no_buffer[i] = f.placeholder[i] || f.variable[i] || f.group[i];
       f.edge_begin[i] = e;
-      for (std::size_t c = 0; c < n_kids[i]; ++c)
+      for (std::size_t c = 0; c < n_kids[i]; ++c) {
+        f.shape_only[e] = c < 32 && ((shape_only[i] >> c) & 1u) != 0;
         f.edges[e++] = kids[i][c];
+      }
     }
     f.edge_begin[size] = e;
     f.epilogue = {epilogue_role_of<typename node<I>::op>()...};
     f.fused_input = {reads_fused_input<typename node<I>::op>()...};
     f.pieces = {writes_in_pieces<typename node<I>::op>()...};
     f.stored = {always_stored<typename node<I>::op>()...};
-    f.shape_only = {shape_only_operands<typename node<I>::op>()...};
     f.products = {follows_precision<typename node<I>::op>()...};
     f.reduction = {(node<I>::op::kind == node_kind::reduction)...};
     const bool all_reduce[] = {is_all_reduce_op<typename node<I>::op>()..., false};
@@ -562,8 +566,7 @@ private:
           }
           L.edge_kind[e] = 2;
           L.edge_pos[e] = mark_pos[slot];
-          auto& last =
-              (f.shape_only[i] >> (e - f.edge_begin[i])) & 1u ? shape_last[slot] : L.last_use[slot];
+          auto& last = f.shape_only[e] ? shape_last[slot] : L.last_use[slot];
           last = (last == none || last < r) ? r : last;
         }
       }
@@ -935,7 +938,7 @@ private:
       std::size_t h = 0;
       for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
         const std::int64_t in = elements(f.edges[e]);
-        shrinks = shrinks || (!((f.shape_only[j] >> (e - f.edge_begin[j])) & 1u) && in > out);
+        shrinks = shrinks || (!f.shape_only[e] && in > out);
       }
       for (std::size_t i = L.input_begin[j]; i < L.input_begin[j + 1]; ++i)
         h = std::max(h, ready(L.input_nodes[i], j));
@@ -1003,8 +1006,8 @@ private:
       const std::size_t r = runs_at[L.root[n]]; // where n's loop reads its operands' values
       for (std::size_t e = f.edge_begin[n]; e < f.edge_begin[n + 1]; ++e) {
         const std::size_t k = f.edges[e], s = edge_slot(e);
-        if ((f.shape_only[n] >> (e - f.edge_begin[n])) & 1u || L.root[k] == none ||
-            (L.root[k] == L.root[n] && s == k) || !affected[s])
+        if (f.shape_only[e] || L.root[k] == none || (L.root[k] == L.root[n] && s == k) ||
+            !affected[s])
           continue;
         if (!seen[s] || L.position[r] > L.position[L.last_use[s]]) {
           L.last_use[s] = r;
