@@ -160,7 +160,7 @@ void check_chain() {
   constexpr auto gx = ty::grad(ty::max_pool<ty::padding::same, K, K, S, S>(y), x, dy);
   // The pool's gradient, where(y > 0, pg, zeros_like(pg))'s second operand: fetched too, it is
   // materialized.
-  constexpr auto pg = typename second_operand<std::remove_cvref_t<decltype(gx)>>::type{};
+  constexpr auto pg = typename second_operand<ty::def_t<std::remove_cvref_t<decltype(gx)>>>::type{};
   static_assert(
       std::is_same_v<typename decltype(pg)::op,
                      ty::ops::pool_grad<ty::ops::pool_kind::max, ty::padding::same, K, K, S, S>>);

@@ -224,20 +224,19 @@ struct backprop {
     using type = zero_t;
   };
 
-  template <class N, std::size_t S, class G>
+  template <class N, std::size_t S, class G, class Def = def_t<N>>
   struct contribution {
     using type = zero_t;
   };
-  template <class Op, class... Cs, std::size_t S, class G>
-  requires(!std::is_same_v<G, zero_t>) struct contribution<expr<Op, Cs...>, S, G> {
+  template <class N, class Op, class... Cs, std::size_t S, class G>
+  requires(!std::is_same_v<G, zero_t>) struct contribution<N, S, G, expr<Op, Cs...>> {
     static consteval auto apply() {
       if constexpr (!has_rule<Op>) {
         using invalid [[maybe_unused]] = reject<no_rule_message<Op>>;
         return zero_t{};
       } else {
-        return grad_rule<Op>::template vjp<S>(
-            typename saved_value<Save, Op, expr<Op, Cs...>>::type{}, G{},
-            typename saved_value<Save, Op, Cs>::type{}...);
+        return grad_rule<Op>::template vjp<S>(typename saved_value<Save, Op, N>::type{}, G{},
+                                              typename saved_value<Save, Op, Cs>::type{}...);
       }
     }
     using type = decltype(apply());
@@ -359,7 +358,9 @@ consteval auto grad(Y y, Args... args) {
   static_assert(sizeof...(Args) >= 1, "grad: name at least one expression to differentiate by");
   using Last = typename detail::last_of<Args...>::type;
   constexpr bool wrapped = detail::is_seed<Last>::value;
-  if constexpr ((wrapped || Y::shape_type::rank > 0) && sizeof...(Args) < 2) {
+  if constexpr (any_invalid<Y, Args...>) { // an earlier mistake, reported already
+    return invalid_expr{};
+  } else if constexpr ((wrapped || Y::shape_type::rank > 0) && sizeof...(Args) < 2) {
     using invalid [[maybe_unused]] = detail::reject<detail::grad_seed_message<Y, void>>;
     return invalid_expr{};
   } else if constexpr (wrapped || Y::shape_type::rank > 0) {

@@ -130,17 +130,124 @@ struct rule_result {
 
 struct expr_tag {};
 
-/// A node of the graph. Empty, literal, and fully described by its type.
+/// A node's definition: its op and its operands. Empty, literal, and fully described by its
+/// type. A leaf (a placeholder, a variable, a constant) is its own node type; any other node is a
+/// node_ref (below) whose definition this is, so that an operand is named by a number and no
+/// node type spells its subgraph.
 template <class Op, class... Cs>
 struct expr : expr_tag {
   using op = Op;
   using children = type_list<Cs...>;
+  using definition = expr;
   using value_type = typename Op::template value_type<Cs...>;
   using shape_type = shape_from<Op::rule(Cs::shape_type::dims...).dims>;
   // No static data members here: each would be a variable whose mangled name spells out the
   // whole subgraph (g++ mangles them all, cubic in the graph). Dims, rank and kind are
   // shape_type::dims, shape_type::rank and op::kind.
 };
+
+/// The definition (expr<Op, Operands...>) of node N: N itself for a leaf, what a node_ref
+/// names otherwise. Specializations that look inside a node match def_t<N>, never N.
+template <class N>
+using def_t = typename N::definition;
+
+// ---------------------------------------------------------------------------------------------
+// Node identities (DESIGN.md, principle 1). A node that has operands is `node_ref<H>`, where H
+// is a 64-bit hash of its op's type and its operands' identities (hash-consing: the same op on
+// the same operands is the same type, so common subexpressions are one node). The definition
+// is found again from H through a function that make_node defines as it first makes the node
+// (a friend of a class template that it instantiates: the registry is the set of those
+// friends). A node type is so a number whatever the graph below it, and types, symbols, debug
+// information and diagnostics grow with the number of distinct nodes, not with the size of
+// the unshared tree. Two different definitions with one hash would be a redefinition error,
+// never a silent mix-up.
+//
+// nvcc keeps the nested form (make_node returns the expr itself): its host pass is g++ compiling
+// cudafe++'s output while its device pass is EDG, and the two would hash the op's name
+// differently. Its device pass names nodes through graph/traverse.hpp's opaque keys instead.
+#if defined(__CUDACC__)
+#define TYPEFLOW_NODE_REFS 0
+#else
+#define TYPEFLOW_NODE_REFS 1
+#endif
+
+namespace detail {
+/// 64-bit FNV-1a of the compiler's spelling of T (the op's type: its name and attributes).
+template <class T>
+consteval std::uint64_t type_hash() {
+  const std::string_view s = __PRETTY_FUNCTION__;
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+} // namespace detail
+
+#if TYPEFLOW_NODE_REFS
+namespace detail {
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wnon-template-friend"
+#endif
+/// The registry's key: node_def(node_key<H>{}) returns node H's definition once make_node has
+/// made the node.
+template <std::uint64_t H>
+struct node_key {
+  friend constexpr auto node_def(node_key);
+};
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+template <std::uint64_t H, class Def>
+struct node_entry {
+  friend constexpr auto node_def(node_key<H>) { return Def{}; }
+};
+} // namespace detail
+
+/// A node with operands, named by its identity H. It is its definition (it derives from
+/// expr<Op, Operands...>), so `N::op`, `N::children`, `N::value_type` and `N::shape_type` read
+/// the same on every node type.
+template <std::uint64_t H>
+struct node_ref : decltype(node_def(detail::node_key<H>{})) {};
+#endif
+
+namespace detail {
+/// A node's identity: H for node_ref<H>, its type's hash for a leaf.
+template <class N>
+struct node_hash : std::integral_constant<std::uint64_t, type_hash<N>()> {};
+#if TYPEFLOW_NODE_REFS
+template <std::uint64_t H>
+struct node_hash<node_ref<H>> : std::integral_constant<std::uint64_t, H> {};
+#endif
+template <class Op, class... Cs>
+consteval std::uint64_t combined_hash() {
+  std::uint64_t h = type_hash<Op>() ^ (sizeof...(Cs) * 0x9e3779b97f4a7c15ull);
+  ((h = (h ^ node_hash<Cs>::value) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull, h ^= h >> 29), ...);
+  return h;
+}
+} // namespace detail
+
+/// The node type of op Op on operands Cs (node types themselves), made without checks: what
+/// make_node returns once its checks pass, and what a transformation that rebuilds a node with
+/// other operands uses.
+template <class Op, class... Cs>
+consteval auto intern_node() {
+#if TYPEFLOW_NODE_REFS
+  if constexpr (sizeof...(Cs) == 0) {
+    return expr<Op>{};
+  } else {
+    constexpr std::uint64_t h = detail::combined_hash<Op, Cs...>();
+    (void)detail::node_entry<h, expr<Op, Cs...>>{};
+    return node_ref<h>{};
+  }
+#else
+  return expr<Op, Cs...>{};
+#endif
+}
+template <class Op, class... Cs>
+using node_t = decltype(intern_node<Op, Cs...>());
 
 /// Any graph node.
 template <class T>
@@ -170,8 +277,35 @@ struct stored_source {
 template <class X>
 using stored_source_t = typename stored_source<X>::type;
 
-/// Returned by a factory whose static_assert failed, so that one mistake gives one error.
-struct invalid_expr : expr_tag {};
+/// Returned by a factory whose static_assert failed, so that one mistake gives one error: every
+/// factory takes it (it is an `expression`) and make_node passes it on, and session::run and
+/// session::initialize do nothing with it, so that a mistake, then used, reports nothing more.
+/// Its members let a factory's body read it as a float scalar.
+struct invalid_op {
+  static constexpr std::string_view name = "invalid";
+  static constexpr node_kind kind = node_kind::leaf;
+};
+struct invalid_expr : expr_tag {
+  using op = invalid_op;
+  using children = type_list<>;
+  using definition = invalid_expr;
+  using value_type = float;
+  using shape_type = shape<>;
+};
+/// What a factory of a training op (minimize) returns after a mistake: a group, so that the
+/// run that fetches it still binds one name per value.
+struct invalid_group_op : invalid_op {
+  static constexpr node_kind kind = node_kind::group;
+};
+struct invalid_group : invalid_expr {
+  using op = invalid_group_op;
+};
+
+template <class T>
+concept expression_or_invalid = expression<T>;
+template <class... T>
+inline constexpr bool any_invalid = (std::is_base_of<invalid_expr, std::remove_cvref_t<T>>::value ||
+                                     ...);
 
 namespace detail {
 
@@ -186,11 +320,17 @@ concept has_weak = requires {
 /// (`cast<T>`, marked `sets_dtype`) or computes another one (a comparison) is strongly typed.
 /// (A class, not a variable template: see expr.)
 template <class E>
-struct weak_t : std::false_type {};
+struct weak_of : std::false_type {};
 template <class E>
 requires has_weak<typename E::op>
-struct weak_t<E> : std::bool_constant<E::op::weak> {
+struct weak_of<E> : std::bool_constant<E::op::weak> {
 };
+template <class E>
+struct weak_t : weak_of<E> {};
+#if TYPEFLOW_NODE_REFS
+template <std::uint64_t H>
+struct weak_t<node_ref<H>> : weak_of<typename node_ref<H>::definition> {};
+#endif
 /// Ops whose result dtype is their own choice (cast<T>).
 template <class Op>
 concept op_sets_dtype = requires {
@@ -198,7 +338,7 @@ concept op_sets_dtype = requires {
 };
 template <class Op, class... Cs>
 requires(!has_weak<Op> && Op::kind == node_kind::elementwise && sizeof...(Cs) > 0 &&
-         !op_sets_dtype<Op>) struct weak_t<expr<Op, Cs...>>
+         !op_sets_dtype<Op>) struct weak_of<expr<Op, Cs...>>
     : std::bool_constant<(weak_t<Cs>::value && ...) &&
                          std::is_same_v<typename expr<Op, Cs...>::value_type, double>> {
 };
@@ -337,7 +477,7 @@ struct half_kernel_message {
 template <class Op, class... Cs>
 consteval auto make_node() {
   static_assert(op_contract<Op>, "make_node: the op lacks `name` or `kind` (see ops/contract.hpp)");
-  if constexpr ((std::is_same<Cs, invalid_expr>::value || ...)) {
+  if constexpr (any_invalid<Cs...>) {
     return invalid_expr{};
   } else if constexpr (!op_contract_for<Op, Cs...>) {
     static_assert(op_contract_for<Op, Cs...>, "make_node: the op's dtype_error<...>() or "
@@ -358,7 +498,7 @@ consteval auto make_node() {
     using first = std::tuple_element_t<0, std::tuple<Cs...>>;
     return expr<typename first::op::template with_bits<detail::folded_bits<Op, Cs...>()>>{};
   } else {
-    return expr<Op, Cs...>{};
+    return intern_node<Op, Cs...>();
   }
 }
 

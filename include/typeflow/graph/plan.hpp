@@ -4,8 +4,10 @@
 // node indices (children lists, consumers, roots, last uses), linear in nodes plus edges, and the
 // results are turned back into types only where a kernel needs them.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +49,67 @@ struct index_map<type_list<Ns...>, std::index_sequence<I...>> : indexed<Ns, I>..
 // sharing of a graph when a deduction through the index map fails.
 template <class Map, class N>
 using has_node = std::is_base_of<present<std::remove_cvref_t<N>>, Map>;
+
+#if TYPEFLOW_NODE_REFS
+/// The index of a plan's nodes by identity (graph/node.hpp's node_hash): a position is found by
+/// a binary search over the sorted identities, and the node at a position from its identity
+/// through the registry, so that each look-up costs O(log n) steps of constant evaluation
+/// instead of overload resolution among n candidates (a quadratic plan).
+struct hash_entry {
+  std::uint64_t hash = 0;
+  std::size_t index = 0;
+};
+template <class List>
+struct hash_index;
+template <class... Ns>
+struct hash_index<type_list<Ns...>> {
+  static constexpr std::size_t size = sizeof...(Ns);
+  static constexpr std::array<std::uint64_t, size> hashes{
+      typeflow::detail::node_hash<Ns>::value...};
+  static constexpr std::array<hash_entry, size> sorted = [] {
+    std::array<hash_entry, size> a{};
+    for (std::size_t i = 0; i < size; ++i)
+      a[i] = {hashes[i], i};
+    std::sort(a.begin(), a.end(),
+              [](const hash_entry& x, const hash_entry& y) { return x.hash < y.hash; });
+    return a;
+  }();
+  /// Position of the node with identity h, or size.
+  static constexpr std::size_t find(std::uint64_t h) {
+    std::size_t lo = 0, hi = size;
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (sorted[mid].hash < h)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    return lo < size && sorted[lo].hash == h ? sorted[lo].index : size;
+  }
+  /// Leaves enter the registry here (nodes with operands did as make_node made them).
+  static constexpr bool registered[] = {
+      (sizeof(typeflow::detail::node_entry<typeflow::detail::node_hash<Ns>::value, def_t<Ns>>) >
+       0)...,
+      true};
+};
+/// The node whose identity is H: node_ref<H>, or the leaf itself.
+template <std::uint64_t H, bool Registered,
+          class Def = decltype(node_def(typeflow::detail::node_key<H>{}))>
+struct node_of {
+  using type = node_ref<H>;
+};
+template <std::uint64_t H, bool Registered, class Op>
+struct node_of<H, Registered, expr<Op>> {
+  using type = expr<Op>;
+};
+/// index_c of a node that is not in the plan: not a constant expression.
+inline std::size_t node_not_in_plan() {
+  return 0;
+}
+constexpr std::size_t checked_index(std::size_t i, std::size_t size) {
+  return i < size ? i : node_not_in_plan();
+}
+#endif
 
 template <class N>
 struct arity;
@@ -322,6 +385,23 @@ struct plan_impl {
   using nodes = topological_order<detail::unwrap<Fetches>...>;
   static constexpr std::size_t size = nodes::size;
 
+#if TYPEFLOW_NODE_REFS
+private:
+  using map = detail::hash_index<nodes>;
+
+public:
+  /// Position of node N in the topological order: index_c<N>::value.
+  template <class N>
+  using index_c = std::integral_constant<
+      std::size_t,
+      detail::checked_index(map::find(typeflow::detail::node_hash<std::remove_cvref_t<N>>::value),
+                            size)>;
+  /// Whether N is a node of this plan: contains_c<N>::value.
+  template <class N>
+  using contains_c =
+      std::bool_constant<map::find(typeflow::detail::node_hash<std::remove_cvref_t<N>>::value) <
+                         size>;
+#else
 private:
   using map = detail::index_map<nodes, std::make_index_sequence<size>>;
 
@@ -336,10 +416,13 @@ public:
   /// Whether N is a node of this plan: contains_c<N>::value.
   template <class N>
   using contains_c = detail::has_node<map, N>;
+#endif
   /// The nodes as a Boost.Hana sequence of types, in topological order, for introspection:
   /// `hana::for_each(P::nodes_c(), [](auto t) { using N = typename decltype(t)::type; })`.
   /// A function, so that the sequence is instantiated only by those who ask for it.
-  static constexpr auto nodes_c() { return as_hana(static_cast<nodes*>(nullptr)); }
+  static constexpr auto nodes_c() {
+    return as_hana(static_cast<nodes*>(nullptr));
+  }
 
 private:
   template <class... Ns>
@@ -349,8 +432,13 @@ private:
 
 public:
   /// The node at position I.
+#if TYPEFLOW_NODE_REFS
+  template <std::size_t I>
+  using node = typename detail::node_of<map::hashes[I], map::registered[I]>::type;
+#else
   template <std::size_t I>
   using node = decltype(map::node_at(std::integral_constant<std::size_t, I>{}));
+#endif
 
 private:
   template <class L>
@@ -359,7 +447,7 @@ private:
   struct edge_count<type_list<Ns...>> {
     // A loop, not a fold: clang limits a fold expression to 256 operands (-fbracket-depth).
     static constexpr std::size_t value = [] {
-      const std::size_t arity[] = {detail::arity<Ns>::value..., 0};
+      const std::size_t arity[] = {detail::arity<def_t<Ns>>::value..., 0};
       std::size_t n = 0;
       for (std::size_t a : arity)
         n += a;
@@ -368,7 +456,7 @@ private:
   };
   static constexpr std::size_t n_edges = edge_count<nodes>::value;
 
-  template <class N>
+  template <class Def>
   struct child_seq;
   template <class Op, class... Cs>
   struct child_seq<expr<Op, Cs...>> {
@@ -383,8 +471,8 @@ private:
     // Arrays and loops, not a fold over the nodes: clang limits a fold expression to 256
     // operands (-fbracket-depth), and a plan can have thousands of nodes.
     const std::size_t* const kids[] = {
-        detail::seq_values<typename child_seq<node<I>>::type>::value.data()..., nullptr};
-    const std::size_t n_kids[] = {detail::arity<node<I>>::value..., 0};
+        detail::seq_values<typename child_seq<def_t<node<I>>>::type>::value.data()..., nullptr};
+    const std::size_t n_kids[] = {detail::arity<def_t<node<I>>>::value..., 0};
     f.elementwise = {(node<I>::op::kind == node_kind::elementwise)...};
     f.constant = {is_constant_t<node<I>>::value...};
     f.force_root = {is_state_op_t<node<I>>::value...};
@@ -1035,7 +1123,7 @@ private:
   static constexpr std::size_t operand_index(std::size_t i, std::size_t c, std::size_t base) {
     return base == none ? edge_slot(fact.edge_begin[i] + c) : base + c;
   }
-  template <std::size_t I, std::size_t Base, class N = node<I>,
+  template <std::size_t I, std::size_t Base, class N = def_t<node<I>>,
             class Seq = std::make_index_sequence<detail::arity<N>::value>>
   struct flat_of;
   template <std::size_t I, std::size_t Base, class Op, class... Cs, std::size_t... C>

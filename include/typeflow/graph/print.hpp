@@ -13,7 +13,7 @@ concept has_attrs = requires {
   Op::attrs();
 };
 
-template <class E>
+template <class Def>
 struct printer;
 
 template <class Op, class... Cs>
@@ -24,7 +24,7 @@ struct printer<expr<Op, Cs...>> {
     } else {
       std::string s = std::string(Op::name) + "(";
       bool first = true;
-      ((s += (first ? "" : ", ") + printer<Cs>::str(), first = false), ...);
+      ((s += (first ? "" : ", ") + printer<def_t<Cs>>::str(), first = false), ...);
       if constexpr (has_attrs<Op>) {
         const std::string a = Op::attrs();
         if (!a.empty())
@@ -39,7 +39,7 @@ struct printer<expr<Op, Cs...>> {
 /// The readable form of an expression: ops as calls, leaves by name, attributes last.
 template <expression E>
 std::string to_string(E) {
-  return detail::printer<E>::str();
+  return detail::printer<def_t<E>>::str();
 }
 
 } // namespace typeflow

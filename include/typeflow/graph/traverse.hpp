@@ -62,13 +62,19 @@ struct visit_all;
 
 // std::is_base_of (a class), not a variable template: g++ mangles every instantiated variable,
 // and these names hold the whole visited set.
+template <class V, class Def>
+struct visit_operands;
+template <class V, class Op, class... Cs>
+struct visit_operands<V, expr<Op, Cs...>> {
+  using type = typename visit_all<V, Cs...>::type;
+};
 template <class V, class N, bool Seen = std::is_base_of<tag<opaque<N>>, V>::value>
 struct visit {
   using type = V;
 };
-template <class V, class Op, class... Cs>
-struct visit<V, expr<Op, Cs...>, false> {
-  using type = typename visit_all<V, Cs...>::type::template push<expr<Op, Cs...>>;
+template <class V, class N>
+struct visit<V, N, false> {
+  using type = typename visit_operands<V, def_t<N>>::type::template push<N>;
 };
 
 template <class V, class... Cs>

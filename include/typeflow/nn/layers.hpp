@@ -33,12 +33,17 @@ inline constexpr auto layer_biases = variable<Name + fixed_string("/biases"), T,
 template <fixed_string Name, std::int64_t Units, class WInit = glorot_uniform, class BInit = zeros,
           auto Decay = 0.0, expression X>
 consteval auto dense(X x) {
-  using T = typename X::value_type;
-  constexpr std::int64_t in = X::shape_type::dims[X::shape_type::rank - 1];
-  static_assert(in != dyn, "dense: the input's last extent must be static");
-  return typeflow::bias_add(
-      typeflow::matmul(x, layer_weights<Name, T, shape<in, Units>, WInit, Decay>),
-      layer_biases<Name, T, Units, BInit>);
+  if constexpr (any_invalid<X>) { // an earlier mistake, reported already
+    return invalid_expr{};
+  } else {
+    using T = typename X::value_type;
+    static_assert(X::shape_type::rank > 0, "dense: the input is a scalar");
+    constexpr std::int64_t in = X::shape_type::dims[X::shape_type::rank - 1];
+    static_assert(in != dyn, "dense: the input's last extent must be static");
+    return typeflow::bias_add(
+        typeflow::matmul(x, layer_weights<Name, T, shape<in, Units>, WInit, Decay>),
+        layer_biases<Name, T, Units, BInit>);
+  }
 }
 
 /// conv2d_layer<"conv1", 5, 5, 32>(x): conv2d of x [N, H, W, C] with `Name/weights`
@@ -47,12 +52,18 @@ template <fixed_string Name, std::int64_t KH, std::int64_t KW, std::int64_t Filt
           class WInit = glorot_uniform, class BInit = zeros, auto Decay = 0.0,
           padding P = padding::same, std::int64_t Stride = 1, expression X>
 consteval auto conv2d_layer(X x) {
-  using T = typename X::value_type;
-  constexpr std::int64_t c = X::shape_type::dims[X::shape_type::rank - 1];
-  static_assert(c != dyn, "conv2d_layer: the input's channel extent must be static");
-  return typeflow::bias_add(typeflow::conv2d<P, Stride, Stride>(
-                                x, layer_weights<Name, T, shape<KH, KW, c, Filters>, WInit, Decay>),
-                            layer_biases<Name, T, Filters, BInit>);
+  if constexpr (any_invalid<X>) { // an earlier mistake, reported already
+    return invalid_expr{};
+  } else {
+    using T = typename X::value_type;
+    static_assert(X::shape_type::rank == 4, "conv2d_layer: the input is not [N, H, W, C]");
+    constexpr std::int64_t c = X::shape_type::dims[X::shape_type::rank - 1];
+    static_assert(c != dyn, "conv2d_layer: the input's channel extent must be static");
+    return typeflow::bias_add(
+        typeflow::conv2d<P, Stride, Stride>(
+            x, layer_weights<Name, T, shape<KH, KW, c, Filters>, WInit, Decay>),
+        layer_biases<Name, T, Filters, BInit>);
+  }
 }
 
 } // namespace typeflow

@@ -45,10 +45,12 @@ struct save_of<Opt> {
 /// directly or not. Variables (read as they were at the start of the run), constants and what
 /// is computed from them alone (a weight-decay term) are the same in every tower. One
 /// instantiation per node type, one template level per graph level (see graph/traverse.hpp).
+template <class Def>
+struct tower_dependent_def;
 template <class E>
-struct tower_dependent;
+struct tower_dependent : tower_dependent_def<def_t<E>> {};
 template <class Op, class... C>
-struct tower_dependent<expr<Op, C...>>
+struct tower_dependent_def<expr<Op, C...>>
     : std::bool_constant<is_placeholder_t<expr<Op, C...>>::value || draws_per_run<Op>::value ||
                          (tower_dependent<C>::value || ...)> {};
 
@@ -92,10 +94,14 @@ consteval auto apply_updates(Loss loss, type_list<V...>, std::index_sequence<I..
 template <class Opt, class Loss>
 consteval auto minimize(Loss) {
   static_assert(Loss::shape_type::rank == 0, "minimize: the loss must be a scalar");
-  using Vs = trainable_variables_t<Loss>;
-  return []<class... V>(type_list<V...>) {
-    return detail::apply_updates<Opt>(Loss{}, type_list<V...>{}, std::index_sequence_for<V...>{});
-  }(Vs{});
+  if constexpr (any_invalid<Loss>) { // an earlier mistake, reported already
+    return invalid_group{};
+  } else {
+    using Vs = trainable_variables_t<Loss>;
+    return []<class... V>(type_list<V...>) {
+      return detail::apply_updates<Opt>(Loss{}, type_list<V...>{}, std::index_sequence_for<V...>{});
+    }(Vs{});
+  }
 }
 
 } // namespace detail

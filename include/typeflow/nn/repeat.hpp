@@ -65,13 +65,13 @@ namespace detail {
 
 /// The body's graph with each variable replaced by a placeholder of the same name, dtype and
 /// shape (the layer's slice of the stacked variable is fed there).
+template <class Def>
+struct body_def_with_params;
 template <class E>
-struct body_with_params {
-  using type = E;
-};
+struct body_with_params : body_def_with_params<def_t<E>> {};
 template <class Op, class... Cs>
-struct body_with_params<expr<Op, Cs...>> {
-  using type = expr<Op, typename body_with_params<Cs>::type...>;
+struct body_def_with_params<expr<Op, Cs...>> {
+  using type = node_t<Op, typename body_with_params<Cs>::type...>;
 };
 template <class Name, class T, class Shape, class Init>
 struct body_with_params<expr<ops::variable<Name, T, Shape, Init>>> {
@@ -218,7 +218,7 @@ consteval auto repeat(Body body, X) {
   using Carry = expr<ops::placeholder<detail::carry_name<name_t<Block>>, typename X::value_type,
                                       typename X::shape_type>>;
   using Out = decltype(body(Carry{}));
-  if constexpr (std::is_same_v<Out, invalid_expr>) {
+  if constexpr (any_invalid<Out>) {
     return invalid_expr{};
   } else {
     using L = detail::body_leaves_of<Carry, graph::topological_order<Out>>;

@@ -176,21 +176,47 @@ struct widen : cast<float> {
 
 /// A float32 value saved in 16 bits by a gradient (cast<float>(save<H>(z)), widen(save<H>(z))
 /// or save<H>(z)) has z's shape: an op that reads only the shape takes z.
-template <class H, class Z>
-struct shape_source<expr<ops::cast<float>, expr<ops::save<H>, Z>>> {
-  using type = Z;
+namespace detail {
+/// Z for the definition of save<H>(Z), void otherwise.
+template <class Def>
+struct saved_operand {
+  using type = void;
 };
 template <class H, class Z>
-struct shape_source<expr<ops::widen, expr<ops::save<H>, Z>>> {
+struct saved_operand<expr<ops::save<H>, Z>> {
   using type = Z;
 };
-template <class H, class Z>
-struct shape_source<expr<ops::save<H>, Z>> {
-  using type = Z;
+/// S for the definition of cast<float>(S) or widen(S) where S is a save<H>(Z), void otherwise.
+template <class Def>
+struct widened_save {
+  using type = void;
 };
-template <class H, class Z>
-struct stored_source<expr<ops::widen, expr<ops::save<H>, Z>>> {
-  using type = expr<ops::save<H>, Z>;
+template <class S>
+requires(!std::is_void_v<typename saved_operand<def_t<S>>::type>) struct widened_save<
+    expr<ops::cast<float>, S>> {
+  using type = S;
+};
+template <class S>
+requires(!std::is_void_v<typename saved_operand<def_t<S>>::type>) struct widened_save<
+    expr<ops::widen, S>> {
+  using type = S;
+};
+template <class X, class W = typename widened_save<def_t<X>>::type>
+struct saved_source {
+  using type = typename saved_operand<def_t<W>>::type;
+};
+template <class X>
+struct saved_source<X, void> {
+  using type = typename saved_operand<def_t<X>>::type;
+};
+} // namespace detail
+template <class X>
+requires(!std::is_void_v<typename detail::saved_source<X>::type>) struct shape_source<X> {
+  using type = typename detail::saved_source<X>::type;
+};
+template <class X>
+requires(!std::is_void_v<typename detail::widened_save<def_t<X>>::type>) struct stored_source<X> {
+  using type = typename detail::widened_save<def_t<X>>::type;
 };
 
 namespace ops {

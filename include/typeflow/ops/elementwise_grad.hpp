@@ -103,10 +103,12 @@ struct grad_rule<ops::where> {
 };
 
 namespace detail {
-template <class X>
-inline constexpr bool is_saved_copy = false;
+template <class Def>
+inline constexpr bool is_save_def = false;
 template <class H, class Z>
-inline constexpr bool is_saved_copy<expr<ops::save<H>, Z>> = true;
+inline constexpr bool is_save_def<expr<ops::save<H>, Z>> = true;
+template <class X>
+inline constexpr bool is_saved_copy = is_save_def<def_t<X>>;
 } // namespace detail
 
 /// A cast between floating types (16-bit ones included) passes the gradient on, cast to the

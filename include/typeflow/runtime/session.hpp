@@ -296,7 +296,17 @@ public:
   /// Evaluates the fetches. Returns a tuple with one owning tensor per fetch that has a value
   /// (groups have none): `auto [loss] = s.run(fetch(loss, train), feed(x, images));`
   template <class... F, class... Feeds>
-  auto run(fetch_t<F...>, const Feeds&... feeds) {
+  auto run(fetch_t<F...> fetches, const Feeds&... feeds) {
+    if constexpr (any_invalid<F...>) { // its factory's static_assert said why: nothing more
+      return run_result<F...>{};
+    } else {
+      return run_valid(fetches, feeds...);
+    }
+  }
+
+private:
+  template <class... F, class... Feeds>
+  auto run_valid(fetch_t<F...>, const Feeds&... feeds) {
     using P = graph::plan<type_list<F...>, Placement>;
     if constexpr (plan_check<P, Feeds...>::problem != plan_problem::none) {
       check_plan<P, Feeds...>();
@@ -325,11 +335,14 @@ public:
     }
   }
 
+public:
   /// (Re)initializes the variables reachable from `roots` from their initializers.
-  template <expression... E>
+  template <expression_or_invalid... E>
   void initialize(E...) {
-    using P = graph::plan<type_list<E...>, Placement>;
-    init_all<P>(std::make_index_sequence<P::size>{});
+    if constexpr (!any_invalid<E...>) {
+      using P = graph::plan<type_list<E...>, Placement>;
+      init_all<P>(std::make_index_sequence<P::size>{});
+    }
   }
 
   /// A copy of a variable's current value.
@@ -1401,13 +1414,24 @@ private:
   }
 
   template <class F>
-  using group_or_value = std::conditional_t<std::remove_cvref_t<F>::op::kind == node_kind::group,
-                                            void, typename std::remove_cvref_t<F>::value_type>;
+  struct fetch_value_type {
+    using type = std::conditional_t<F::op::kind == node_kind::group, void, typename F::value_type>;
+  };
+  template <class F>
+  using group_or_value = typename fetch_value_type<std::remove_cvref_t<F>>::type;
   /// What run(fetch(F...)) returns: one tensor per fetch with a value.
+  template <class T>
+  struct fetched_tuple {
+    using type = std::tuple<tensor<T>>;
+  };
+  template <class T>
+  requires std::is_void_v<T>
+  struct fetched_tuple<T> {
+    using type = std::tuple<>;
+  };
   template <class... F>
-  using run_result = decltype(std::tuple_cat(
-      std::declval<std::conditional_t<std::is_void_v<group_or_value<F>>, std::tuple<>,
-                                      std::tuple<tensor<group_or_value<F>>>>>()...));
+  using run_result =
+      decltype(std::tuple_cat(std::declval<typename fetched_tuple<group_or_value<F>>::type>()...));
 
   /// A fetched value as a tensor, copied.
   template <class T, class D>
