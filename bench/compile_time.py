@@ -17,8 +17,12 @@ session on the CPU, is a .cu file compiled by nvcc for sm_90 (NVCC, default
 /usr/local/cuda/bin/nvcc), and the table gives the seconds of its device-side compiler (cicc,
 from `nvcc --time`) beside the whole compile: cicc walks the template arguments of every class
 it instantiates as a tree, which is where sharing costs.
-Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --quickstart |
-                                      --mnist] [--nvcc] [N ...]
+With --transformer it is issue 43's series: N pre-norm transformer blocks written out (d = 128,
+4 heads, T = 64, layer norm and attention composed from today's ops), gradient and float32 Adam
+(default N: 1 2 4 8 16). Series tables end with each row's cost per layer added since the row
+before.
+Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --transformer |
+                                      --quickstart | --mnist] [--nvcc] [N ...]
 (default N: 25 50 100 200).
 """
 import csv
@@ -124,6 +128,63 @@ def residual_source(n: int, repeat: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def transformer_source(n: int, d: int = 128, heads: int = 4, t: int = 64) -> str:
+    """Issue 43's transformer series: n pre-norm blocks written out, d = 128, 4 heads, T = 64
+    tokens, with today's ops (layer norm from mean and rsqrt with a gain and a bias, each head's
+    attention a softmax over matmuls of slices, concatenated), an MLP of 4d with relu, a
+    16-class head, the mean cross-entropy and a float32 Adam update run by a session."""
+    dh = d // heads
+    lines = [
+        "#include <typeflow/typeflow.hpp>",
+        "namespace ty = typeflow;",
+        f'constexpr auto x = ty::placeholder<"x", float, ty::shape<{t}, {d}>>;',
+        f'constexpr auto y = ty::placeholder<"y", std::int32_t, ty::shape<{t}>>;',
+        "template <ty::fixed_string Name, class X>",
+        "consteval auto layer_norm(X h) {",
+        "  auto c = h - ty::mean<1>(h, ty::keepdims);",
+        "  auto n = c * ty::rsqrt(ty::mean<1>(ty::square(c), ty::keepdims) + ty::constant<1e-5>);",
+        f'  return n * ty::variable<Name + ty::fixed_string("/gamma"), float, ty::shape<{d}>, '
+        "ty::fill<1.0>> +",
+        f'         ty::variable<Name + ty::fixed_string("/beta"), float, ty::shape<{d}>>;',
+        "}",
+        "template <std::int64_t J, class Q, class K, class V>",
+        "consteval auto head(Q q, K k, V v) {",
+        f"  using B = ty::ints<0, J * {dh}>;",
+        f"  using S = ty::ints<{t}, {dh}>;",
+        "  auto s = ty::matmul(ty::slice<B, S>(q), ty::transpose<1, 0>(ty::slice<B, S>(k)));",
+        f"  return ty::matmul(ty::softmax(s * ty::constant<{1 / dh ** 0.5}>), ty::slice<B, S>(v));",
+        "}",
+        "template <ty::fixed_string Name, class X>",
+        "consteval auto block(X h) {",
+        '  auto n = layer_norm<Name + ty::fixed_string("/ln1")>(h);',
+        f'  auto q = ty::dense<Name + ty::fixed_string("/q"), {d}>(n);',
+        f'  auto k = ty::dense<Name + ty::fixed_string("/k"), {d}>(n);',
+        f'  auto v = ty::dense<Name + ty::fixed_string("/v"), {d}>(n);',
+        "  auto a = ty::concat<1>(" + ", ".join(f"head<{j}>(q, k, v)" for j in range(heads)) + ");",
+        f'  auto h1 = h + ty::dense<Name + ty::fixed_string("/o"), {d}>(a);',
+        '  auto m = layer_norm<Name + ty::fixed_string("/ln2")>(h1);',
+        f'  return h1 + ty::dense<Name + ty::fixed_string("/proj"), {d}>(',
+        f'                  ty::relu(ty::dense<Name + ty::fixed_string("/fc"), {4 * d}>(m)));',
+        "}",
+        "constexpr auto h0 = x;",
+    ]
+    lines += [f'constexpr auto h{i} = block<"b{i}">(h{i - 1});' for i in range(1, n + 1)]
+    lines += [
+        f'constexpr auto logits = ty::dense<"head", 16>(layer_norm<"lnf">(h{n}));',
+        "constexpr auto loss = ty::mean(ty::sparse_softmax_cross_entropy_with_logits(logits, y));",
+        "constexpr auto train = ty::adam(ty::constant<0.001>).minimize(loss);",
+        "int main() {",
+        "  ty::session s;",
+        "  s.initialize(train);",
+        f"  ty::tensor<float> in({{{t}, {d}}});",
+        f"  ty::tensor<std::int32_t> labels({{{t}}});",
+        "  auto [l] = s.run(ty::fetch(loss, train), ty::feed(x, in), ty::feed(y, labels));",
+        "  return l.item() == l.item() ? 0 : 1;",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def compile_file(src: pathlib.Path, cxx: str, opt: str, out: pathlib.Path,
                  defs: list = ()) -> tuple[float, float]:
     cmd = ["/usr/bin/time", "-f", "%e %M", cxx, "-std=c++20", opt, *defs,
@@ -161,7 +222,9 @@ def measure(n: int, cxx: str, mode: str, nvcc: str = "") -> tuple:
         src = pathlib.Path(tmp) / f"graph_{n}.{'cu' if nvcc else 'cpp'}"
         src.write_text(shared_source(n) if mode == "shared" else
                        residual_source(n) if mode == "residual" else
-                       residual_source(n, True) if mode == "repeat" else source(n, mode == "grad"))
+                       residual_source(n, True) if mode == "repeat" else
+                       transformer_source(n) if mode == "transformer" else
+                       source(n, mode == "grad"))
         if nvcc:
             return compile_cuda(src, nvcc, pathlib.Path(tmp) / "graph.o")
         return compile_file(src, cxx, "-O2", pathlib.Path(tmp) / "graph.o")
@@ -192,13 +255,16 @@ def main() -> None:
                         print(f"| {other} -O2 | {secs:.1f} | {mib:.0f} |", flush=True)
             return
     mode = ("grad" if "--grad" in args else "shared" if "--shared" in args else
-            "residual" if "--residual" in args else "repeat" if "--repeat" in args else "chain")
+            "residual" if "--residual" in args else "repeat" if "--repeat" in args else
+            "transformer" if "--transformer" in args else "chain")
     sizes = [int(a) for a in args if not a.startswith("--")] or (
         [2, 4, 8, 12, 16, 20] if mode == "residual" else [2, 50, 1000] if mode == "repeat" else
+        [1, 2, 4, 8, 16] if mode == "transformer" else
         [25, 50, 100, 200])
     what = {"grad": "N ops, forward + gradient", "shared": "N shared levels",
             "chain": "N ops", "residual": "residual MLP depth N, gradient + Adam",
-            "repeat": "residual MLP, ty::repeat of depth N, gradient + Adam"}[mode]
+            "repeat": "residual MLP, ty::repeat of depth N, gradient + Adam",
+            "transformer": "pre-norm transformer, N blocks, gradient + Adam"}[mode]
     if "--nvcc" in args:
         nvcc = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
         print(f"| {what} | nvcc -O2 s | of which cicc s | peak MiB |")
@@ -207,11 +273,17 @@ def main() -> None:
             secs, mib, cicc = measure(n, cxx, mode, nvcc)
             print(f"| {n} | {secs:.1f} | {cicc:.1f} | {mib:.0f} |", flush=True)
         return
-    print(f"| {what} | compile s ({cxx} -O2) | peak MiB |")
-    print("|---:|---:|---:|")
+    # The last two columns: what each layer added since the row before (the slope that must
+    # stay flat for a linear front end).
+    print(f"| {what} | compile s ({cxx} -O2) | peak MiB | s per added layer | MiB per added layer |")
+    print("|---:|---:|---:|---:|---:|")
+    prev = None
     for n in sizes:
         secs, mib = measure(n, cxx, mode)
-        print(f"| {n} | {secs:.1f} | {mib:.0f} |", flush=True)
+        slope = "" if prev is None else (f"{(secs - prev[1]) / (n - prev[0]):.2f} | "
+                                         f"{(mib - prev[2]) / (n - prev[0]):.0f}")
+        print(f"| {n} | {secs:.1f} | {mib:.0f} | {slope or ' | '} |", flush=True)
+        prev = (n, secs, mib)
 
 
 if __name__ == "__main__":

@@ -86,21 +86,6 @@ struct hash_index<type_list<Ns...>> {
     }
     return lo < size && sorted[lo].hash == h ? sorted[lo].index : size;
   }
-  /// Leaves enter the registry here (nodes with operands did as make_node made them).
-  static constexpr bool registered[] = {
-      (sizeof(typeflow::detail::node_entry<typeflow::detail::node_hash<Ns>::value, def_t<Ns>>) >
-       0)...,
-      true};
-};
-/// The node whose identity is H: node_ref<H>, or the leaf itself.
-template <std::uint64_t H, bool Registered,
-          class Def = decltype(node_def(typeflow::detail::node_key<H>{}))>
-struct node_of {
-  using type = node_ref<H>;
-};
-template <std::uint64_t H, bool Registered, class Op>
-struct node_of<H, Registered, expr<Op>> {
-  using type = expr<Op>;
 };
 /// index_c of a node that is not in the plan: not a constant expression.
 inline std::size_t node_not_in_plan() {
@@ -434,7 +419,7 @@ public:
   /// The node at position I.
 #if TYPEFLOW_NODE_REFS
   template <std::size_t I>
-  using node = typename detail::node_of<map::hashes[I], map::registered[I]>::type;
+  using node = typename detail::node_of<map::hashes[I]>::type;
 #else
   template <std::size_t I>
   using node = decltype(map::node_at(std::integral_constant<std::size_t, I>{}));

@@ -7,7 +7,11 @@
 // instantiation counts against the compiler's depth limit (900 in g++), and Hana's fold added
 // three levels per graph level, so a 200-op chain did not compile. Here a graph level costs two.
 #pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "node.hpp"
 
@@ -87,9 +91,183 @@ struct visit_all<V, C, Rest...> {
 };
 } // namespace detail
 
+#if TYPEFLOW_NODE_REFS
+namespace detail {
+// The walk over node identities (graph/node.hpp): the visited set is a persistent two-level hash
+// trie of 16 x 16 buckets, each entry a node's identity and its place in the post-order. Adding a
+// node makes three small types (a bucket, a row of 16 buckets, the top row of 16), and a
+// membership test reads one bucket (n / 256 entries), so the walk costs O(n) small
+// instantiations where a set of n base classes cost O(n) per step (quadratic in all: g++ spent
+// its time setting up and searching those bases). The order comes back as the identities in
+// post-order, the nodes from the registry.
+template <std::uint64_t H, std::size_t I>
+struct entry {};
+template <class... E>
+struct bucket {};
+template <class... B>
+struct row {};
+template <std::size_t Count, class Top>
+struct trie {
+  static constexpr std::size_t count = Count;
+};
+/// Entry I of a row of 16, by one partial specialization per position (std::tuple_element
+/// instantiated a chain of helpers per look-up).
+template <class Row, std::size_t I>
+struct row_at;
+#define TYPEFLOW_ROW_AT(I, ...)                                                                    \
+  template <class B0, class B1, class B2, class B3, class B4, class B5, class B6, class B7,        \
+            class B8, class B9, class B10, class B11, class B12, class B13, class B14, class B15>  \
+  struct row_at<row<B0, B1, B2, B3, B4, B5, B6, B7, B8, B9, B10, B11, B12, B13, B14, B15>, I> {    \
+    using type = B##I;                                                                             \
+  };
+TYPEFLOW_ROW_AT(0)
+TYPEFLOW_ROW_AT(1)
+TYPEFLOW_ROW_AT(2)
+TYPEFLOW_ROW_AT(3)
+TYPEFLOW_ROW_AT(4)
+TYPEFLOW_ROW_AT(5)
+TYPEFLOW_ROW_AT(6)
+TYPEFLOW_ROW_AT(7)
+TYPEFLOW_ROW_AT(8)
+TYPEFLOW_ROW_AT(9)
+TYPEFLOW_ROW_AT(10)
+TYPEFLOW_ROW_AT(11)
+TYPEFLOW_ROW_AT(12)
+TYPEFLOW_ROW_AT(13)
+TYPEFLOW_ROW_AT(14)
+TYPEFLOW_ROW_AT(15)
+#undef TYPEFLOW_ROW_AT
+template <class Row, std::size_t I, class New, class Seq = std::make_index_sequence<16>>
+struct row_with;
+template <class... B, std::size_t I, class New, std::size_t... K>
+struct row_with<row<B...>, I, New, std::index_sequence<K...>> {
+  using type = row<std::conditional_t<K == I, New, B>...>;
+};
+template <class Bucket, std::uint64_t H>
+struct bucket_has;
+template <std::uint64_t H, std::uint64_t... Hs, std::size_t... Is>
+struct bucket_has<bucket<entry<Hs, Is>...>, H> : std::bool_constant<((Hs == H) || ...)> {};
+template <class Bucket, std::uint64_t H, std::size_t I>
+struct bucket_add;
+template <class... E, std::uint64_t H, std::size_t I>
+struct bucket_add<bucket<E...>, H, I> {
+  using type = bucket<E..., entry<H, I>>;
+};
+constexpr std::size_t top_of(std::uint64_t h) {
+  return h & 15u;
+}
+constexpr std::size_t mid_of(std::uint64_t h) {
+  return (h >> 4) & 15u;
+}
+template <class Trie, std::uint64_t H>
+struct trie_has;
+template <std::size_t C, class Top, std::uint64_t H>
+struct trie_has<trie<C, Top>, H>
+    : bucket_has<typename row_at<typename row_at<Top, top_of(H)>::type, mid_of(H)>::type, H> {};
+template <class Trie, std::uint64_t H>
+struct trie_add;
+template <std::size_t C, class Top, std::uint64_t H>
+struct trie_add<trie<C, Top>, H> {
+  using mid = typename row_at<Top, top_of(H)>::type;
+  using b = typename bucket_add<typename row_at<mid, mid_of(H)>::type, H, C>::type;
+  using type =
+      trie<C + 1,
+           typename row_with<Top, top_of(H), typename row_with<mid, mid_of(H), b>::type>::type>;
+};
+template <class Seq>
+struct empty_trie_of;
+template <std::size_t... K>
+struct empty_trie_of<std::index_sequence<K...>> {
+  template <std::size_t>
+  using empty_bucket = bucket<>;
+  template <std::size_t>
+  using empty_row = row<empty_bucket<K>...>;
+  using type = trie<0, row<empty_row<K>...>>;
+};
+using empty_trie = typename empty_trie_of<std::make_index_sequence<16>>::type;
+
+template <class T, class... Cs>
+struct walk_all;
+template <class T, class N, bool Seen = trie_has<T, typeflow::detail::node_hash<N>::value>::value>
+struct walk {
+  using type = T;
+};
+template <class T, class Def>
+struct walk_operands;
+template <class T, class Op, class... Cs>
+struct walk_operands<T, expr<Op, Cs...>> {
+  using type = typename walk_all<T, Cs...>::type;
+};
+template <class T, class N>
+struct walk<T, N, false> {
+  // A leaf enters the registry here (a node with operands did as make_node made it).
+  static_assert(
+      sizeof(typeflow::detail::node_entry<typeflow::detail::node_hash<N>::value, def_t<N>>) > 0);
+  using type = typename trie_add<typename walk_operands<T, def_t<N>>::type,
+                                 typeflow::detail::node_hash<N>::value>::type;
+};
+template <class T, class... Cs>
+struct walk_all {
+  using type = T;
+};
+template <class T, class C, class... Rest>
+struct walk_all<T, C, Rest...> {
+  using type = typename walk_all<typename walk<T, C>::type, Rest...>::type;
+};
+
+/// The identities of a finished walk in post-order.
+template <class Trie>
+struct post_order;
+template <std::size_t C, class... Rows>
+struct post_order<trie<C, row<Rows...>>> {
+  template <class Row>
+  struct put;
+  template <class... Buckets>
+  struct put<row<Buckets...>> {
+    template <class Bucket>
+    struct put_bucket;
+    template <std::uint64_t... Hs, std::size_t... Is>
+    struct put_bucket<bucket<entry<Hs, Is>...>> {
+      static constexpr void into(std::array<std::uint64_t, C>& out) { ((out[Is] = Hs), ...); }
+    };
+    static constexpr void into(std::array<std::uint64_t, C>& out) {
+      (put_bucket<Buckets>::into(out), ...);
+    }
+  };
+  static constexpr std::array<std::uint64_t, C> value = [] {
+    std::array<std::uint64_t, C> out{};
+    (put<Rows>::into(out), ...);
+    return out;
+  }();
+};
+
+/// The node whose identity is H (registered): node_ref<H>, or the leaf itself.
+template <std::uint64_t H, class Def = decltype(node_def(typeflow::detail::node_key<H>{}))>
+struct node_of {
+  using type = node_ref<H>;
+};
+template <std::uint64_t H, class Op>
+struct node_of<H, expr<Op>> {
+  using type = expr<Op>;
+};
+
+template <class Trie, class Seq = std::make_index_sequence<Trie::count>>
+struct order_of;
+template <class Trie, std::size_t... I>
+struct order_of<Trie, std::index_sequence<I...>> {
+  using type = type_list<typename node_of<post_order<Trie>::value[I]>::type...>;
+};
+} // namespace detail
+
+/// `type_list` of the distinct nodes reachable from `Roots`, children before parents.
+template <class... Roots>
+using topological_order =
+    typename detail::order_of<typename detail::walk_all<detail::empty_trie, Roots...>::type>::type;
+#else
 /// `type_list` of the distinct nodes reachable from `Roots`, children before parents.
 template <class... Roots>
 using topological_order = typename detail::visit_all<detail::visited<>, Roots...>::type::list;
+#endif
 
 /// Start offsets of buckets of the given sizes (an exclusive prefix sum; the last entry is the
 /// total), for the counting sorts that group edges, members and transfers.
