@@ -34,6 +34,8 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# TYPEFLOW_INCLUDE: another checkout's include/ (to time an earlier version the same way).
+INCLUDE = pathlib.Path(os.environ.get("TYPEFLOW_INCLUDE", ROOT / "include"))
 ELEMENTWISE = ["ty::tanh({})", "{} + b", "ty::relu({})", "{} * ty::constant<0.5>", "ty::sigmoid({})"]
 
 
@@ -188,7 +190,7 @@ def transformer_source(n: int, d: int = 128, heads: int = 4, t: int = 64) -> str
 def compile_file(src: pathlib.Path, cxx: str, opt: str, out: pathlib.Path,
                  defs: list = ()) -> tuple[float, float]:
     cmd = ["/usr/bin/time", "-f", "%e %M", cxx, "-std=c++20", opt, *defs,
-           f"-I{ROOT / 'include'}", "-c", str(src), "-o", str(out)]
+           f"-I{INCLUDE}", "-c", str(src), "-o", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"compile failed for {src.name}:\n{done.stderr[-4000:]}")

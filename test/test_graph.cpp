@@ -7,6 +7,7 @@
 #include <boost/hana/for_each.hpp>
 #include <cmath>
 #include <string>
+#include <string_view>
 #include <typeflow/typeflow.hpp>
 
 namespace ty = typeflow;
@@ -38,7 +39,55 @@ constexpr bool children_first(std::index_sequence<I...>) {
 }
 } // namespace
 
+namespace {
+/// The compiler's spelling of type T, as diagnostics and debuggers show it.
+template <class T>
+constexpr std::string_view spelling() {
+  return __PRETTY_FUNCTION__;
+}
+/// 2^Depth-leaf tree spelled out: level k is `tanh(h * h + h)` of level k - 1.
+template <int Depth>
+consteval auto shared_levels() {
+  if constexpr (Depth == 0)
+    return x;
+  else {
+    constexpr auto h = shared_levels<Depth - 1>();
+    return ty::tanh(h * h + h);
+  }
+}
+} // namespace
+
 TEST_SUITE("graph") {
+  TEST_CASE("node identities: one type per distinct node, none spells its subgraph") {
+    // The same expression built twice is one type (hash-consing), and a node is its definition.
+    constexpr auto a = ty::relu(ty::matmul(x, W) + b);
+    constexpr auto a2 = ty::relu(ty::matmul(x, W) + b);
+    static_assert(std::is_same_v<decltype(a), decltype(a2)>);
+    static_assert(!std::is_same_v<decltype(a), decltype(ty::relu(ty::matmul(x, W) - b))>);
+    using D = ty::def_t<std::remove_const_t<decltype(a)>>;
+    static_assert(std::is_same_v<D::op, ty::ops::relu>);
+    // A node type's spelling does not grow with its graph: 40 levels, each reading the one below
+    // three times (a tree of 3^40 leaves when spelled out), spell as long as one level.
+    constexpr auto deep = shared_levels<40>();
+    constexpr auto one = shared_levels<1>();
+    static_assert(spelling<std::remove_const_t<decltype(deep)>>().size() <=
+                  spelling<std::remove_const_t<decltype(one)>>().size() + 8);
+    CHECK(spelling<std::remove_const_t<decltype(deep)>>().find("tanh") == std::string_view::npos);
+    // ...and it is still the graph it was built as.
+    using P = ty::graph::plan<ty::type_list<decltype(deep)>>;
+    static_assert(P::size == 1 + 3 * 40); // x, then mul, add, tanh per level
+    CHECK(ty::to_string(one) == "tanh(add(mul(x, x), x))");
+    ty::session s;
+    auto [r] = s.run(ty::fetch(deep), ty::feed(x, input(2)));
+    const auto in = input(2);
+    for (std::int64_t i = 0; i < in.size(); ++i) {
+      double h = in[i];
+      for (int k = 0; k < 40; ++k)
+        h = std::tanh(h * h + h);
+      CHECK(r[i] == doctest::Approx(h).epsilon(1e-5));
+    }
+  }
+
   TEST_CASE("topological order: children first, each distinct node once") {
     constexpr auto m = ty::matmul(x, W);
     constexpr auto y = ty::relu(m + b) + ty::sigmoid(ty::matmul(x, W));

@@ -731,8 +731,8 @@ private:
   static consteval bool mergeable(std::size_t a, std::size_t b,
                                   const std::array<bool, size>& groups_only) {
     const node_facts& f = fact;
-    constexpr auto dtypes = detail::dtype_table<nodes>::value;
-    constexpr auto shapes = detail::shape_table<nodes>::value;
+    constexpr const auto& dtypes = detail::dtype_table<nodes>::value;
+    constexpr const auto& shapes = detail::shape_table<nodes>::value;
     if (a == b || !f.force_root[a] || !f.force_root[b] || !f.elementwise[a] || !f.elementwise[b] ||
         !groups_only[a] || !groups_only[b] || !placement.device[a].is_cpu ||
         !(placement.device[a] == placement.device[b]) || dtypes[a] != dtypes[b] ||
@@ -993,7 +993,7 @@ private:
       }
       return h;
     };
-    constexpr auto shapes = detail::shape_table<nodes>::value;
+    constexpr const auto& shapes = detail::shape_table<nodes>::value;
     // Elements of node n's value, an extent known only when fed (a batch) counted as 32: a
     // kernel moves where that pays from batches of 32 up.
     const auto elements = [&](std::size_t n) {
@@ -1328,7 +1328,7 @@ public:
   static std::string compute_dtype(std::size_t i, precision cpu, bool gpu_tf32,
                                    precision gpu = precision::float32) {
     const std::size_t p = layout.step[i] == step_kind::epilogue ? layout.producer[i] : i;
-    constexpr auto dtypes = detail::dtype_table<nodes>::value;
+    constexpr const auto& dtypes = detail::dtype_table<nodes>::value;
     if (fact.products[p] && dtypes[p] == "float32") {
       const bool on_cpu = placement.device[i].is_cpu;
       const precision q = on_cpu ? cpu : gpu;
