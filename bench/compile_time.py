@@ -20,9 +20,10 @@ it instantiates as a tree, which is where sharing costs.
 With --transformer it is issue 43's series: N pre-norm transformer blocks written out (d = 128,
 4 heads, T = 64, layer norm and attention composed from today's ops), gradient and float32 Adam
 (default N: 1 2 4 8 16). Series tables end with each row's cost per layer added since the row
-before.
+before. With --variables: N scalar variables, the sum of their squares minimised by Momentum (a
+training op of 2N + 1 assignments; default N: 25 50 100).
 Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --transformer |
-                                      --quickstart | --mnist] [--nvcc] [N ...]
+                                      --variables | --quickstart | --mnist] [--nvcc] [N ...]
 (default N: 25 50 100 200).
 """
 import csv
@@ -130,6 +131,26 @@ def residual_source(n: int, repeat: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def variables_source(n: int) -> str:
+    """Issue 43's many-variables case: n scalar variables, the sum of their squares minimised by
+    Momentum (one assignment per variable and per slot in one training op), fetched with the
+    loss in a session."""
+    lines = ["#include <iostream>", "#include <typeflow/typeflow.hpp>", "namespace ty = typeflow;"]
+    lines += [f'constexpr auto v{i} = ty::variable<"v{i}", float, ty::shape<>, ty::fill<{i % 7 + 1}>>;'
+              for i in range(n)]
+    lines += [
+        "constexpr auto loss = " + " + ".join(f"ty::square(v{i})" for i in range(n)) + ";",
+        "constexpr auto train = ty::momentum(ty::constant<0.1>, ty::constant<0.9>).minimize(loss);",
+        "int main() {",
+        "  ty::session s;",
+        "  s.initialize(train);",
+        "  auto [l] = s.run(ty::fetch(loss, train));",
+        "  std::cout << l.item() << \"\\n\";",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def transformer_source(n: int, d: int = 128, heads: int = 4, t: int = 64) -> str:
     """Issue 43's transformer series: n pre-norm blocks written out, d = 128, 4 heads, T = 64
     tokens, with today's ops (layer norm from mean and rsqrt with a gain and a bias, each head's
@@ -226,6 +247,7 @@ def measure(n: int, cxx: str, mode: str, nvcc: str = "") -> tuple:
                        residual_source(n) if mode == "residual" else
                        residual_source(n, True) if mode == "repeat" else
                        transformer_source(n) if mode == "transformer" else
+                       variables_source(n) if mode == "variables" else
                        source(n, mode == "grad"))
         if nvcc:
             return compile_cuda(src, nvcc, pathlib.Path(tmp) / "graph.o")
@@ -258,15 +280,18 @@ def main() -> None:
             return
     mode = ("grad" if "--grad" in args else "shared" if "--shared" in args else
             "residual" if "--residual" in args else "repeat" if "--repeat" in args else
-            "transformer" if "--transformer" in args else "chain")
+            "transformer" if "--transformer" in args else
+            "variables" if "--variables" in args else "chain")
     sizes = [int(a) for a in args if not a.startswith("--")] or (
         [2, 4, 8, 12, 16, 20] if mode == "residual" else [2, 50, 1000] if mode == "repeat" else
         [1, 2, 4, 8, 16] if mode == "transformer" else
+        [25, 50, 100] if mode == "variables" else
         [25, 50, 100, 200])
     what = {"grad": "N ops, forward + gradient", "shared": "N shared levels",
             "chain": "N ops", "residual": "residual MLP depth N, gradient + Adam",
             "repeat": "residual MLP, ty::repeat of depth N, gradient + Adam",
-            "transformer": "pre-norm transformer, N blocks, gradient + Adam"}[mode]
+            "transformer": "pre-norm transformer, N blocks, gradient + Adam",
+            "variables": "N scalar variables, Momentum"}[mode]
     if "--nvcc" in args:
         nvcc = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
         print(f"| {what} | nvcc -O2 s | of which cicc s | peak MiB |")

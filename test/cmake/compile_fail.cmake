@@ -92,9 +92,10 @@ if(DEFINED EXTRA_FLAGS AND NOT EXTRA_FLAGS STREQUAL "")
   separate_arguments(_more UNIX_COMMAND "${EXTRA_FLAGS}")
   list(APPEND _extra ${_more})
 endif()
-# A source may add its own template frames to g++'s count (a model's block written as a function
+# A source may add its own template frames to the count (a model's block written as a function
 # template, as users write them): a line `// frames: <n>` among its first five raises the limit
-# by n, and by as much under every compiler.
+# by n frames of LINES_PER_FRAME lines each (1 for g++; clang prints a frame's source line and
+# caret too: its tests pass 3).
 file(STRINGS "${SOURCE}" _head LIMIT_COUNT 5)
 set(_user_frames 0)
 foreach(_l IN LISTS _head)
@@ -165,7 +166,10 @@ if(MODE STREQUAL "control" OR MODE STREQUAL "build")
   return()
 endif()
 
-math(EXPR MAX_LINES "${MAX_LINES} + ${_user_frames}")
+if(NOT DEFINED LINES_PER_FRAME)
+  set(LINES_PER_FRAME 1)
+endif()
+math(EXPR MAX_LINES "${MAX_LINES} + ${_user_frames} * ${LINES_PER_FRAME}")
 # MODE=fail -- remember: FATAL_ERROR here means "test PASSED" (see header).
 # The regex must match the FIRST line that says "error:", the whole output must have at most
 # MAX_LINES lines: a diagnostic that fits on a screen and starts with what is wrong, and no line
