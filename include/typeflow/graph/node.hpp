@@ -301,8 +301,6 @@ struct invalid_group : invalid_expr {
   using op = invalid_group_op;
 };
 
-template <class T>
-concept expression_or_invalid = expression<T>;
 template <class... T>
 inline constexpr bool any_invalid = (std::is_base_of<invalid_expr, std::remove_cvref_t<T>>::value ||
                                      ...);

@@ -13,7 +13,7 @@ namespace typeflow {
 template <class... E>
 struct fetch_t {};
 
-template <expression_or_invalid... E>
+template <expression... E>
 constexpr fetch_t<E...> fetch(E...) {
   return {};
 }

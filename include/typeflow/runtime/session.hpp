@@ -337,7 +337,7 @@ private:
 
 public:
   /// (Re)initializes the variables reachable from `roots` from their initializers.
-  template <expression_or_invalid... E>
+  template <expression... E>
   void initialize(E...) {
     if constexpr (!any_invalid<E...>) {
       using P = graph::plan<type_list<E...>, Placement>;
