@@ -172,7 +172,7 @@ void fused(A, B, C, Dd, cudaStream_t s, double copy_gbs) {
   constexpr auto e = A{} * B{} + C{} * ty::sin(Dd{});
   // The region's types are the same whatever the placement; planned on the CPU, its inputs are
   // the placeholders themselves (on gpu<0> they would be their transfers' slots).
-  using P = ty::graph::plan<ty::type_list<decltype(e)>>;
+  using P = ty::compile::plan<ty::type_list<decltype(e)>>;
   using R = typename P::template region<P::size - 1>;
   using K = cb::fused_kernel<typename R::out_type, typename R::inputs, typename R::members>;
   static_assert(R::inputs::size == 4, "a*b + c*sin(d) is one region of four inputs");

@@ -262,7 +262,7 @@ TEST_CASE("describe_placement names each step's compute dtype: the session's pre
   constexpr auto lin = ty::relu(ty::matmul(a, b));
   constexpr auto d = ty::placeholder<"d", double, ty::shape<4, 4>>;
   constexpr auto dprod = ty::matmul(d, d);
-  using P = ty::graph::plan<ty::type_list<decltype(conv_loss), decltype(lin), decltype(dprod)>>;
+  using P = ty::compile::plan<ty::type_list<decltype(conv_loss), decltype(lin), decltype(dprod)>>;
   // One line per step; a step is named by its op, its dtype follows its device.
   const auto line_of = [](const std::string& listing, std::string_view head) {
     const std::size_t at = listing.find(head);
@@ -429,7 +429,7 @@ TEST_CASE("weight and bias gradients run right after their operands") {
   // In node order a layer's weight and bias gradients come after the whole input-gradient chain
   // below them, keeping what they read alive through it; the plan runs them first (on this net
   // the float32 step's peak fell 5.82 -> 5.08 MB, bench/run's peak_MB reports the seed's).
-  using P = ty::graph::plan<ty::type_list<decltype(mloss), decltype(mtrain)>>;
+  using P = ty::compile::plan<ty::type_list<decltype(mloss), decltype(mtrain)>>;
   constexpr auto& L = P::layout;
   const auto find = [](std::string_view prefix, std::string_view part) {
     for (std::size_t i = 0; i < P::size; ++i) {
@@ -514,7 +514,7 @@ struct pool_case {
 template <int C>
 void check_pool_reads_copy() {
   using K = pool_case<C>;
-  using P = ty::graph::plan<ty::type_list<decltype(K::g16)>>;
+  using P = ty::compile::plan<ty::type_list<decltype(K::g16)>>;
   const std::string d = P::describe();
   CHECK(d.find("max_pool_grad") != std::string::npos);
   CHECK(d.find("widen") == std::string::npos); // the pool's gradient reads the copy itself
@@ -567,7 +567,7 @@ TEST_CASE("saved_in<bfloat16>: max_pool's gradient reads the bfloat16 copy, pool
   constexpr auto loss =
       ty::sum(ty::max_pool<ty::padding::same, 2>(ty::conv2d<ty::padding::same>(tx, tf)));
   constexpr auto g16 = ty::grad<ty::saved_in<ty::bfloat16>>(loss, tf);
-  using P = ty::graph::plan<ty::type_list<decltype(g16)>>;
+  using P = ty::compile::plan<ty::type_list<decltype(g16)>>;
   CHECK(P::describe().find("save(") != std::string::npos); // the conv's output, for the pool
   CHECK(P::describe().find("widen") == std::string::npos);
   CHECK(P::describe().find("max_pool_grad(save(") != std::string::npos);

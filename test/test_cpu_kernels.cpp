@@ -113,8 +113,8 @@ struct kernel_of<ty::graph::flat_region<Out, Ins, Ms, Idx>> {
   using type = cpu::fused_kernel<Out, Ins, Ms>;
 };
 template <class E>
-using root_kernel = typename kernel_of<typename ty::graph::plan<ty::type_list<E>>::template region<
-    ty::graph::plan<ty::type_list<E>>::size - 1>>::type;
+using root_kernel = typename kernel_of<typename ty::compile::plan<
+    ty::type_list<E>>::template region<ty::compile::plan<ty::type_list<E>>::size - 1>>::type;
 
 constexpr auto fa = ty::placeholder<"a", float, ty::shape<ty::dyn>>;
 constexpr auto fb = ty::placeholder<"b", float, ty::shape<ty::dyn>>;

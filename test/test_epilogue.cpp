@@ -1,5 +1,5 @@
-// Epilogues (graph::epilogue_role, graph/plan.hpp fold_epilogues): `relu(bias_add(conv2d(..), b))`
-// and `bias_add(matmul(..), b)` become one step on the CPU, the bias and relu applied as the
+// Epilogues (graph::epilogue_role, compile/plan.hpp fold_epilogues): `relu(bias_add(conv2d(..),
+// b))` and `bias_add(matmul(..), b)` become one step on the CPU, the bias and relu applied as the
 // producer writes its output (oneDNN post-ops for float32; the producer's own kernel and one
 // pass elsewhere). Checked against naive double-precision loops, against the same model written
 // with `+` (which the plan does not fold), bit for bit where the arithmetic is the same, through
@@ -164,20 +164,20 @@ void check_chain() {
   static_assert(
       std::is_same_v<typename decltype(pg)::op,
                      ty::ops::pool_grad<ty::ops::pool_kind::max, ty::padding::same, K, K, S, S>>);
-  using P = ty::graph::plan<ty::type_list<decltype(gx)>>;
+  using P = ty::compile::plan<ty::type_list<decltype(gx)>>;
   static_assert(P::layout.chains == 1);
   CHECK(P::layout.step[P::template index_c<decltype(gx)>::value] == step_kind::chained);
   CHECK(P::layout.step[P::template index_c<decltype(pg)>::value] == step_kind::deferred);
   CHECK(P::describe().find("chained to %") != std::string::npos);
-  static_assert(ty::graph::plan<ty::type_list<decltype(gx), decltype(pg)>>::layout.chains == 0);
+  static_assert(ty::compile::plan<ty::type_list<decltype(gx), decltype(pg)>>::layout.chains == 0);
   // Its other input not one of the pool's operands (a computed one): not chained.
   constexpr auto other = pg * ty::max_pool<ty::padding::same, 1>(x);
-  static_assert(ty::graph::plan<ty::type_list<decltype(other)>>::layout.chains == 0);
+  static_assert(ty::compile::plan<ty::type_list<decltype(other)>>::layout.chains == 0);
   // A placeholder broadcast against it: chained, with the pool's output stored first as the
   // region's output is larger than it.
   constexpr auto z = ty::placeholder<"z", float, ty::shape<2, ty::dyn, H, W, C>>;
   constexpr auto wide = pg + z;
-  static_assert(ty::graph::plan<ty::type_list<decltype(wide)>>::layout.chains == 1);
+  static_assert(ty::compile::plan<ty::type_list<decltype(wide)>>::layout.chains == 1);
 
   const auto vx = random_vector<float>(31, N * H * W * C),
              vd = random_vector<float>(32, N * OH * OW * C),
@@ -227,15 +227,15 @@ TEST_SUITE("epilogue") {
     constexpr auto conv_v = ty::conv2d<ty::padding::valid>(x, w);
     constexpr auto y_relu = ty::relu(ty::bias_add(conv_s, b));
     constexpr auto y_bias = ty::bias_add(conv_v, b);
-    check_folded<ty::graph::plan<ty::type_list<decltype(y_relu)>>, decltype(conv_s),
+    check_folded<ty::compile::plan<ty::type_list<decltype(y_relu)>>, decltype(conv_s),
                  decltype(y_relu)>(true);
-    check_folded<ty::graph::plan<ty::type_list<decltype(y_bias)>>, decltype(conv_v),
+    check_folded<ty::compile::plan<ty::type_list<decltype(y_bias)>>, decltype(conv_v),
                  decltype(y_bias)>(true);
     // Written with `+`, or with the producer fetched too, nothing folds.
     constexpr auto y_add = ty::relu(conv_s + b);
-    check_folded<ty::graph::plan<ty::type_list<decltype(y_add)>>, decltype(conv_s),
+    check_folded<ty::compile::plan<ty::type_list<decltype(y_add)>>, decltype(conv_s),
                  decltype(y_add)>(false);
-    check_folded<ty::graph::plan<ty::type_list<decltype(y_relu), decltype(conv_s)>>,
+    check_folded<ty::compile::plan<ty::type_list<decltype(y_relu), decltype(conv_s)>>,
                  decltype(conv_s), decltype(y_relu)>(false);
 
     const auto vx = random_vector<float>(1, N * H * W * C),
@@ -294,7 +294,7 @@ TEST_SUITE("epilogue") {
     constexpr auto w3 = ty::placeholder<"w3", float, ty::shape<B, K, N>>;
     constexpr auto y_cols = ty::relu(ty::bias_add(ty::matmul(a, wm), bm));
     constexpr auto y_batched = ty::bias_add(ty::matmul(a3, w3), bm);
-    check_folded<ty::graph::plan<ty::type_list<decltype(y_cols)>>, decltype(ty::matmul(a, wm)),
+    check_folded<ty::compile::plan<ty::type_list<decltype(y_cols)>>, decltype(ty::matmul(a, wm)),
                  decltype(y_cols)>(true);
     const auto va = random_vector<float>(4, 300 * K), vw = random_vector<float>(5, K * N),
                vb = random_vector<float>(6, N), va3 = random_vector<float>(7, B * M * K),
@@ -365,7 +365,7 @@ TEST_SUITE("epilogue") {
     constexpr auto loss2 = ty::sum(o2 * o2);
     constexpr auto g = ty::grad(loss, w, b, v, c);
     constexpr auto g2 = ty::grad(loss2, w, b, v, c);
-    using P = ty::graph::plan<
+    using P = ty::compile::plan<
         ty::type_list<decltype(loss), decltype(ty::get<0>(g)), decltype(ty::get<1>(g)),
                       decltype(ty::get<2>(g)), decltype(ty::get<3>(g))>>;
     static_assert(P::layout.epilogues == 2);
@@ -404,16 +404,16 @@ TEST_SUITE("epilogue") {
     constexpr auto rows = ty::mean<1>(sq);
     constexpr auto cols = ty::sum<0>(sq);               // across rows: evaluated first
     constexpr auto arg = ty::argmax<1>(ty::sin(x) * m); // argmax: evaluated first
-    using P = ty::graph::plan<ty::type_list<decltype(full)>>;
+    using P = ty::compile::plan<ty::type_list<decltype(full)>>;
     static_assert(P::layout.prologues == 1);
     CHECK(P::layout.step[P::index_c<decltype(sq)>::value] == step_kind::deferred);
     CHECK(P::layout.step[P::index_c<decltype(full)>::value] == step_kind::prologue);
     CHECK(P::describe().find("[reads %") != std::string::npos);
     // Two readers, or the region fetched: materialized as before.
     static_assert(
-        ty::graph::plan<ty::type_list<decltype(full), decltype(rows)>>::layout.prologues == 0);
-    static_assert(ty::graph::plan<ty::type_list<decltype(full), decltype(sq)>>::layout.prologues ==
-                  0);
+        ty::compile::plan<ty::type_list<decltype(full), decltype(rows)>>::layout.prologues == 0);
+    static_assert(
+        ty::compile::plan<ty::type_list<decltype(full), decltype(sq)>>::layout.prologues == 0);
     const auto vx = random_vector<float>(21, R * C), vm = random_vector<float>(22, R);
     for (int threads : {1, 2, 3}) {
       INFO("threads = " << threads);

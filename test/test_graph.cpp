@@ -74,7 +74,7 @@ TEST_SUITE("graph") {
                   spelling<std::remove_const_t<decltype(one)>>().size() + 8);
     CHECK(spelling<std::remove_const_t<decltype(deep)>>().find("tanh") == std::string_view::npos);
     // ...and it is still the graph it was built as.
-    using P = ty::graph::plan<ty::type_list<decltype(deep)>>;
+    using P = ty::compile::plan<ty::type_list<decltype(deep)>>;
     static_assert(P::size == 1 + 3 * 40); // x, then mul, add, tanh per level
     CHECK(ty::to_string(one) == "tanh(add(mul(x, x), x))");
     ty::session s;
@@ -91,7 +91,7 @@ TEST_SUITE("graph") {
   TEST_CASE("topological order: children first, each distinct node once") {
     constexpr auto m = ty::matmul(x, W);
     constexpr auto y = ty::relu(m + b) + ty::sigmoid(ty::matmul(x, W));
-    using P = ty::graph::plan<ty::type_list<decltype(y)>>;
+    using P = ty::compile::plan<ty::type_list<decltype(y)>>;
     // x, W, b, matmul, add, relu, sigmoid, add: the two matmuls are one node.
     static_assert(P::size == 8);
     static_assert(children_first<P>(std::make_index_sequence<P::size>{}));
@@ -102,7 +102,7 @@ TEST_SUITE("graph") {
   TEST_CASE("the plan's nodes as a Hana sequence") {
     namespace hana = boost::hana;
     constexpr auto y = ty::sum(ty::relu(ty::matmul(x, W) + b));
-    using P = ty::graph::plan<ty::type_list<decltype(y)>>;
+    using P = ty::compile::plan<ty::type_list<decltype(y)>>;
     constexpr auto variables = hana::count_if(P::nodes_c(), [](auto t) {
       return hana::bool_c<ty::is_variable<typename decltype(t)::type>>;
     });
@@ -155,13 +155,13 @@ TEST_SUITE("graph") {
     CHECK(ty::debug::probe_count<"unused">.load() == unused0);
     CHECK(r(2, 3) == doctest::Approx(3 * in(2, 3)));
     // The same through the plan: the unfetched exp is not a node of it.
-    using P = ty::graph::plan<ty::type_list<decltype(used)>>;
+    using P = ty::compile::plan<ty::type_list<decltype(used)>>;
     static_assert(P::size == 4); // x, 3, mul, probe
   }
 
   TEST_CASE("a fused region is one loop with no intermediate buffer") {
     constexpr auto y = ty::relu(x * ty::constant<2> + b) - ty::sigmoid(x);
-    using P = ty::graph::plan<ty::type_list<decltype(y)>>;
+    using P = ty::compile::plan<ty::type_list<decltype(y)>>;
     static_assert(P::steps == 1);       // x and b are leaves; one kernel
     static_assert(P::fused_nodes == 4); // mul, add, relu, sigmoid inside sub's loop
     ty::session s;
@@ -193,7 +193,7 @@ TEST_SUITE("graph") {
   TEST_CASE("matmul, reductions and reshapes are region boundaries") {
     constexpr auto t = ty::exp(x);
     constexpr auto y = ty::exp(ty::sum<1>(t)) + ty::sum(ty::reshape<-1>(t * ty::constant<2>));
-    using P = ty::graph::plan<ty::type_list<decltype(y)>>;
+    using P = ty::compile::plan<ty::type_list<decltype(y)>>;
     // exp(x) feeds a reduction and a fused mul: it is materialized. Steps: exp, sum<1>,
     // mul, reshape, sum, and the final exp+add region.
     static_assert(P::steps == 6);
@@ -276,7 +276,7 @@ TEST_SUITE("graph") {
 
   TEST_CASE("plan description lists steps with their fused ops") {
     constexpr auto y = ty::sum(ty::relu(ty::matmul(x, W) + b));
-    using P = ty::graph::plan<ty::type_list<decltype(y)>>;
+    using P = ty::compile::plan<ty::type_list<decltype(y)>>;
     const std::string d = P::describe();
     CHECK(d.find("matmul matmul(x, W)") != std::string::npos);
     CHECK(d.find("fused relu(add(matmul(x, W), b))  [fused 2 ops, evaluated in its reader's "
@@ -284,7 +284,7 @@ TEST_SUITE("graph") {
     CHECK(d.find("reduce sum(relu(add(matmul(x, W), b)))  [reads %") != std::string::npos);
     // Fetched too, the region is a step of its own.
     using P2 =
-        ty::graph::plan<ty::type_list<decltype(y), decltype(ty::relu(ty::matmul(x, W) + b))>>;
+        ty::compile::plan<ty::type_list<decltype(y), decltype(ty::relu(ty::matmul(x, W) + b))>>;
     CHECK(P2::describe().find("fused relu(add(matmul(x, W), b))  [fused 2 ops]\n") !=
           std::string::npos);
   }
@@ -295,7 +295,7 @@ TEST_SUITE("graph") {
     constexpr auto h2 = ty::tanh(ty::matmul(h1, W2));
     constexpr auto y = ty::sum(h2);
     // h2 fetched too: a step of its own, like h1 (else sum would evaluate it as it reads it)
-    using P = ty::graph::plan<ty::type_list<decltype(y), decltype(h2)>>;
+    using P = ty::compile::plan<ty::type_list<decltype(y), decltype(h2)>>;
     constexpr std::size_t m1 = P::index_c<decltype(ty::matmul(x, W))>::value;
     constexpr std::size_t m2 = P::index_c<decltype(ty::matmul(h1, W2))>::value;
     constexpr std::size_t t1 = P::index_c<decltype(h1)>::value;

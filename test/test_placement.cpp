@@ -48,7 +48,7 @@ TEST_CASE("device tags print in TensorFlow's form") {
 }
 
 TEST_CASE("the seed's device function: variables on cpu<0>, compute on cpu<1>") {
-  using P = ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>, seed_policy>;
+  using P = ty::compile::plan<ty::type_list<decltype(loss), decltype(train)>, seed_policy>;
   CHECK(device_of_node<P, decltype(w)>() == ty::id_of<ty::cpu<0>>);
   CHECK(device_of_node<P, decltype(b)>() == ty::id_of<ty::cpu<0>>);
   CHECK(device_of_node<P, decltype(ty::matmul(x, w))>() == ty::id_of<ty::cpu<1>>);
@@ -79,7 +79,7 @@ TEST_CASE("a placed graph trains as the unplaced one; each run does its transfer
   ty::trace_recorder rec(ty::trace_recorder::options{.skip = 2});
   ty::session<seed_policy> placed(ty::session_options{.seed = 5, .trace = &rec});
   ty::session<> plain(ty::session_options{.seed = 5});
-  using P = ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>, seed_policy>;
+  using P = ty::compile::plan<ty::type_list<decltype(loss), decltype(train)>, seed_policy>;
   for (int k = 0; k < 3; ++k) {
     auto [l1] = placed.run(ty::fetch(loss, train), ty::feed(x, input()));
     auto [l2] = plain.run(ty::fetch(loss, train), ty::feed(x, input()));
@@ -104,7 +104,7 @@ TEST_CASE("a placed graph trains as the unplaced one; each run does its transfer
 
 TEST_CASE("one transfer per (tensor, destination device), however many readers") {
   constexpr auto u = ty::matmul(x, w) * ty::matmul(x * ty::constant<2.0>, w) + ty::sum<0>(w);
-  using P = ty::graph::plan<ty::type_list<decltype(u)>, seed_policy>;
+  using P = ty::compile::plan<ty::type_list<decltype(u)>, seed_policy>;
   // w is read three times on cpu<1>: one transfer.
   CHECK(P::transfers == 1);
   CHECK(P::placement.transfer_source[0] == P::index_c<decltype(w)>::value);
@@ -114,7 +114,7 @@ TEST_CASE("one transfer per (tensor, destination device), however many readers")
 TEST_CASE("by_op maps op kinds to devices") {
   using policy = ty::by_op<ty::cpu<0>, ty::kind_on<ty::node_kind::matmul, ty::cpu<1>>,
                            ty::kind_on<ty::node_kind::reduction, ty::cpu<2>>>;
-  using P = ty::graph::plan<ty::type_list<decltype(loss)>, policy>;
+  using P = ty::compile::plan<ty::type_list<decltype(loss)>, policy>;
   CHECK(device_of_node<P, decltype(ty::matmul(x, w))>() == ty::id_of<ty::cpu<1>>);
   CHECK(device_of_node<P, decltype(loss)>() == ty::id_of<ty::cpu<2>>);
   CHECK(device_of_node<P, decltype(y)>() == ty::id_of<ty::cpu<0>>);
@@ -132,7 +132,7 @@ TEST_CASE("with_device overrides the policy for a subtree; the innermost scope w
   constexpr auto inner = ty::with_device<ty::cpu<2>>(ty::matmul(x, w));
   constexpr auto outer = ty::with_device<ty::cpu<1>>(ty::relu(inner + b));
   constexpr auto z = outer * ty::constant<3.0>;
-  using P = ty::graph::plan<ty::type_list<decltype(z)>>;
+  using P = ty::compile::plan<ty::type_list<decltype(z)>>;
   CHECK(device_of_node<P, decltype(ty::matmul(x, w))>() == ty::id_of<ty::cpu<2>>);
   CHECK(device_of_node<P, decltype(inner + b)>() == ty::id_of<ty::cpu<1>>);
   CHECK(device_of_node<P, decltype(z)>() == ty::id_of<ty::cpu<0>>);
@@ -184,7 +184,7 @@ TEST_CASE("soft placement: ops without a GPU kernel fall back to cpu<0>") {
   constexpr auto h = ty::matmul(x, w) + b;
   constexpr auto p = ty::debug::probe<"soft">(h);
   constexpr auto yp = ty::relu(p);
-  using P = ty::graph::plan<ty::type_list<decltype(yp)>, ty::on<ty::gpu<0>>>;
+  using P = ty::compile::plan<ty::type_list<decltype(yp)>, ty::on<ty::gpu<0>>>;
   // matmul, add, relu and the variables stay on the GPU; the probe (host only) and the fed
   // placeholder x move to the CPU, marked as soft placements.
   CHECK(device_of_node<P, decltype(h)>() == ty::id_of<ty::gpu<0>>);
@@ -211,7 +211,7 @@ TEST_CASE("a materialized constant read on another device travels like any tenso
   constexpr auto c = ty::full<2, float, ty::shape<4, 3>>;
   constexpr auto m = ty::with_device<ty::cpu<1>>(ty::matmul(x, c));
   constexpr auto inl = ty::with_device<ty::cpu<1>>(x * ty::full<3, float, ty::shape<4>>);
-  using P = ty::graph::plan<ty::type_list<decltype(m), decltype(inl)>, ty::on<ty::cpu<0>>>;
+  using P = ty::compile::plan<ty::type_list<decltype(m), decltype(inl)>, ty::on<ty::cpu<0>>>;
   CHECK(device_of_node<P, decltype(c)>() == ty::id_of<ty::cpu<0>>);
   CHECK(P::transfers == 2);
   const std::string listing = P::describe_placement();

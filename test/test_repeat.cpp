@@ -335,7 +335,7 @@ TEST_CASE("repeat: the body's variable attributes carry over to the stacked vari
 TEST_CASE("repeat: a GPU placement moves the loop to cpu<0> and says so") {
   using M = model<float, 3>;
   using H = std::remove_cvref_t<decltype(M::h)>;
-  using P = ty::graph::plan<ty::type_list<H>, ty::on<ty::gpu<0>>>;
+  using P = ty::compile::plan<ty::type_list<H>, ty::on<ty::gpu<0>>>;
   constexpr std::size_t i = P::index_c<H>::value;
   CHECK(P::placement.device[i].is_cpu);
   CHECK(P::placement.fell_back[i]);

@@ -153,7 +153,7 @@ TEST_CASE("the weight decay's gradient is added after the towers' mean, in the u
   static_assert(ty::detail::tower_dependent<decltype(w * ty::relu(f))>::value);
   static_assert(ty::detail::tower_dependent<decltype(ty::dropout<7>(w, ty::constant<0.5>))>::value);
   using M = model<float>;
-  using P = ty::graph::plan<ty::type_list<std::remove_const_t<decltype(M::train)>>>;
+  using P = ty::compile::plan<ty::type_list<std::remove_const_t<decltype(M::train)>>>;
   constexpr auto n = means_of_sums_and_products<P>();
   CHECK(n[0] == 0);
   CHECK(n[1] == 2); // l1/weights and l2/weights
@@ -290,9 +290,9 @@ TEST_CASE("CPU towers share tower 0's plan and name their own CPU in the placeme
     cpu0 += line.ends_with("device:CPU:0");
     cpu1 += line.ends_with("device:CPU:1");
   }
-  using P = ty::graph::plan<ty::type_list<std::remove_cvref_t<decltype(M::loss)>,
-                                          std::remove_cvref_t<decltype(M::train)>>,
-                            ty::on<ty::cpu<0>>>;
+  using P = ty::compile::plan<ty::type_list<std::remove_cvref_t<decltype(M::loss)>,
+                                            std::remove_cvref_t<decltype(M::train)>>,
+                              ty::on<ty::cpu<0>>>;
   CHECK(cpu0 == P::size);
   CHECK(cpu1 == P::size);
   // The seed's towers: tower 1 logs its compute on CPU:1 and the variables on CPU:0, as its own
@@ -326,7 +326,7 @@ TEST_CASE("the replication transformation: the gradients all-reduced, the update
   using M = model<float>;
   using Loss = std::remove_cvref_t<decltype(M::loss)>;
   using Train = std::remove_cvref_t<decltype(M::train)>;
-  using P = ty::graph::plan<ty::type_list<Loss, Train>, ty::on<ty::cpu<0>>>;
+  using P = ty::compile::plan<ty::type_list<Loss, Train>, ty::on<ty::cpu<0>>>;
   constexpr auto& R = ty::replication<P>::value;
   // one all-reduce per trainable variable's gradient: two weights, two biases
   CHECK(R.all_reduces == 4);

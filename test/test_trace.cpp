@@ -33,8 +33,8 @@ namespace {
 
 /// The seed's device function on two CPU devices: variables on cpu<0>, compute on cpu<1>.
 using seed_policy = ty::variables_on<ty::cpu<0>, ty::compute_on<ty::cpu<1>>>;
-using P = ty::graph::plan<ty::type_list<decltype(mnist::total_loss), decltype(mnist::train_op)>,
-                          seed_policy>;
+using P = ty::compile::plan<ty::type_list<decltype(mnist::total_loss), decltype(mnist::train_op)>,
+                            seed_policy>;
 
 fs::path temp_dir() {
   const fs::path d = fs::temp_directory_path() / ("typeflow_trace_" + std::to_string(::getpid()));

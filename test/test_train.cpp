@@ -97,7 +97,7 @@ TEST_CASE("a variable's update and its slot's are one loop storing both, with th
   constexpr auto loss = ty::sum(ma * ty::square(mw)) * ty::constant<0.5>;
   constexpr auto train =
       ty::momentum(ty::constant<0.1>, ty::constant<0.9>, ty::nesterov).minimize(loss);
-  using P = ty::graph::plan<ty::type_list<decltype(train)>>;
+  using P = ty::compile::plan<ty::type_list<decltype(train)>>;
   static_assert(P::layout.merged_outputs == 1); // mw/momentum's, in mw's loop
   CHECK(P::describe().find("also stores %") != std::string::npos);
   // The same arithmetic as plain expressions (nothing to merge), fetched before each step.
@@ -107,26 +107,26 @@ TEST_CASE("a variable's update and its slot's are one loop storing both, with th
   constexpr auto neww =
       ty::sub(mw, ty::mul(ty::add(g, ty::mul(next, ty::constant<0.9>)), ty::constant<0.1>));
   static_assert(
-      ty::graph::plan<ty::type_list<decltype(next), decltype(neww)>>::layout.merged_outputs == 0);
+      ty::compile::plan<ty::type_list<decltype(next), decltype(neww)>>::layout.merged_outputs == 0);
   // An assignment that something other than a group reads is not merged.
   constexpr auto read_back = ty::group(ty::mul(ty::assign(accum, next), ty::constant<2.0>),
                                        ty::assign_sub(mw, ty::mul(next, ty::constant<0.1>)));
-  static_assert(ty::graph::plan<ty::type_list<decltype(read_back)>>::layout.merged_outputs == 0);
+  static_assert(ty::compile::plan<ty::type_list<decltype(read_back)>>::layout.merged_outputs == 0);
   // Nor an assignment that reads no all-reduced gradient (it would run in the towers of a
   // replicated session, the update after them), though it shares a member with the update.
   constexpr auto ema = ty::variable<"ema", float, ty::shape<n>, ty::fill<0.0>>;
   constexpr auto with_ema = ty::group(train, ty::assign(ema, ty::mul(accum, ty::constant<0.9>)));
-  static_assert(ty::graph::plan<ty::type_list<decltype(with_ema)>>::layout.merged_outputs == 1);
+  static_assert(ty::compile::plan<ty::type_list<decltype(with_ema)>>::layout.merged_outputs == 1);
   // Two variables of one shape: each merges with its own slot, not with the other through the
   // hyper-parameters they share.
   constexpr auto mw2 = ty::variable<"mw2", float, ty::shape<n>, ty::fill<0.0>>;
   constexpr auto two = ty::momentum(ty::constant<0.1>, ty::constant<0.9>, ty::nesterov)
                            .minimize(loss + ty::sum(ma * ty::square(mw2)));
-  static_assert(ty::graph::plan<ty::type_list<decltype(two)>>::layout.merged_outputs == 2);
+  static_assert(ty::compile::plan<ty::type_list<decltype(two)>>::layout.merged_outputs == 2);
   // Nor are assignments of different shapes.
   constexpr auto other = ty::variable<"other", float, ty::shape<n / 2>, ty::fill<0.0>>;
   constexpr auto shapes = ty::group(ty::assign(other, ty::constant<1.0>), ty::assign(mw, g));
-  static_assert(ty::graph::plan<ty::type_list<decltype(shapes)>>::layout.merged_outputs == 0);
+  static_assert(ty::compile::plan<ty::type_list<decltype(shapes)>>::layout.merged_outputs == 0);
 
   std::vector<float> av(n), w0(n);
   for (i64 i = 0; i < n; ++i) {

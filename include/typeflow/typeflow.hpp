@@ -5,10 +5,9 @@
 // First, so that a compile-time model error (core/fixed_string.hpp) names one include line.
 #include "core/fixed_string.hpp"
 
-#include "autodiff/fold.hpp"
 #include "autodiff/grad.hpp"
-#include "autodiff/gradcheck.hpp"
 #include "backend/cpu/machine.hpp"
+#include "compile/plan.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/fixed_string.hpp"
@@ -16,7 +15,6 @@
 #include "core/tensor.hpp"
 #include "device/device.hpp"
 #include "graph/node.hpp"
-#include "graph/plan.hpp"
 #include "graph/print.hpp"
 #include "graph/traverse.hpp"
 #include "io/batch.hpp"
@@ -35,6 +33,7 @@
 #include "ops/contract.hpp"
 #include "ops/debug.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/fold.hpp"
 #include "ops/layout.hpp"
 #include "ops/leaves.hpp"
 #include "ops/matmul.hpp"
@@ -46,3 +45,4 @@
 #include "runtime/replicate.hpp"
 #include "runtime/session.hpp"
 #include "runtime/trace.hpp"
+#include "testing/gradcheck.hpp"

@@ -23,9 +23,10 @@ inline constexpr auto loss = ty::mean(ty::sparse_softmax_cross_entropy_with_logi
 inline constexpr auto train =
     ty::momentum(ty::constant<0.01>, ty::constant<0.9>, ty::nesterov).minimize(loss);
 
-using on_gpu = ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>, ty::on<ty::gpu<0>>>;
-using seed = ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>,
-                             ty::variables_on<ty::cpu<0>, ty::compute_on<ty::gpu<0>>>>;
+using on_gpu =
+    ty::compile::plan<ty::type_list<decltype(loss), decltype(train)>, ty::on<ty::gpu<0>>>;
+using seed = ty::compile::plan<ty::type_list<decltype(loss), decltype(train)>,
+                               ty::variables_on<ty::cpu<0>, ty::compute_on<ty::gpu<0>>>>;
 
 /// FNV-1a over every node's device and soft-placement mark, and every transfer.
 template <class P>

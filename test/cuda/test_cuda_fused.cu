@@ -32,7 +32,7 @@ template <class T, class A, class B, class C>
 void check_case(const char* what, std::int64_t rows, A x, B y, C z) {
   const std::int64_t cols = B::shape_type::dims[0];
   constexpr auto e = x * y + z * ty::sin(x) - ty::exp(y) / ty::constant<4.0>;
-  using P = ty::graph::plan<ty::type_list<decltype(e)>>;
+  using P = ty::compile::plan<ty::type_list<decltype(e)>>;
   using R = typename P::template region<P::size - 1>;
   std::vector<T> hx(rows * cols), hy(cols), hz(rows * cols);
   for (std::size_t i = 0; i < hx.size(); ++i) {

@@ -61,7 +61,7 @@ void expect_close(const char* what, const ty::tensor<T>& g, const ty::tensor<T>&
 /// Every op of the fetches' plan on on<gpu<0>> runs on the GPU: only leaves fall back.
 template <class... E>
 void expect_on_gpu(const char* what, E...) {
-  using P = ty::graph::plan<ty::type_list<E...>, ty::on<ty::gpu<0>>>;
+  using P = ty::compile::plan<ty::type_list<E...>, ty::on<ty::gpu<0>>>;
   for (std::size_t i = 0; i < P::size; ++i)
     if (P::placement.fell_back[i] && P::fact.edge_begin[i] != P::fact.edge_begin[i + 1]) {
       std::printf("FAIL %s: %s fell back to the CPU\n", what, P::node_string(i).c_str());

@@ -282,7 +282,7 @@ Feeds cpu_feeds(const Feeds& feeds, std::vector<std::vector<float>>& store) {
 /// Without a device only the placement is checked.
 template <class Feeds, class... E>
 void check(const std::string& group, const Feeds& feeds, const item<E>&... items) {
-  using P = ty::graph::plan<ty::type_list<E...>, ty::on<ty::gpu<0>>>;
+  using P = ty::compile::plan<ty::type_list<E...>, ty::on<ty::gpu<0>>>;
   constexpr std::size_t n = sizeof...(E);
   const std::array<const char*, n> names{items.name...};
   const std::array<tol, n> tols{items.t...};

@@ -42,7 +42,7 @@ inline constexpr auto y = ty::dense<"p_fc", 3>(ty::reshape<-1, 8 * 8 * 4>(h));
 inline constexpr auto loss = ty::mean(ty::square(y));
 inline constexpr auto train =
     ty::momentum(ty::constant<0.01>, ty::constant<0.9>, ty::nesterov).minimize(loss);
-using plan = ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>, ty::on<ty::gpu<0>>>;
+using plan = ty::compile::plan<ty::type_list<decltype(loss), decltype(train)>, ty::on<ty::gpu<0>>>;
 } // namespace products_model
 
 std::size_t count(const std::string& text, const std::string& what) {

@@ -26,7 +26,7 @@ using towers = ty::replicate_with<seed_tower, ty::gpu<0>, ty::gpu<1>>;
 
 // The gradients' replica_mean nodes are on the towers' GPUs: averaged there by NCCL.
 using tower0_plan =
-    ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>, seed_tower<ty::gpu<0>>>;
+    ty::compile::plan<ty::type_list<decltype(loss), decltype(train)>, seed_tower<ty::gpu<0>>>;
 static_assert(!tower0_plan::placement.fell_back[tower0_plan::index_c<decltype(loss)>::value]);
 
 } // namespace

@@ -26,7 +26,7 @@ namespace cb = typeflow::cuda_backend;
 namespace {
 template <class E>
 struct region_of {
-  using P = ty::graph::plan<ty::type_list<E>>;
+  using P = ty::compile::plan<ty::type_list<E>>;
   using R = typename P::template region<P::size - 1>;
   using device_fn = cb::fused_device<typename R::out_type, typename R::inputs, typename R::members>;
   using host_fn =
@@ -156,7 +156,7 @@ void placement_case(X x, W w, B b) {
   constexpr auto h = ty::tanh(ty::matmul(x, w) + b);
   constexpr auto mm = ty::matmul(x, w);
   constexpr auto total = ty::argmax<1>(h);
-  using P = ty::graph::plan<ty::type_list<decltype(total)>, ty::on<ty::gpu<0>>>;
+  using P = ty::compile::plan<ty::type_list<decltype(total)>, ty::on<ty::gpu<0>>>;
   // With the CUDA backend the fused region (add, tanh), matmul (cuBLAS) and argmax run on the
   // GPU; the placeholder stays on the CPU.
   CHECK(P::placement.device[P::template index_c<decltype(h)>::value] == ty::id_of<ty::gpu<0>>);
@@ -203,7 +203,7 @@ void conv_placement_case(X x, Y y) {
   constexpr auto loss = ty::mean(ty::sparse_softmax_cross_entropy_with_logits(logits, y));
   constexpr auto cw = ty::find_variable<"conv/weights">(loss);
   constexpr auto gw = ty::grad(loss, cw);
-  using P = ty::graph::plan<ty::type_list<decltype(gw)>, ty::on<ty::gpu<0>>>;
+  using P = ty::compile::plan<ty::type_list<decltype(gw)>, ty::on<ty::gpu<0>>>;
   // Every op of the model and of its gradient has a GPU kernel (element_count, the mean's
   // divisor, and sum_to_like included): no node but the leaves is left on the CPU.
   std::size_t on_cpu = 0;
@@ -268,9 +268,9 @@ void layout_placement_case(X x, Y y, K keep) {
   constexpr auto a = ty::argmax<2>(c);
   constexpr auto loss = ty::mean(ty::square(c));
   constexpr auto g = ty::grad(loss, x, y);
-  using P =
-      ty::graph::plan<ty::type_list<decltype(a), decltype(ty::get<0>(g)), decltype(ty::get<1>(g))>,
-                      ty::on<ty::gpu<0>>>;
+  using P = ty::compile::plan<
+      ty::type_list<decltype(a), decltype(ty::get<0>(g)), decltype(ty::get<1>(g))>,
+      ty::on<ty::gpu<0>>>;
   INFO("ops left on the CPU: " << fell_back_ops<P>());
   CHECK(fell_back_ops<P>().empty());
   CHECK(P::placement.device[P::template index_c<decltype(c)>::value] == ty::id_of<ty::gpu<0>>);

@@ -117,9 +117,9 @@ constexpr auto train =
     ty::momentum(ty::constant<0.1>, ty::constant<0.9>, ty::nesterov).minimize(loss);
 constexpr auto w1 = ty::find_variable<"l1/weights">(loss);
 using gpu_plan =
-    ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>, ty::on<ty::gpu<0>>>;
-using seed_plan = ty::graph::plan<ty::type_list<decltype(loss), decltype(train)>,
-                                  ty::variables_on<ty::cpu<0>, ty::compute_on<ty::gpu<0>>>>;
+    ty::compile::plan<ty::type_list<decltype(loss), decltype(train)>, ty::on<ty::gpu<0>>>;
+using seed_plan = ty::compile::plan<ty::type_list<decltype(loss), decltype(train)>,
+                                    ty::variables_on<ty::cpu<0>, ty::compute_on<ty::gpu<0>>>>;
 // On gpu<0> everything stays there: the only transfers are the two feeds.
 static_assert(gpu_plan::transfers == 2);
 // The seed's policy: each trainable variable and slot goes over and its update comes back;

@@ -9,13 +9,14 @@
 #pragma once
 #include <tuple>
 
-#include "../graph/plan.hpp"
+#include "../graph/table.hpp"
 #include "../ops/elementwise_grad.hpp"
+#include "../ops/fold.hpp"
 #include "../ops/layout_grad.hpp"
 #include "../ops/matmul_grad.hpp"
 #include "../ops/nn_grad.hpp"
 #include "../ops/reduce_grad.hpp"
-#include "fold.hpp"
+#include "../ops/scope.hpp"
 
 namespace typeflow {
 
@@ -34,13 +35,6 @@ consteval auto custom_gradient(E, Rule) {
 
 template <>
 struct grad_rule<ops::stop_gradient> : no_gradient {};
-template <class D>
-struct grad_rule<ops::device_scope<D>> {
-  template <std::size_t, class Y, class G, class X>
-  static consteval G vjp(Y, G g, X) {
-    return g;
-  }
-};
 template <class Rule>
 struct grad_rule<ops::custom_gradient<Rule>> {
   template <std::size_t, class Y, class G, class X>
@@ -176,7 +170,7 @@ concept has_rule = requires {
 
 template <class Y, class Seed, class Save, class... Xs>
 struct backprop {
-  using P = graph::plan<type_list<Y>>;
+  using P = graph::node_table<Y>;
   static constexpr std::size_t n = P::size;
   template <std::size_t I>
   using node = typename P::template node<I>;
@@ -184,11 +178,11 @@ struct backprop {
   struct tables {
     std::array<bool, n> depends{};
     std::array<std::size_t, n + 1> begin{};
-    std::array<std::size_t, P::fact.edges.size()> who{}, slot{};
+    std::array<std::size_t, P::topology.edges.size()> who{}, slot{};
   };
   static consteval tables make() {
     tables t;
-    const auto& f = P::fact;
+    const auto& f = P::topology;
     std::array<bool, n> is_x{};
     ((P::template contains_c<Xs>::value ? void(is_x[index_if_present<Xs>()] = true) : void()), ...);
     for (std::size_t i = 0; i < n; ++i) {

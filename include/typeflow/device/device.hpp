@@ -4,7 +4,7 @@
 // policy is any type with a member alias template `device<Node>` naming the device tag on which
 // node type `Node` runs (the concept `placement_policy_for`): the seed's device function
 // (variables on /cpu:0, compute on /gpu:i) is `variables_on<cpu<0>, compute_on<gpu<0>>>`.
-// The plan (graph/plan.hpp) applies the policy, then `with_device<D>(e)` scopes, then soft
+// The compiler (compile/place.hpp) applies the policy, then `with_device<D>(e)` scopes, then soft
 // placement (an op without a kernel on its device falls back to cpu<0>; `strict<Policy>` makes
 // that a compile error), and puts a transfer on every edge that crosses devices.
 #pragma once
@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "../ops/elementwise.hpp"
+#include "../ops/scope.hpp"
 
 namespace typeflow {
 
@@ -141,16 +142,6 @@ constexpr bool soft_placement() {
   else
     return true;
 }
-
-namespace ops {
-/// with_device<D>(e): e, whose non-leaf nodes run on D (a scoped override of the policy).
-template <device_tag D>
-struct device_scope : identity_base {
-  static constexpr std::string_view name = "with_device";
-  using device = D;
-  static std::string attrs() { return D::name(); }
-};
-} // namespace ops
 
 /// with_device<D>(e): the nodes of e's subgraph that are not leaves run on D, whatever the
 /// placement policy says (TensorFlow's `with tf.device(...)` around their construction). Where

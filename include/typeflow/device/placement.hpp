@@ -7,30 +7,20 @@
 // destination device), as TensorFlow's Send/Recv pairs. Constants are inlined where read and
 // groups only order their operands, so neither needs one.
 //
-// Whether a device has a kernel for an op: every op has a CPU kernel (a missing one is a compile
-// error at the session, naming the op); a GPU kernel exists when the CUDA backend declares one
-// (backend/cuda/kernels.hpp, plain C++ included here), so a plan means the same in every
-// translation unit, compiled by nvcc or not.
+// Whether a device has a kernel for an op is the backends' answer, which the compiler asks
+// (compile/capabilities.hpp) and hands to this pass as a table: placement never includes a
+// backend.
 //
-// The pass itself is plain constexpr code over node indices (graph::plan fills the request from
-// its node types), linear in nodes times transfers.
+// The pass itself is plain constexpr code over node indices (compile/place.hpp fills the request
+// from its node types), linear in nodes times transfers.
 #pragma once
 #include <array>
 #include <cstddef>
 
-#include "../backend/cuda/kernels.hpp"
 #include "../graph/traverse.hpp"
 #include "device.hpp"
 
 namespace typeflow {
-
-/// Whether op Op has a kernel on device D.
-template <class Op, device_tag D>
-inline constexpr bool has_kernel_on = D::is_cpu || cuda_backend::has_kernel_for<Op>;
-
-/// Whether the CUDA backend has a kernel for Op (for describe_placement and tests).
-template <class Op>
-inline constexpr bool has_gpu_kernel = cuda_backend::has_kernel_for<Op>;
 
 namespace placement {
 

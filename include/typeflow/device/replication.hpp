@@ -26,7 +26,7 @@
 namespace typeflow {
 
 namespace detail {
-/// The transformation's table, templated on sizes only (see graph::detail::layout_table).
+/// The transformation's table, templated on sizes only (see compile::layout_table).
 template <std::size_t N, std::size_t S>
 struct replication_table {
   std::array<bool, N> all_reduce{}; ///< the node is an all-reduce (a replica_mean of P)

@@ -63,7 +63,7 @@ struct member {
 
 /// A fused region: output dtype, input dtypes, members (topological, the root last), the plan
 /// positions of its inputs, and what it stores besides its root (assignments merged into one
-/// loop: graph::plan's merged outputs), as pairs (member position, plan position).
+/// loop: compile::plan's merged outputs), as pairs (member position, plan position).
 template <class Seq>
 struct index_array;
 template <std::size_t... K>

@@ -2,7 +2,6 @@
 #pragma once
 #include <string>
 
-#include "../ops/leaves.hpp"
 #include "node.hpp"
 
 namespace typeflow {

@@ -1,6 +1,6 @@
-// The plan as a picture: GraphViz DOT from graph::plan, and SVG/PNG/PDF through Graphviz's `dot`.
+// The plan as a picture: GraphViz DOT from compile::plan, and SVG/PNG/PDF through Graphviz's `dot`.
 //
-//   std::string dot = ty::to_dot<P>();            // P = ty::graph::plan<fetches, placement>
+//   std::string dot = ty::to_dot<P>();            // P = ty::compile::plan<fetches, placement>
 //   std::string dot = ty::to_dot<Placement>(ty::fetch(loss, train));
 //   ty::save_graph(dot, "train.svg");             // .dot as is; .svg, .png, .pdf through `dot`
 //
@@ -29,9 +29,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../compile/plan.hpp"
 #include "../core/compiled.hpp"
 #include "../core/error.hpp"
-#include "../graph/plan.hpp"
 #include "../ops/layout.hpp"
 #include "../runtime/feed.hpp"
 
@@ -85,7 +85,7 @@ inline std::string short_device(const device_id& d) {
 
 /// The part of the training graph each node belongs to (see the header comment). A gradient
 /// ends at a replica_mean (minimize() puts one on every gradient).
-TYPEFLOW_DECL std::vector<graph_part> graph_parts(const graph::plan_view& v)
+TYPEFLOW_DECL std::vector<graph_part> graph_parts(const compile::plan_view& v)
 #if TYPEFLOW_BODIES
 {
   const std::size_t n = v.size;
@@ -139,7 +139,7 @@ TYPEFLOW_DECL std::vector<graph_part> graph_parts(const graph::plan_view& v)
 #endif
 
 /// The DOT text of a plan (see to_dot).
-TYPEFLOW_DECL std::string dot_text(const graph::plan_view& v, const dot_options& o)
+TYPEFLOW_DECL std::string dot_text(const compile::plan_view& v, const dot_options& o)
 #if TYPEFLOW_BODIES
 {
   using graph::step_kind;
@@ -352,7 +352,7 @@ std::string to_dot(const dot_options& o = {}) {
 /// The plan of `fetches` placed by Placement, as to_dot<P>.
 template <class Placement = on<cpu<0>>, class... F>
 std::string to_dot(fetch_t<F...>, const dot_options& o = {}) {
-  return to_dot<graph::plan<type_list<F...>, Placement>>(o);
+  return to_dot<compile::plan<type_list<F...>, Placement>>(o);
 }
 
 /// Writes a DOT text to `path`: as is for .dot and .gv, else rendered by Graphviz's `dot`

@@ -4,7 +4,7 @@
 #pragma once
 #include <array>
 
-#include "../graph/plan.hpp"
+#include "../graph/table.hpp"
 #include "../ops/nn.hpp"
 #include "initializers.hpp"
 
@@ -69,12 +69,12 @@ struct is_decayed_node : std::bool_constant<is_variable_t<E>::value &&
 /// The trainable variables of E's graph, as a type_list in plan order.
 template <class E>
 using trainable_variables_t =
-    typename detail::select_nodes<graph::plan<type_list<E>>, detail::is_trainable_node>::type;
+    typename detail::select_nodes<graph::node_table<E>, detail::is_trainable_node>::type;
 
 /// The variable named Name in E's graph (a compile error naming it when there is none).
 template <fixed_string Name, expression E>
 consteval auto find_variable(E) {
-  using P = graph::plan<type_list<E>>;
+  using P = graph::node_table<E>;
   constexpr std::size_t at = []<std::size_t... I>(std::index_sequence<I...>) {
     const std::string_view names[] = {
         detail::variable_name<typename P::template node<I>::op>::value...};
@@ -107,7 +107,7 @@ consteval auto add_decays(Loss loss, type_list<V...>) {
 /// declared `with_weight_decay` (TensorFlow's collection of losses, gathered at compile time).
 template <expression Loss>
 consteval auto add_weight_decay(Loss loss) {
-  using P = graph::plan<type_list<Loss>>;
+  using P = graph::node_table<Loss>;
   return detail::add_decays(loss,
                             typename detail::select_nodes<P, detail::is_decayed_node>::type{});
 }

@@ -167,7 +167,7 @@ struct save : cast<H> {
 /// pool gradient). A cast<float> of its own type, so that it is a node apart from the
 /// cast<float> of the same copy that elementwise gradients read: those fuse the widening into
 /// their loops, while this one is stored, right before the kernel that reads it
-/// (graph::plan's schedule()).
+/// (compile::plan's schedule()).
 struct widen : cast<float> {
   static constexpr std::string_view name = "widen";
 };

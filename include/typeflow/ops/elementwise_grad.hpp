@@ -5,8 +5,8 @@
 // Conventions at non-differentiable points: relu'(0) = 0; abs'(0) = 0; maximum/minimum send the
 // whole gradient to the first operand on ties (the one they return).
 #pragma once
-#include "../autodiff/fold.hpp"
 #include "debug.hpp"
+#include "fold.hpp"
 #include "state.hpp"
 
 namespace typeflow {

@@ -2,7 +2,7 @@
 // the inverse permutation, concat and slice by slice_like and pad_like (each the gradient of the
 // other).
 #pragma once
-#include "../autodiff/fold.hpp"
+#include "fold.hpp"
 
 namespace typeflow {
 

@@ -1,7 +1,7 @@
 // Gradient rule of matmul (2-D and batched), for every combination of transpose flags:
 // C = op(A) op(B) gives dop(A) = G op(B)^T and dop(B) = op(A)^T G.
 #pragma once
-#include "../autodiff/fold.hpp"
+#include "fold.hpp"
 #include "matmul.hpp"
 
 namespace typeflow {

@@ -3,7 +3,7 @@
 // positions); the fused cross-entropy's is upstream * (softmax - onehot). The backprop ops
 // themselves have no rule (no second derivatives through convolutions or pools yet).
 #pragma once
-#include "../autodiff/fold.hpp"
+#include "fold.hpp"
 #include "nn.hpp"
 
 namespace typeflow {

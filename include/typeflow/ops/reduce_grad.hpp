@@ -1,7 +1,7 @@
 // Gradient rules of the reductions. max and min route the gradient to the elements equal to the
 // result, shared equally among ties (as TensorFlow does); argmax has no gradient.
 #pragma once
-#include "../autodiff/fold.hpp"
+#include "fold.hpp"
 
 namespace typeflow {
 

@@ -98,7 +98,8 @@ class session<replicate_policy<Reducer, Tower, D...>> {
   }
   template <class Fs>
   static consteval bool same_plans() {
-    return (same_but_cpu<graph::plan<Fs, Tower<first_device>>, graph::plan<Fs, Tower<D>>>() && ...);
+    return (same_but_cpu<compile::plan<Fs, Tower<first_device>>, compile::plan<Fs, Tower<D>>>() &&
+            ...);
   }
 
 public:
@@ -135,7 +136,7 @@ public:
   /// batch-weighted mean of the towers' values (a mean loss); the others are tower 0's.
   template <class... F, class... Feeds>
   auto run(fetch_t<F...> fetches, const Feeds&... feeds) {
-    using P = graph::plan<type_list<F...>, Tower<first_device>>;
+    using P = compile::plan<type_list<F...>, Tower<first_device>>;
     using T0 = session<Tower<first_device>>;
     if constexpr (T0::template plan_check<P, Feeds...>::problem != T0::plan_problem::none) {
       // one error naming the problem, and nothing else of a bad plan instantiated
@@ -247,8 +248,8 @@ private:
   /// Tower K's plan: tower 0's where the towers share it (shares_plan).
   template <std::size_t K, class Fs>
   using tower_plan =
-      graph::plan<Fs, Tower<std::conditional_t<cpu_towers && same_plans<Fs>(), first_device,
-                                               std::tuple_element_t<K, std::tuple<D...>>>>>;
+      compile::plan<Fs, Tower<std::conditional_t<cpu_towers && same_plans<Fs>(), first_device,
+                                                 std::tuple_element_t<K, std::tuple<D...>>>>>;
 
   template <class P, class... F, std::size_t... K, class... Feeds>
   auto run_towers(std::int64_t batch, std::index_sequence<K...>, const Feeds&... feeds) {
@@ -276,8 +277,8 @@ private:
     // A tower running tower 0's plan names its own plan's devices in its trace and log.
     ((std::get<K>(towers_).own_devices_ =
           K > 0 && cpu_towers && same_plans<Fs>()
-              ? graph::plan<Fs, Tower<std::tuple_element_t<K, std::tuple<D...>>>>::placement.device
-                    .data()
+              ? compile::plan<Fs, Tower<std::tuple_element_t<K, std::tuple<D...>>>>::placement
+                    .device.data()
               : nullptr),
      ...);
     std::tuple<std::array<value, tower_plan<K, Fs>::slots>...> vals;

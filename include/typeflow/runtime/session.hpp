@@ -24,9 +24,9 @@
 #include "../backend/cpu/kernels.hpp"
 #include "../backend/cpu/loops.hpp"
 #include "../backend/cuda/kernels.hpp"
+#include "../compile/plan.hpp"
 #include "../device/device.hpp"
 #include "../device/replication.hpp"
-#include "../graph/plan.hpp"
 #include "../ops/layout.hpp"
 #include "../ops/matmul.hpp"
 #include "../ops/nn.hpp"
@@ -286,7 +286,7 @@ public:
     const precision cpu = products_in_bfloat16()  ? precision::bfloat16
                           : products_in_float16() ? precision::float16
                                                   : precision::float32;
-    return graph::plan<type_list<std::remove_cvref_t<F>...>, Placement>::describe_placement(
+    return compile::plan<type_list<std::remove_cvref_t<F>...>, Placement>::describe_placement(
         cpu, opts_.allow_tf32, opts_.precision);
   }
   /// oneDNN primitives this session has created (each once per geometry; 0 without oneDNN).
@@ -307,7 +307,7 @@ public:
 private:
   template <class... F, class... Feeds>
   auto run_valid(fetch_t<F...>, const Feeds&... feeds) {
-    using P = graph::plan<type_list<F...>, Placement>;
+    using P = compile::plan<type_list<F...>, Placement>;
     if constexpr (plan_check<P, Feeds...>::problem != plan_problem::none) {
       check_plan<P, Feeds...>();
       return run_result<F...>{};
@@ -340,7 +340,7 @@ public:
   template <expression... E>
   void initialize(E...) {
     if constexpr (!any_invalid<E...>) {
-      using P = graph::plan<type_list<E...>, Placement>;
+      using P = compile::plan<type_list<E...>, Placement>;
       init_all<P>(std::make_index_sequence<P::size>{});
     }
   }
@@ -673,7 +673,7 @@ private:
   // Every function below that runs per node is instantiated from the node's flat form
   // (graph/flat.hpp), never from the node type or the plan type.
 
-  /// What step I's local form reads besides its operands (see graph::plan's local forms): the
+  /// What step I's local form reads besides its operands (see compile::plan's local forms): the
   /// region of a fused kernel, an epilogue or a prologue, as a pointer type; void* for none.
   template <class P, std::size_t I, graph::step_kind K = P::layout.step[I],
             bool Elementwise = P::fact.elementwise[I]>
@@ -823,7 +823,7 @@ private:
                            typename F::placeholder, typename first_fed_twice<Feeds...>::type>;
   };
 
-  /// A step: the session, the values, the step's frame (its value slots, see graph::plan's
+  /// A step: the session, the values, the step's frame (its value slots, see compile::plan's
   /// local forms), the plan's node names. A plain function pointer: g++'s -fsanitize=bounds
   /// miscompiles calls through arrays of pointers to member functions.
   using step_fn = void (*)(session&, value*, const std::size_t*, name_fn);
@@ -841,7 +841,7 @@ private:
               return false;
           return true;
         }(),
-        "typeflow internal error: a step's frame in graph::plan::frames and its local form "
+        "typeflow internal error: a step's frame in compile::plan::frames and its local form "
         "disagree");
     static constexpr step_fn table[] = {
         &session::step_entry<typename P::template device<I>, typename P::template local_flat<I>,
@@ -1022,7 +1022,7 @@ private:
     static constexpr std::size_t elem_bytes[] = {
         value_bytes<typename P::template node<I>::value_type>()..., 0};
     for (std::size_t q = 0; q < P::size; ++q) {
-      const std::size_t i = L.order[q]; // node order, but for the moves of graph::plan::schedule
+      const std::size_t i = L.order[q]; // node order, but for the moves of compile::plan::schedule
       if constexpr (Phase != 0) {
         constexpr auto& R = replication<P>::value;
         if (R.once[i] != (Phase == 2)) {
@@ -1209,7 +1209,7 @@ private:
 
   /// A plan of a loop's body.
   template <class... Fetches>
-  using body_plan = graph::plan<type_list<Fetches...>, on<cpu<0>>>;
+  using body_plan = compile::plan<type_list<Fetches...>, on<cpu<0>>>;
 
   template <class P, class Ph>
   static void bind_body(std::vector<value>& v, const void* data, const backend::rt_dims& dims) {

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "../backend/cpu/simd.hpp"
+#include "../compile/plan.hpp"
 #include "../device/device.hpp"
-#include "../graph/plan.hpp"
 
 namespace typeflow {
 
@@ -37,7 +37,7 @@ struct trace_plan {
 namespace detail {
 /// The names of a plan's steps for traces (see trace_plan). Strings are built by appending only:
 /// g++ 12 warns falsely (-Wrestrict, bug 105329) on `"literal" + std::string` at -O2.
-inline trace_plan make_trace_plan(const graph::plan_view& v) {
+inline trace_plan make_trace_plan(const compile::plan_view& v) {
   trace_plan t;
   auto members = [&](std::size_t r) {
     std::string m;
@@ -109,7 +109,7 @@ inline std::mutex& placement_log_mutex() {
 /// TensorFlow's log_device_placement lines for a plan: `%7 conv2d(%3, conv1/weights): (conv2d):
 /// /job:localhost/replica:0/task:0/device:CPU:0`, and each transfer's send and receive. A node
 /// on a CPU is named by `own[node]` where given (a CPU tower running tower 0's plan).
-inline std::string placement_log(const graph::plan_view& v, const device_id* own = nullptr) {
+inline std::string placement_log(const compile::plan_view& v, const device_id* own = nullptr) {
   const auto node_device = [&](std::size_t i) {
     return (own && v.device[i].is_cpu ? own[i] : v.device[i]).name();
   };

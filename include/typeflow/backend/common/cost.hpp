@@ -133,7 +133,7 @@ struct frame_tail<graph::chained<graph::flat_node<K, Op, T, R, PRefs...>, Region
 };
 } // namespace cost_detail
 
-/// The cost of one step from its local form (see graph::plan's local forms): its frame is its
+/// The cost of one step from its local form (see compile::plan's local forms): its frame is its
 /// own value, its operands, then what its region, epilogue or prologue reads.
 template <class Op, class T, class Region, class... Refs>
 struct step_cost {

@@ -31,7 +31,7 @@ struct context {
   backend::run_stats& stats; ///< the current run's statistics
   onednn_cache& dnnl;        ///< oneDNN primitives by geometry
   std::uint64_t run = 0;     ///< how many runs the session has started (seeds dropout masks)
-  /// Bit k: the step's k-th region input dies with the step (graph::plan's layout.dying).
+  /// Bit k: the step's k-th region input dies with the step (compile::plan's layout.dying).
   std::uint64_t dying = 0;
   /// The step's frame (the values its kernel gets, copies of the run's): who else holds a
   /// buffer that allocate_in_place would take.

@@ -19,6 +19,7 @@
 #include "../../ops/matmul.hpp"
 #include "../../ops/nn.hpp"
 #include "../../ops/reduce.hpp"
+#include "../common/capabilities.hpp"
 #include "../common/value.hpp"
 
 namespace typeflow::cuda_backend {
@@ -126,5 +127,9 @@ template <class Op>
 concept has_kernel_for = detail::keeps<Op>::value || detail::declared<Op, detail::any_operand> ||
     detail::declared<Op, detail::any_operand, detail::any_operand> ||
     detail::declared<Op, detail::any_operand, detail::any_operand, detail::any_operand>;
+
+/// None of the compiler's folds yet: an epilogue would take cuBLASLt's or cuDNN's epilogues, a
+/// prologue or chain a fused kernel that reads a reduction's or a kernel's pieces.
+inline constexpr backend::device_folds folds{};
 
 } // namespace typeflow::cuda_backend

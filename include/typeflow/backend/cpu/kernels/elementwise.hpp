@@ -26,7 +26,7 @@ struct nth<K, type_list<Ts...>> {
 } // namespace detail
 
 // Elementwise region rooted at node I: one fused loop, which also stores the region's merged
-// outputs (assignments merged into it: graph::plan's mergeable).
+// outputs (assignments merged into it: compile::plan's mergeable).
 template <std::size_t I, class Op, class T, class Out, class Ins, class Members, class IdxSeq,
           class Stores, class... Refs>
 void kernel(context& ctx, Op*, T*, value* vals,

@@ -16,8 +16,8 @@
 #include <tuple>
 #include <vector>
 
+#include "../autodiff/grad.hpp"
 #include "../runtime/session.hpp"
-#include "grad.hpp"
 
 namespace typeflow {
 

@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "../ops/elementwise.hpp"
-#include "../ops/layout.hpp"
-#include "../ops/reduce.hpp"
+#include "elementwise.hpp"
+#include "layout.hpp"
+#include "reduce.hpp"
 
 namespace typeflow {
 

@@ -1,0 +1,247 @@
+// The node table of a graph: the nodes that some roots need, in topological order, with their
+// positions by identity and their edges. It knows nothing of ops: autodiff differentiates over
+// it, nn/ selects variables from it, and the compiler (compile/) computes its facts, placement,
+// fusion, schedule and frames on top of it.
+//
+//   using T = graph::node_table<Y>;     // the roots (often one expression, or a session's fetches)
+//   T::size, T::n_edges                 // nodes and edges
+//   T::node<I>                          // the node type at position I
+//   T::index_c<N>::value                // the position of node N (not a constant when absent)
+//   T::contains_c<N>::value             // whether N is a node of the table
+//   T::topology.edges[T::topology.edge_begin[i] + k]   // operand k of node i, by position
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include <boost/hana/tuple.hpp>
+#include <boost/hana/type.hpp>
+
+#include "traverse.hpp"
+
+namespace typeflow::graph {
+
+namespace detail {
+// Lookups are overload resolution among non-template functions (one pair per node), never
+// template argument deduction: deducing through the index map made g++ walk node types as trees,
+// exponential in the sharing of the graph. (nvcc's units, whose nodes nest: see node.hpp.)
+template <class N, std::size_t I>
+struct indexed {
+  static std::integral_constant<std::size_t, I> index_of(N*);
+  static N node_at(std::integral_constant<std::size_t, I>);
+};
+template <class N>
+struct present {};
+
+template <class List, class Seq>
+struct index_map;
+template <class... Ns, std::size_t... I>
+struct index_map<type_list<Ns...>, std::index_sequence<I...>> : indexed<Ns, I>..., present<Ns>... {
+  using indexed<Ns, I>::index_of...;
+  using indexed<Ns, I>::node_at...;
+};
+
+// Membership is a base-class test, never a failed deduction: g++ spends time exponential in the
+// sharing of a graph when a deduction through the index map fails.
+template <class Map, class N>
+using has_node = std::is_base_of<present<std::remove_cvref_t<N>>, Map>;
+
+#if TYPEFLOW_NODE_REFS
+/// The index of a table's nodes by identity (graph/node.hpp's node_hash): a position is found by
+/// a binary search over the sorted identities, and the node at a position from its identity
+/// through the registry, so that each look-up costs O(log n) steps of constant evaluation
+/// instead of overload resolution among n candidates (a quadratic table).
+struct hash_entry {
+  std::uint64_t hash = 0;
+  std::size_t index = 0;
+};
+template <class List>
+struct hash_index;
+template <class... Ns>
+struct hash_index<type_list<Ns...>> {
+  static constexpr std::size_t size = sizeof...(Ns);
+  static constexpr std::array<std::uint64_t, size> hashes{
+      typeflow::detail::node_hash<Ns>::value...};
+  static constexpr std::array<hash_entry, size> sorted = [] {
+    std::array<hash_entry, size> a{};
+    for (std::size_t i = 0; i < size; ++i)
+      a[i] = {hashes[i], i};
+    std::sort(a.begin(), a.end(),
+              [](const hash_entry& x, const hash_entry& y) { return x.hash < y.hash; });
+    return a;
+  }();
+  /// Position of the node with identity h, or size.
+  static constexpr std::size_t find(std::uint64_t h) {
+    std::size_t lo = 0, hi = size;
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (sorted[mid].hash < h)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    return lo < size && sorted[lo].hash == h ? sorted[lo].index : size;
+  }
+};
+/// index_c of a node that is not in the table: not a constant expression.
+inline std::size_t node_not_in_plan() {
+  return 0;
+}
+constexpr std::size_t checked_index(std::size_t i, std::size_t size) {
+  return i < size ? i : node_not_in_plan();
+}
+#endif
+
+template <class N>
+struct arity;
+template <class Op, class... Cs>
+struct arity<expr<Op, Cs...>> : std::integral_constant<std::size_t, sizeof...(Cs)> {};
+
+template <class Seq>
+struct seq_values;
+template <std::size_t... K>
+struct seq_values<std::index_sequence<K...>> {
+  static constexpr std::array<std::size_t, sizeof...(K)> value{K...};
+};
+
+/// A root of a node table as given: a node type, or in nvcc's device pass either a node type
+/// (autodiff's and nn's tables) or traverse.hpp's opaque<node> (a plan's fetches).
+#if defined(__CUDA_ARCH__)
+template <class K>
+struct root_of {
+  using type = K;
+};
+template <class K>
+requires requires {
+  typename K::type;
+}
+struct root_of<K> {
+  using type = typename K::type;
+};
+template <class K>
+using root_t = typename root_of<K>::type;
+#else
+template <class K>
+using root_t = K;
+#endif
+
+template <class L>
+struct edge_count;
+template <class... Ns>
+struct edge_count<type_list<Ns...>> {
+  // A loop, not a fold: clang limits a fold expression to 256 operands (-fbracket-depth).
+  static constexpr std::size_t value = [] {
+    const std::size_t arity[] = {detail::arity<def_t<Ns>>::value..., 0};
+    std::size_t n = 0;
+    for (std::size_t a : arity)
+      n += a;
+    return n;
+  }();
+};
+} // namespace detail
+
+/// Edges of a table of `size` nodes, templated on sizes only (a type nested in a table would be
+/// named after the whole graph: see compile/tables.hpp). Operand k of node i is node
+/// edges[edge_begin[i] + k].
+template <std::size_t size, std::size_t n_edges>
+struct edge_table {
+  std::array<std::size_t, size + 1> edge_begin{};
+  std::array<std::size_t, n_edges + 1> edges{};
+};
+
+/// The node table of the graph that Roots need (see the top of this file; in nvcc's device pass
+/// each root is traverse.hpp's opaque<root>). A class named by its roots, not an alias: g++ took
+/// three times as long on test/deep's model when the plan was an alias of a class over a type_list
+/// of its fetches; the cause is not known.
+template <class... Roots>
+struct node_table {
+  using nodes = topological_order<detail::root_t<Roots>...>;
+  static constexpr std::size_t size = nodes::size;
+
+#if TYPEFLOW_NODE_REFS
+private:
+  using map = detail::hash_index<nodes>;
+
+public:
+  /// Position of node N in the topological order: index_c<N>::value.
+  template <class N>
+  using index_c = std::integral_constant<
+      std::size_t,
+      detail::checked_index(map::find(typeflow::detail::node_hash<std::remove_cvref_t<N>>::value),
+                            size)>;
+  /// Whether N is a node of this table: contains_c<N>::value.
+  template <class N>
+  using contains_c =
+      std::bool_constant<map::find(typeflow::detail::node_hash<std::remove_cvref_t<N>>::value) <
+                         size>;
+  /// The node at position I.
+  template <std::size_t I>
+  using node = typename detail::node_of<map::hashes[I]>::type;
+#else
+private:
+  using map = detail::index_map<nodes, std::make_index_sequence<size>>;
+
+public:
+  // Members that depend on a node type are aliases to small types, never variables or
+  // functions: g++ mangles the name of every instantiated variable and function of the table,
+  // and a name that holds both the table and a node grows with the graph (cubic in all).
+
+  /// Position of node N in the topological order: index_c<N>::value.
+  template <class N>
+  using index_c = decltype(map::index_of(static_cast<std::remove_cvref_t<N>*>(nullptr)));
+  /// Whether N is a node of this table: contains_c<N>::value.
+  template <class N>
+  using contains_c = detail::has_node<map, N>;
+  /// The node at position I.
+  template <std::size_t I>
+  using node = decltype(map::node_at(std::integral_constant<std::size_t, I>{}));
+#endif
+
+  /// The nodes as a Boost.Hana sequence of types, in topological order, for introspection:
+  /// `hana::for_each(T::nodes_c(), [](auto t) { using N = typename decltype(t)::type; })`.
+  /// A function, so that the sequence is instantiated only by those who ask for it.
+  static constexpr auto nodes_c() {
+    return as_hana(static_cast<nodes*>(nullptr));
+  }
+
+  static constexpr std::size_t n_edges = detail::edge_count<nodes>::value;
+
+private:
+  template <class... Ns>
+  static constexpr auto as_hana(type_list<Ns...>*) {
+    return boost::hana::tuple_t<Ns...>;
+  }
+  template <class Def>
+  struct child_seq;
+  template <class Op, class... Cs>
+  struct child_seq<expr<Op, Cs...>> {
+    using type = std::index_sequence<index_c<Cs>::value...>;
+  };
+  template <std::size_t... I>
+  static consteval edge_table<size, n_edges> make_edges(std::index_sequence<I...>) {
+    edge_table<size, n_edges> t;
+    // Arrays and loops, not a fold over the nodes: clang limits a fold expression to 256
+    // operands (-fbracket-depth), and a graph can have thousands of nodes.
+    const std::size_t* const kids[] = {
+        detail::seq_values<typename child_seq<def_t<node<I>>>::type>::value.data()..., nullptr};
+    const std::size_t n_kids[] = {detail::arity<def_t<node<I>>>::value..., 0};
+    std::size_t e = 0;
+    for (std::size_t i = 0; i < size; ++i) {
+      t.edge_begin[i] = e;
+      for (std::size_t c = 0; c < n_kids[i]; ++c)
+        t.edges[e++] = kids[i][c];
+    }
+    t.edge_begin[size] = e;
+    return t;
+  }
+
+public:
+  /// The edges, by position.
+  static constexpr edge_table<size, n_edges> topology =
+      make_edges(std::make_index_sequence<size>{});
+};
+
+} // namespace typeflow::graph
