@@ -65,22 +65,11 @@ struct saved_in {
 };
 
 namespace detail {
-/// Whether Op's gradient reads its operands (and output) exactly: Op::keeps_float32, and the
-/// selections by value other than pooling (max and min reductions, maximum and minimum),
-/// which would otherwise see ties between values that round alike and split or move the
-/// gradient between them.
+/// Whether Op's gradient reads its operands (and output) exactly (op_traits::keeps_float32: the
+/// cross-entropy, and the selections by value other than pooling, which would otherwise see ties
+/// between values that round alike and split or move the gradient between them).
 template <class Op>
-inline constexpr bool keeps_float32_op = requires {
-  requires Op::keeps_float32;
-};
-template <>
-inline constexpr bool keeps_float32_op<ops::maximum> = true;
-template <>
-inline constexpr bool keeps_float32_op<ops::minimum> = true;
-template <bool Keep, std::int64_t... Axes>
-inline constexpr bool keeps_float32_op<ops::reduce<ops::reducers::max, Keep, Axes...>> = true;
-template <bool Keep, std::int64_t... Axes>
-inline constexpr bool keeps_float32_op<ops::reduce<ops::reducers::min, Keep, Axes...>> = true;
+inline constexpr bool keeps_float32_op = op_traits<Op>::keeps_float32;
 template <class Save, class Op, class X>
 struct saved_value {
   using type = X;

@@ -8,9 +8,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "../graph/op_traits.hpp"
 #include "../graph/table.hpp"
-#include "../ops/leaves.hpp"
-#include "../ops/state.hpp"
 #include "tables.hpp"
 
 namespace typeflow::compile {
@@ -53,11 +52,11 @@ consteval node_facts_t<T::size, T::n_edges> gather_facts(std::index_sequence<I..
   f.edge_begin = T::topology.edge_begin;
   f.edges = T::topology.edges;
   f.kind = {T::template node<I>::op::kind...};
-  f.constant = {is_constant_t<typename T::template node<I>>::value...};
-  f.force_root = {is_state_op_t<typename T::template node<I>>::value...};
-  f.placeholder = {is_placeholder_t<typename T::template node<I>>::value...};
-  f.variable = {is_variable_t<typename T::template node<I>>::value...};
-  const unsigned shape_only[] = {shape_only_operands<typename T::template node<I>::op>()..., 0u};
+  f.constant = {op_traits<typename T::template node<I>::op>::constant...};
+  f.force_root = {op_traits<typename T::template node<I>::op>::state...};
+  f.placeholder = {op_traits<typename T::template node<I>::op>::placeholder...};
+  f.variable = {op_traits<typename T::template node<I>::op>::variable...};
+  const unsigned shape_only[] = {op_traits<typename T::template node<I>::op>::shape_only..., 0u};
   for (std::size_t i = 0; i < size; ++i) {
     f.elementwise[i] = f.kind[i] == node_kind::elementwise;
     f.group[i] = f.kind[i] == node_kind::group;
@@ -69,12 +68,12 @@ consteval node_facts_t<T::size, T::n_edges> gather_facts(std::index_sequence<I..
       f.shape_only[e] = c < 32 && ((shape_only[i] >> c) & 1u) != 0;
     }
   }
-  f.epilogue = {epilogue_role_of<typename T::template node<I>::op>()...};
-  f.fused_input = {reads_fused_input<typename T::template node<I>::op>()...};
-  f.pieces = {writes_in_pieces<typename T::template node<I>::op>()...};
-  f.stored = {always_stored<typename T::template node<I>::op>()...};
-  f.products = {follows_precision<typename T::template node<I>::op>()...};
-  const bool all_reduce[] = {is_all_reduce_op<typename T::template node<I>::op>()..., false};
+  f.epilogue = {op_traits<typename T::template node<I>::op>::epilogue...};
+  f.fused_input = {op_traits<typename T::template node<I>::op>::reads_fused_input...};
+  f.pieces = {op_traits<typename T::template node<I>::op>::writes_in_pieces...};
+  f.stored = {op_traits<typename T::template node<I>::op>::stored...};
+  f.products = {op_traits<typename T::template node<I>::op>::follows_precision...};
+  const bool all_reduce[] = {op_traits<typename T::template node<I>::op>::all_reduce..., false};
   for (std::size_t j = 0; j < size; ++j)
     for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e)
       f.after_reduce[j] = f.after_reduce[j] || f.after_reduce[f.edges[e]] || all_reduce[f.edges[e]];

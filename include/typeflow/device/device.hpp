@@ -78,10 +78,7 @@ struct compute_on {
 namespace detail {
 template <class Node>
 constexpr bool is_variable_node() {
-  if constexpr (Node::op::kind == node_kind::leaf)
-    return static_cast<int>(Node::op::leaf) == 1;
-  else
-    return false;
+  return op_traits<typename Node::op>::variable;
 }
 } // namespace detail
 

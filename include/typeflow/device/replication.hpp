@@ -39,7 +39,7 @@ struct replication_table {
 
 /// Whether node type N is an all-reduce of a replicated session (a replica_mean).
 template <class N>
-inline constexpr bool is_all_reduce_node = std::is_same_v<typename N::op, ops::replica_mean>;
+inline constexpr bool is_all_reduce_node = op_traits<typename N::op>::all_reduce;
 
 /// The replication transformation of plan P: `replication<P>::value` is its table.
 template <class P>

@@ -14,105 +14,9 @@
 #include "../core/dtype.hpp"
 #include "../core/fixed_string.hpp"
 #include "../core/shape.hpp"
+#include "op_traits.hpp"
 
 namespace typeflow {
-
-/// What the transformation stage needs to know of an op.
-enum class node_kind {
-  leaf,        // placeholder, variable, constant
-  elementwise, // fused into loops
-  reduction,   // region boundary
-  matmul,      // region boundary (BLAS)
-  layout,      // reshape, transpose, concat, slice: region boundary
-  nn,          // conv2d, pooling, cross-entropy: region boundary with its own kernel
-  group,       // no value: runs its children
-};
-
-/// What an op can be in an epilogue, the pattern `relu(bias_add(producer(...), b))` (or without
-/// the relu) that the plan folds into the producer's kernel: a backend then adds the bias and
-/// applies the activation as the producer writes its output (oneDNN's post-ops on the CPU), with
-/// no pass of its own. An op says so with `static constexpr epilogue_role epilogue = ...;`.
-enum class epilogue_role {
-  none,
-  producer,   // conv2d, matmul: a kernel that can take the epilogue
-  bias,       // bias_add
-  activation, // relu
-};
-/// Whether op Op (a reduction) reads a fused elementwise input as it goes: the plan then does
-/// not materialize an input region that only it reads (`sum(square(w))` is one pass over w).
-/// An op says so with `static constexpr bool reads_fused_input = true;`.
-template <class Op>
-constexpr bool reads_fused_input() {
-  if constexpr (requires { Op::reads_fused_input; })
-    return Op::reads_fused_input;
-  else
-    return false;
-}
-/// Whether op Op's CPU kernel can hand its output to a reader in pieces as it finishes them
-/// (each piece a contiguous range of the row-major output, each written once): the plan then
-/// chains a fused elementwise region that alone reads it to the kernel (graph::chained), and
-/// the output is never stored. An op says so with `static constexpr bool writes_in_pieces =
-/// true;` and its CPU kernel file adds a `kernel_pieces` overload (backend/cpu/kernels.hpp).
-/// It promises that each piece is computed from its operands' elements within that piece's
-/// range only (for an operand of the output's shape), read before the piece is handed over:
-/// the chained region may then write its output over such an operand (in place).
-template <class Op>
-constexpr bool writes_in_pieces() {
-  if constexpr (requires { Op::writes_in_pieces; })
-    return Op::writes_in_pieces;
-  else
-    return false;
-}
-/// Which operands op Op reads only the shape of (bit k: operand k): a buffer that only such
-/// readers still need is dropped after its last reader of values (its shape stays readable).
-/// An op says so with `static constexpr unsigned shape_only = ...;` (its CPU and CUDA kernels
-/// then read nothing of those operands but their dims).
-template <class Op>
-constexpr unsigned shape_only_operands() {
-  if constexpr (requires { Op::shape_only; })
-    return Op::shape_only;
-  else
-    return 0;
-}
-/// Whether op Op's value is always stored (a step of its own, never computed inside its
-/// readers' fused loops, though its own elementwise inputs fuse into it): autodiff's 16-bit
-/// saved copies (ops::save), which exist to be kept in fewer bytes than what they are
-/// computed from. An op says so with `static constexpr bool stored = true;`.
-template <class Op>
-constexpr bool always_stored() {
-  if constexpr (requires { Op::stored; })
-    return Op::stored;
-  else
-    return false;
-}
-/// Whether op Op's products follow the session's precision (session_options::precision:
-/// bfloat16 or float16 operands, float32 sums) on the CPU and the GPUs, and TF32 on a GPU that
-/// allows it under float32.
-/// An op says so with `static constexpr bool follows_precision = true;` (conv2d and its
-/// gradients, matmul); describe_placement() then names the compute dtype of its steps.
-template <class Op>
-constexpr bool follows_precision() {
-  if constexpr (requires { Op::follows_precision; })
-    return Op::follows_precision;
-  else
-    return false;
-}
-/// Whether op Op is the all-reduce point of a replicated session (replica_mean): what reads it
-/// runs after the towers' averages (device/replication.hpp), which the plan's folds respect.
-template <class Op>
-constexpr bool is_all_reduce_op() {
-  if constexpr (requires { Op::all_reduce; })
-    return Op::all_reduce;
-  else
-    return false;
-}
-template <class Op>
-constexpr epilogue_role epilogue_role_of() {
-  if constexpr (requires { Op::epilogue; })
-    return Op::epilogue;
-  else
-    return epilogue_role::none;
-}
 
 template <class... T>
 struct type_list {
@@ -331,9 +235,7 @@ struct weak_t<node_ref<H>> : weak_of<typename node_ref<H>::definition> {};
 #endif
 /// Ops whose result dtype is their own choice (cast<T>).
 template <class Op>
-concept op_sets_dtype = requires {
-  requires Op::sets_dtype;
-};
+concept op_sets_dtype = op_traits<Op>::sets_dtype;
 template <class Op, class... Cs>
 requires(!has_weak<Op> && Op::kind == node_kind::elementwise && sizeof...(Cs) > 0 &&
          !op_sets_dtype<Op>) struct weak_of<expr<Op, Cs...>>
@@ -352,12 +254,7 @@ template <class T, bool W, bool V>
 struct weak_t<operand_info<T, W, V>> : std::bool_constant<W> {};
 
 template <class Op>
-struct op_is_variable : std::false_type {};
-template <class Op>
-requires requires {
-  Op::leaf;
-}
-struct op_is_variable<Op> : std::bool_constant<static_cast<int>(Op::leaf) == 1> {};
+struct op_is_variable : std::bool_constant<op_traits<Op>::variable> {};
 
 template <class E>
 using info_of =
@@ -451,10 +348,8 @@ template <class Op, class... Cs>
 inline constexpr bool half_without_kernel = (Op::kind == node_kind::reduction ||
                                              Op::kind == node_kind::matmul ||
                                              Op::kind == node_kind::nn) &&
-                                            !requires {
-  requires Op::takes_half;
-}
-&&(is_half<typename Cs::value_type> || ...);
+                                            !op_traits<Op>::takes_half &&
+                                            (is_half<typename Cs::value_type> || ...);
 template <class Op, class... Cs>
 struct half_kernel_message {
   static constexpr msg_buf message() {

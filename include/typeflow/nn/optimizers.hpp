@@ -51,7 +51,7 @@ template <class E>
 struct tower_dependent : tower_dependent_def<def_t<E>> {};
 template <class Op, class... C>
 struct tower_dependent_def<expr<Op, C...>>
-    : std::bool_constant<is_placeholder_t<expr<Op, C...>>::value || draws_per_run<Op>::value ||
+    : std::bool_constant<is_placeholder_t<expr<Op, C...>>::value || op_traits<Op>::draws ||
                          (tower_dependent<C>::value || ...)> {};
 
 /// The towers' mean of gradient G: replica_mean(G), with a term of a sum that is the same in

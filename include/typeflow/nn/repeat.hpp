@@ -120,15 +120,11 @@ struct body_leaves<Carry, N, Ns...> {
   static constexpr bool is_var = op_is_variable<typename N::op>::value;
   using variables = std::conditional_t<is_var, typename prepend<N, typename rest::variables>::type,
                                        typename rest::variables>;
-  static constexpr bool other_placeholder = rest::other_placeholder || [] {
-    if constexpr (requires { N::op::leaf; })
-      return N::op::leaf == leaf_kind::placeholder && !std::is_same_v<N, Carry>;
-    else
-      return false;
-  }();
-  static constexpr bool assigns = rest::assigns || N::op::kind == node_kind::group || requires {
-    N::op::is_state;
-  };
+  static constexpr bool other_placeholder =
+      rest::other_placeholder ||
+      (op_traits<typename N::op>::placeholder && !std::is_same_v<N, Carry>);
+  static constexpr bool assigns =
+      rest::assigns || N::op::kind == node_kind::group || op_traits<typename N::op>::state;
 };
 template <class Carry, class List>
 struct body_leaves_of;

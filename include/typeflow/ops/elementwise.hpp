@@ -89,6 +89,12 @@ TYPEFLOW_UNARY(tanh, float_base, std::tanh(x))
 TYPEFLOW_UNARY(sigmoid, float_base, C(1) / (C(1) + std::exp(-x)))
 #undef TYPEFLOW_UNARY
 
+/// A selection by value (maximum, minimum): its gradient reads its operands exactly (a 16-bit
+/// saved copy would see ties between values that round alike and move the gradient).
+struct select_base : arith_base {
+  static constexpr bool keeps_float32 = true;
+};
+
 #define TYPEFLOW_BINARY(NAME, BASE, RESULT, EXPR)                                                  \
   struct NAME : BASE {                                                                             \
     static constexpr std::string_view name = #NAME;                                                \
@@ -106,8 +112,8 @@ TYPEFLOW_BINARY(mul, arith_base, C, a* b)
 TYPEFLOW_BINARY(div, arith_base, C, (std::is_integral_v<C> && b == C(0)) ? C(0) : C(a / b))
 TYPEFLOW_BINARY(pow, float_base, C, std::pow(a, b))
 // Ties go to the first operand (documented for the gradient).
-TYPEFLOW_BINARY(maximum, arith_base, C, a < b ? b : a)
-TYPEFLOW_BINARY(minimum, arith_base, C, b < a ? b : a)
+TYPEFLOW_BINARY(maximum, select_base, C, a < b ? b : a)
+TYPEFLOW_BINARY(minimum, select_base, C, b < a ? b : a)
 TYPEFLOW_BINARY(equal, compare_base, bool, a == b)
 TYPEFLOW_BINARY(not_equal, compare_base, bool, a != b)
 TYPEFLOW_BINARY(less, compare_base, bool, a < b)

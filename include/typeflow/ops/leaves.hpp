@@ -11,8 +11,6 @@
 
 namespace typeflow {
 
-enum class leaf_kind { placeholder, variable, constant }; // op_is_variable relies on variable == 1
-
 namespace detail {
 template <class T, class Shape>
 struct leaf_base : no_dtype_rule {
@@ -218,23 +216,13 @@ template <auto V, dtype T, class Shape>
 inline constexpr expr<ops::full<detail::bits<V>, T, Shape>> full{};
 
 namespace detail {
-template <class Op>
-constexpr int leaf_code() {
-  if constexpr (Op::kind == node_kind::leaf)
-    return static_cast<int>(Op::leaf);
-  else
-    return -1;
-}
-} // namespace detail
-
-namespace detail {
 /// A variable op's name; empty for other ops.
 template <class Op>
 struct variable_name {
   static constexpr std::string_view value{};
 };
 template <class Op>
-requires(Op::kind == node_kind::leaf && Op::leaf == leaf_kind::variable) struct variable_name<Op> {
+requires(op_traits<Op>::variable) struct variable_name<Op> {
   static constexpr std::string_view value = Op::name;
 };
 } // namespace detail
@@ -242,7 +230,7 @@ requires(Op::kind == node_kind::leaf && Op::leaf == leaf_kind::variable) struct 
 /// Traits of node types as classes (the library's own form: see expr in graph/node.hpp).
 template <class E, leaf_kind K>
 struct is_leaf_of_t
-    : std::bool_constant<detail::leaf_code<typename E::op>() == static_cast<int>(K)> {};
+    : std::bool_constant<op_traits<typename E::op>::leaf_code == static_cast<int>(K)> {};
 template <class E>
 using is_placeholder_t = is_leaf_of_t<E, leaf_kind::placeholder>;
 template <class E>

@@ -280,6 +280,7 @@ template <std::uint64_t Seed>
 struct dropout_mask : nn_base {
   static constexpr std::string_view name = "dropout_mask";
   static constexpr std::uint64_t seed = Seed;
+  static constexpr bool draws = true; // a new mask each run (graph/op_traits.hpp)
   template <class X, class Keep>
   using value_type = typename X::value_type;
   template <class X, class Keep>
@@ -320,15 +321,6 @@ struct bias_add : arith_base {
 };
 
 } // namespace ops
-
-namespace detail {
-/// Ops whose value changes with every run, a fresh draw: not capturable as a CUDA graph, and not
-/// the same in every tower of a replicated session (each tower session counts its own runs).
-template <class Op>
-struct draws_per_run : std::false_type {};
-template <std::uint64_t Seed>
-struct draws_per_run<ops::dropout_mask<Seed>> : std::true_type {};
-} // namespace detail
 
 /// conv2d<padding, stride_h, stride_w, dilation_h, dilation_w>(x, w): NHWC x HWIO -> NHWC.
 template <padding P, std::int64_t SH = 1, std::int64_t SW = SH, std::int64_t DH = 1,

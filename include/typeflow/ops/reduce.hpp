@@ -80,7 +80,10 @@ template <class Reducer, bool Keep, std::int64_t... Axes>
 struct reduce {
   static constexpr node_kind kind = node_kind::reduction;
   static constexpr std::string_view name = Reducer::name;
-  static constexpr bool reads_fused_input = true; // see graph/node.hpp
+  static constexpr bool reads_fused_input = true; // see graph/op_traits.hpp
+  /// max and min select by value: their gradient reads its operands exactly (autodiff's saved_in).
+  static constexpr bool keeps_float32 =
+      std::is_same_v<Reducer, reducers::max> || std::is_same_v<Reducer, reducers::min>;
   using reducer = Reducer;
   static constexpr bool keep = Keep;
 

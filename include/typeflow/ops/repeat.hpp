@@ -57,7 +57,5 @@ struct repeat_vjp : no_dtype_rule {
 namespace typeflow {
 /// Whether op Op is a loop the executor runs itself (repeat, repeat_vjp).
 template <class Op>
-concept control_flow_op = requires {
-  requires Op::control_flow;
-};
+concept control_flow_op = op_traits<Op>::control_flow;
 } // namespace typeflow

@@ -70,9 +70,7 @@ struct group : no_dtype_rule {
 } // namespace ops
 
 template <class E>
-    struct is_state_op_t : std::bool_constant < requires {
-  E::op::is_state;
-} > {};
+struct is_state_op_t : std::bool_constant<op_traits<typename E::op>::state> {};
 template <class E>
 inline constexpr bool is_state_op = is_state_op_t<E>::value;
 

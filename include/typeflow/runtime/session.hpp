@@ -870,8 +870,7 @@ private:
       return false;
     } else {
       const bool per_run = [&]<std::size_t... I>(std::index_sequence<I...>) {
-        const bool draws[] = {detail::draws_per_run<typename P::template node<I>::op>::value...,
-                              false};
+        const bool draws[] = {op_traits<typename P::template node<I>::op>::draws..., false};
         for (bool d : draws)
           if (d)
             return true;
@@ -1474,7 +1473,7 @@ private:
   template <std::size_t I, class D, bool Fetched, graph::step_kind K, class Op, class T,
             std::size_t R, class... Refs>
   static constexpr commit_fn commit(graph::flat_node<K, Op, T, R, Refs...>*) {
-    if constexpr (requires { Op::is_state; })
+    if constexpr (op_traits<Op>::state)
       return &commit_assignment<I, D, Fetched, T,
                                 std::tuple_element_t<0, std::tuple<Refs...>>::index>;
     else

@@ -32,9 +32,7 @@ struct member_op<graph::member<Op, C, T, Refs...>> {
 };
 
 template <class Op>
-inline constexpr bool scalar_only = requires {
-  requires Op::scalar_only;
-};
+inline constexpr bool scalar_only = op_traits<Op>::scalar_only;
 
 template <class Op>
 struct no_vector_form_message {

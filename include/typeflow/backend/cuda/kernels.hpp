@@ -30,9 +30,7 @@ using value = backend::rt_value;
 /// Elementwise ops run in fused kernels from their scalar functors, unless the op says it runs
 /// on the host only (a debug probe, which counts in a host atomic).
 template <class Op>
-concept fusable_on_gpu = Op::kind == node_kind::elementwise && !requires {
-  requires Op::host_only;
-};
+concept fusable_on_gpu = Op::kind == node_kind::elementwise && !op_traits<Op>::host_only;
 
 // ---- fused.cuh -------------------------------------------------------------------------------
 template <std::size_t I, class Op, class T, class Out, class Ins, class Members, class IdxSeq,
