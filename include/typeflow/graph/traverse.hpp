@@ -137,12 +137,35 @@ TYPEFLOW_ROW_AT(13)
 TYPEFLOW_ROW_AT(14)
 TYPEFLOW_ROW_AT(15)
 #undef TYPEFLOW_ROW_AT
-template <class Row, std::size_t I, class New, class Seq = std::make_index_sequence<16>>
+/// The row with entry I replaced by New, likewise one partial specialization per position (a
+/// conditional per entry instantiated 16 helpers per add).
+template <class Row, std::size_t I, class New>
 struct row_with;
-template <class... B, std::size_t I, class New, std::size_t... K>
-struct row_with<row<B...>, I, New, std::index_sequence<K...>> {
-  using type = row<std::conditional_t<K == I, New, B>...>;
-};
+#define TYPEFLOW_ROW_WITH(I, ...)                                                                  \
+  template <class B0, class B1, class B2, class B3, class B4, class B5, class B6, class B7,        \
+            class B8, class B9, class B10, class B11, class B12, class B13, class B14, class B15,  \
+            class New>                                                                             \
+  struct row_with<row<B0, B1, B2, B3, B4, B5, B6, B7, B8, B9, B10, B11, B12, B13, B14, B15>, I,    \
+                  New> {                                                                           \
+    using type = row<__VA_ARGS__>;                                                                 \
+  };
+TYPEFLOW_ROW_WITH(0, New, B1, B2, B3, B4, B5, B6, B7, B8, B9, B10, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(1, B0, New, B2, B3, B4, B5, B6, B7, B8, B9, B10, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(2, B0, B1, New, B3, B4, B5, B6, B7, B8, B9, B10, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(3, B0, B1, B2, New, B4, B5, B6, B7, B8, B9, B10, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(4, B0, B1, B2, B3, New, B5, B6, B7, B8, B9, B10, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(5, B0, B1, B2, B3, B4, New, B6, B7, B8, B9, B10, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(6, B0, B1, B2, B3, B4, B5, New, B7, B8, B9, B10, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(7, B0, B1, B2, B3, B4, B5, B6, New, B8, B9, B10, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(8, B0, B1, B2, B3, B4, B5, B6, B7, New, B9, B10, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(9, B0, B1, B2, B3, B4, B5, B6, B7, B8, New, B10, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(10, B0, B1, B2, B3, B4, B5, B6, B7, B8, B9, New, B11, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(11, B0, B1, B2, B3, B4, B5, B6, B7, B8, B9, B10, New, B12, B13, B14, B15)
+TYPEFLOW_ROW_WITH(12, B0, B1, B2, B3, B4, B5, B6, B7, B8, B9, B10, B11, New, B13, B14, B15)
+TYPEFLOW_ROW_WITH(13, B0, B1, B2, B3, B4, B5, B6, B7, B8, B9, B10, B11, B12, New, B14, B15)
+TYPEFLOW_ROW_WITH(14, B0, B1, B2, B3, B4, B5, B6, B7, B8, B9, B10, B11, B12, B13, New, B15)
+TYPEFLOW_ROW_WITH(15, B0, B1, B2, B3, B4, B5, B6, B7, B8, B9, B10, B11, B12, B13, B14, New)
+#undef TYPEFLOW_ROW_WITH
 template <class Bucket, std::uint64_t H>
 struct bucket_has;
 template <std::uint64_t H, std::uint64_t... Hs, std::size_t... Is>
