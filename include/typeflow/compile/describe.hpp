@@ -13,13 +13,14 @@
 
 namespace typeflow::compile {
 
-/// Short labels of a plan's nodes (`conv2d(%3, conv1/weights, ...)`: operands by index, leaves
-/// by name), from the nodes' print entries and the plan's edges.
-/// Strings are built by appending: g++ 12 warns falsely (-Wrestrict, bug 105329) on
-/// `"literal" + std::string` at -O2.
-TYPEFLOW_DECL std::vector<std::string> node_labels(const print_entry* entries, std::size_t size,
-                                                   const std::size_t* edge_begin,
-                                                   const std::size_t* edges)
+/// A text for every node of a plan, from the nodes' print entries and the plan's edges: a leaf
+/// by its own text, any other node as `op(operands, attributes)`. With `spell` each operand is
+/// its whole readable form (to_string); without, a short label (`conv2d(%3, conv1/weights)`:
+/// operands by index, leaves by name). Strings are built by appending: g++ 12 warns falsely
+/// (-Wrestrict, bug 105329) on `"literal" + std::string` at -O2.
+TYPEFLOW_DECL std::vector<std::string> node_texts(const print_entry* entries, std::size_t size,
+                                                  const std::size_t* edge_begin,
+                                                  const std::size_t* edges, bool spell)
 #if TYPEFLOW_BODIES
 {
   std::vector<std::string> out(size);
@@ -36,7 +37,7 @@ TYPEFLOW_DECL std::vector<std::string> node_labels(const print_entry* entries, s
       const std::size_t c = edges[k];
       if (k != edge_begin[i])
         s += ", ";
-      if (edge_begin[c] == edge_begin[c + 1] && entries[c].leaf) {
+      if (spell || (edge_begin[c] == edge_begin[c + 1] && entries[c].leaf)) {
         s += out[c];
       } else {
         s += '%';
@@ -47,47 +48,6 @@ TYPEFLOW_DECL std::vector<std::string> node_labels(const print_entry* entries, s
       const std::string a = e.attrs();
       if (!a.empty()) {
         if (!no_operands)
-          s += ", ";
-        s += a;
-      }
-    }
-    s += ')';
-    out[i] = std::move(s);
-  }
-  return out;
-}
-#else
-    ;
-#endif
-
-/// The readable form of every node (as to_string: the whole subexpression), from the same
-/// entries and edges.
-TYPEFLOW_DECL std::vector<std::string> node_strings(const print_entry* entries, std::size_t size,
-                                                    const std::size_t* edge_begin,
-                                                    const std::size_t* edges)
-#if TYPEFLOW_BODIES
-{
-  std::vector<std::string> out(size);
-  for (std::size_t i = 0; i < size; ++i) {
-    const print_entry& e = entries[i];
-    const bool leaf = edge_begin[i] == edge_begin[i + 1];
-    if (e.leaf && leaf) {
-      out[i] = e.leaf();
-      continue;
-    }
-    std::string s(e.name);
-    s += '(';
-    bool first = true;
-    for (std::size_t k = edge_begin[i]; k < edge_begin[i + 1]; ++k) {
-      if (!first)
-        s += ", ";
-      s += out[edges[k]];
-      first = false;
-    }
-    if (e.attrs) {
-      const std::string a = e.attrs();
-      if (!a.empty()) {
-        if (!first)
           s += ", ";
         s += a;
       }

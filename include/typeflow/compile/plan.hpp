@@ -179,14 +179,14 @@ public:
   /// attributes: no per-node printing code is instantiated.
   static const std::string& node_string(std::size_t i) {
     static const std::vector<std::string> table =
-        node_strings(entries.data(), size, fact.edge_begin.data(), fact.edges.data());
+        node_texts(entries.data(), size, fact.edge_begin.data(), fact.edges.data(), true);
     return table[i];
   }
   /// A short label of node i for pictures, traces and logs: `conv2d(%3, conv1/weights, ...)`,
   /// its operands by index (leaves by name), where node_string spells the whole subexpression.
   static const std::string& node_label(std::size_t i) {
     static const std::vector<std::string> table =
-        node_labels(entries.data(), size, fact.edge_begin.data(), fact.edges.data());
+        node_texts(entries.data(), size, fact.edge_begin.data(), fact.edges.data(), false);
     return table[i];
   }
 

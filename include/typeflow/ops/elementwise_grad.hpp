@@ -157,11 +157,6 @@ struct grad_rule<ops::broadcast_like> {
 };
 
 template <class Tag>
-struct grad_rule<debug::probe_op<Tag>> {
-  template <std::size_t, class Y, class G, class X>
-  static consteval auto vjp(Y, G g, X) {
-    return g;
-  }
-};
+struct grad_rule<debug::probe_op<Tag>> : pass_through_gradient {};
 
 } // namespace typeflow

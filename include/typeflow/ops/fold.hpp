@@ -25,6 +25,15 @@ struct zero_t {};
 template <class Op>
 struct grad_rule;
 
+/// The gradient of an op that passes its one operand through unchanged (with_device scopes,
+/// debug probes): the incoming gradient itself.
+struct pass_through_gradient {
+  template <std::size_t, class Y, class G, class X>
+  static consteval G vjp(Y, G g, X) {
+    return g;
+  }
+};
+
 /// For ops without a gradient (comparisons, argmax, integer results).
 struct no_gradient {
   template <std::size_t, class... A>

@@ -21,11 +21,6 @@ struct device_scope : identity_base {
 } // namespace ops
 
 template <class D>
-struct grad_rule<ops::device_scope<D>> {
-  template <std::size_t, class Y, class G, class X>
-  static consteval G vjp(Y, G g, X) {
-    return g;
-  }
-};
+struct grad_rule<ops::device_scope<D>> : pass_through_gradient {};
 
 } // namespace typeflow
