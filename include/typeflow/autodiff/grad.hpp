@@ -9,6 +9,7 @@
 #pragma once
 #include <tuple>
 
+#include "../core/pack.hpp"
 #include "../graph/table.hpp"
 #include "../ops/elementwise_grad.hpp"
 #include "../ops/fold.hpp"
@@ -101,7 +102,7 @@ concept save_policy = detail::is_save_policy<T>::value;
 template <class... G>
 struct gradients {
   template <std::size_t I>
-  using type_at = std::tuple_element_t<I, std::tuple<G...>>;
+  using type_at = pack_element_t<I, pack<G...>>; // (std::tuple_element: a name per look-up)
   template <std::size_t I>
   constexpr type_at<I> get() const {
     return {};
@@ -157,6 +158,39 @@ concept has_rule = requires {
   sizeof(grad_rule<Op>);
 };
 
+/// What node N (upstream gradient G) contributes to the adjoint of its operand S. A class of its
+/// own, not a member of backprop: backprop is named after every x of the gradient, and g++
+/// mangles the name of each function it instantiates (apply, once per edge: quadratic in the
+/// variables of a training op).
+template <class Save, class N, std::size_t S, class G, class Def = def_t<N>>
+struct contribution {
+  using type = zero_t;
+};
+template <class Save, class N, class Op, class... Cs, std::size_t S, class G>
+requires(!std::is_same_v<G, zero_t>) struct contribution<Save, N, S, G, expr<Op, Cs...>> {
+  static consteval auto apply() {
+    if constexpr (!has_rule<Op>) {
+      using invalid [[maybe_unused]] = reject<no_rule_message<Op>>;
+      return zero_t{};
+    } else {
+      return grad_rule<Op>::template vjp<S>(typename saved_value<Save, Op, N>::type{}, G{},
+                                            typename saved_value<Save, Op, Cs>::type{}...);
+    }
+  }
+  using type = decltype(apply());
+};
+
+/// The gradient of x from its adjoint A (zero_t where nothing flows to x), shaped as x.
+template <class A, class X>
+consteval auto gradient_from(X x) {
+  if constexpr (std::is_same_v<A, zero_t>)
+    return typeflow::zeros_like(x);
+  else if constexpr (std::is_same_v<typename A::shape_type, typename X::shape_type>)
+    return A{};
+  else
+    return typeflow::broadcast_like(A{}, x);
+}
+
 template <class Y, class Seed, class Save, class... Xs>
 struct backprop {
   using P = graph::node_table<Y>;
@@ -169,11 +203,22 @@ struct backprop {
     std::array<std::size_t, n + 1> begin{};
     std::array<std::size_t, P::topology.edges.size()> who{}, slot{};
   };
+  /// The position of X in the table, 0 where it is absent (a class: a member function would be
+  /// named after every x).
+  template <class X, bool In = P::template contains_c<X>::value>
+  struct position_of : std::integral_constant<std::size_t, 0> {};
+  template <class X>
+  struct position_of<X, true> : std::integral_constant<std::size_t, P::template index_c<X>::value> {
+  };
   static consteval tables make() {
     tables t;
     const auto& f = P::topology;
     std::array<bool, n> is_x{};
-    ((P::template contains_c<Xs>::value ? void(is_x[index_if_present<Xs>()] = true) : void()), ...);
+    const bool present[] = {P::template contains_c<Xs>::value..., false};
+    const std::size_t at[] = {position_of<Xs>::value..., 0};
+    for (std::size_t k = 0; k < sizeof...(Xs); ++k)
+      if (present[k])
+        is_x[at[k]] = true;
     for (std::size_t i = 0; i < n; ++i) {
       t.depends[i] = is_x[i];
       for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e)
@@ -193,13 +238,6 @@ struct backprop {
       }
     return t;
   }
-  template <class X>
-  static consteval std::size_t index_if_present() {
-    if constexpr (P::template contains_c<X>::value)
-      return P::template index_c<X>::value;
-    else
-      return 0;
-  }
   static constexpr tables tab = make();
 
   template <std::size_t I, bool Root = (I + 1 == n), bool Dep = tab.depends[I]>
@@ -207,30 +245,12 @@ struct backprop {
     using type = zero_t;
   };
 
-  template <class N, std::size_t S, class G, class Def = def_t<N>>
-  struct contribution {
-    using type = zero_t;
-  };
-  template <class N, class Op, class... Cs, std::size_t S, class G>
-  requires(!std::is_same_v<G, zero_t>) struct contribution<N, S, G, expr<Op, Cs...>> {
-    static consteval auto apply() {
-      if constexpr (!has_rule<Op>) {
-        using invalid [[maybe_unused]] = reject<no_rule_message<Op>>;
-        return zero_t{};
-      } else {
-        return grad_rule<Op>::template vjp<S>(typename saved_value<Save, Op, N>::type{}, G{},
-                                              typename saved_value<Save, Op, Cs>::type{}...);
-      }
-    }
-    using type = decltype(apply());
-  };
-
   template <std::size_t I, class Seq>
   struct gather;
   template <std::size_t I, std::size_t... K>
   struct gather<I, std::index_sequence<K...>> {
     using type = decltype(ad::sum_all(
-        typename contribution<node<tab.who[tab.begin[I] + K]>, tab.slot[tab.begin[I] + K],
+        typename contribution<Save, node<tab.who[tab.begin[I] + K]>, tab.slot[tab.begin[I] + K],
                               typename adjoint<tab.who[tab.begin[I] + K]>::type>::type{}...));
   };
 
@@ -254,25 +274,20 @@ struct backprop {
   };
   using forced = typename all<std::make_index_sequence<n>>::type;
 
+  /// The adjoint of x (zero_t where x is not in the graph); the gradient is gradient_from.
+  template <class X, bool In = P::template contains_c<X>::value>
+  struct adjoint_of {
+    using type = zero_t;
+  };
   template <class X>
-  static consteval auto result(X x) {
-    if constexpr (!P::template contains_c<X>::value) {
-      return typeflow::zeros_like(x);
-    } else {
-      using A = typename adjoint<P::template index_c<X>::value>::type;
-      if constexpr (std::is_same_v<A, zero_t>)
-        return typeflow::zeros_like(x);
-      else if constexpr (std::is_same_v<typename A::shape_type, typename X::shape_type>)
-        return A{};
-      else
-        return typeflow::broadcast_like(A{}, x);
-    }
-  }
+  struct adjoint_of<X, true> {
+    using type = typename adjoint<P::template index_c<X>::value>::type;
+  };
 };
 
 template <class Save, class Y, class Seed, class... Xs>
 consteval auto grad_impl(Y, Seed, Xs... xs) {
-  constexpr bool bad_x = (!is_floating<typename Xs::value_type> || ...);
+  constexpr bool bad_x = !all_of({is_floating<typename Xs::value_type>..., true});
   if constexpr (bad_x) {
     (
         [] {
@@ -285,9 +300,9 @@ consteval auto grad_impl(Y, Seed, Xs... xs) {
     using B = backprop<Y, Seed, Save, Xs...>;
     static_assert(B::forced::size == B::n);
     if constexpr (sizeof...(Xs) == 1)
-      return B::result(xs...);
+      return gradient_from<typename B::template adjoint_of<Xs...>::type>(xs...);
     else
-      return gradients<decltype(B::result(xs))...>{};
+      return gradients<decltype(gradient_from<typename B::template adjoint_of<Xs>::type>(xs))...>{};
   }
 }
 
@@ -306,7 +321,7 @@ struct seed_type<seed_t<E>> {
 
 template <class... T>
 struct last_of {
-  using type = typename decltype((std::type_identity<T>{}, ...))::type;
+  using type = pack_element_t<sizeof...(T) - 1, pack<T...>>;
 };
 } // namespace detail
 
@@ -352,9 +367,9 @@ consteval auto grad(Y y, Args... args) {
       using invalid [[maybe_unused]] = detail::reject<detail::grad_seed_message<Y, G>>;
       return invalid_expr{};
     } else {
-      auto all = std::tuple{args...};
+      const pack<Args...> all{{args}...};
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return detail::grad_impl<Save>(y, G{}, std::get<I>(all)...);
+        return detail::grad_impl<Save>(y, G{}, pack_get<I>(all)...);
       }
       (std::make_index_sequence<sizeof...(Args) - 1>{});
     }

@@ -19,6 +19,13 @@ namespace typeflow::compile {
 /// "No node": an inlined constant's root, a step without a producer, a buffer never released.
 inline constexpr std::size_t none = static_cast<std::size_t>(-1);
 
+/// The most members of one fused region: a longer elementwise chain (a sum of 300 squares)
+/// becomes several regions, each stored. A region's kernel is a class template over its members
+/// and inputs, and each of its per-member functions is named after all of them: unbounded, a
+/// region of n members cost the compiler O(n^2) (a 300-term sum took g++ 13 minutes); bounded,
+/// a plan costs O(nodes). One more stored intermediate per 64 members costs little at run time.
+inline constexpr std::size_t max_region_members = 64;
+
 /// What the stages after placement read: the facts and the placement of a plan's nodes.
 template <std::size_t size, std::size_t n_edges>
 struct placed {
@@ -249,16 +256,21 @@ consteval layout_table<size, slots, n_edges> fuse(const placed<size, n_edges>& g
     return r;
   };
   const auto groups_only = detail::read_by_groups_only(g);
+  // Members of each region so far, at its root (see max_region_members).
+  std::array<std::size_t, size> members_of{};
   // Reverse topological order: every consumer is decided before its children.
   for (std::size_t j = size; j-- > 0;) {
     if (f.constant[j]) {
       L.root[j] = (f.fetched[j] || boundary[j]) ? j : none;
     } else if (f.elementwise[j] && !f.fetched[j] && !f.force_root[j] && !boundary[j] &&
-               !f.stored[j] && consumer_root[j] != no_consumer && consumer_root[j] != conflict) {
+               !f.stored[j] && consumer_root[j] != no_consumer && consumer_root[j] != conflict &&
+               members_of[find(consumer_root[j])] < max_region_members) {
       L.root[j] = find(consumer_root[j]);
     } else {
       L.root[j] = j;
     }
+    if (L.root[j] != none)
+      ++members_of[L.root[j]];
     for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e) {
       const std::size_t k = f.edges[e];
       const bool local = f.constant[k] || p.device[k] == p.device[j];
@@ -272,7 +284,9 @@ consteval layout_table<size, slots, n_edges> fuse(const placed<size, n_edges>& g
           // (not a shared constant, leaf or stored value).
           const bool member = f.elementwise[k] && !f.constant[k] && !f.fetched[k] &&
                               !f.force_root[k] && !boundary[k];
-          if (member && detail::mergeable(g, other, mine, groups_only)) {
+          if (member && members_of[other] + members_of[mine] <= max_region_members &&
+              detail::mergeable(g, other, mine, groups_only)) {
+            members_of[std::max(other, mine)] += members_of[std::min(other, mine)];
             merged[std::min(other, mine)] = std::max(other, mine);
             consumer_root[k] = std::max(other, mine);
           } else {

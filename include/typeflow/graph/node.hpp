@@ -13,6 +13,7 @@
 
 #include "../core/dtype.hpp"
 #include "../core/fixed_string.hpp"
+#include "../core/pack.hpp"
 #include "../core/shape.hpp"
 #include "op_traits.hpp"
 
@@ -128,7 +129,12 @@ struct node_hash<node_ref<H>> : std::integral_constant<std::uint64_t, H> {};
 template <class Op, class... Cs>
 consteval std::uint64_t combined_hash() {
   std::uint64_t h = type_hash<Op>() ^ (sizeof...(Cs) * 0x9e3779b97f4a7c15ull);
-  ((h = (h ^ node_hash<Cs>::value) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull, h ^= h >> 29), ...);
+  // A loop, not a fold: a group can have thousands of operands (see core/pack.hpp's all_of).
+  const std::uint64_t operand[] = {node_hash<Cs>::value..., 0};
+  for (std::size_t i = 0; i < sizeof...(Cs); ++i) {
+    h = (h ^ operand[i]) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+  }
   return h;
 }
 } // namespace detail
@@ -158,6 +164,11 @@ template <class T>
 concept expression = std::is_base_of<expr_tag, std::remove_cvref_t<T>>::value && requires {
   typename std::remove_cvref_t<T>::op;
 };
+/// Every E a graph node: `template <class... E> requires expressions<E...>` where a pack can be as
+/// long as a model is wide (`template <expression... E>` is a fold expression, limited to 256
+/// operands under clang; a training op groups an assignment per variable and slot).
+template <class... E>
+concept expressions = all_of({expression<E>..., true});
 
 /// What an op that reads only the shape of operand X takes instead of X: X itself, or for a
 /// forward value that a gradient reads rounded to 16 bits (autodiff's saved_in<H> policy wraps
@@ -206,8 +217,8 @@ struct invalid_group : invalid_expr {
 };
 
 template <class... T>
-inline constexpr bool any_invalid = (std::is_base_of<invalid_expr, std::remove_cvref_t<T>>::value ||
-                                     ...);
+inline constexpr bool
+    any_invalid = any_of({std::is_base_of<invalid_expr, std::remove_cvref_t<T>>::value..., false});
 
 namespace detail {
 
@@ -239,7 +250,7 @@ concept op_sets_dtype = op_traits<Op>::sets_dtype;
 template <class Op, class... Cs>
 requires(!has_weak<Op> && Op::kind == node_kind::elementwise && sizeof...(Cs) > 0 &&
          !op_sets_dtype<Op>) struct weak_of<expr<Op, Cs...>>
-    : std::bool_constant<(weak_t<Cs>::value && ...) &&
+    : std::bool_constant<all_of({weak_t<Cs>::value..., true}) &&
                          std::is_same_v<typename expr<Op, Cs...>::value_type, double>> {
 };
 
@@ -273,9 +284,10 @@ struct shape_message {
     if constexpr (sizeof...(Cs) > 0) {
       b << std::string_view(": ");
       bool first = true;
-      ((b << std::string_view(first ? "" : " x "), append_dims(b, Cs::shape_type::dims),
-        first = false),
-       ...);
+      [[maybe_unused]] const int seq[] = {((b << std::string_view(first ? "" : " x "),
+                                            append_dims(b, Cs::shape_type::dims), first = false),
+                                           0)...,
+                                          0};
     }
     if constexpr (has_attrs_message<Op>)
       Op::attrs_message(b);
@@ -291,9 +303,11 @@ struct dtype_message {
     if constexpr (sizeof...(Cs) > 0) {
       b << std::string_view(": ");
       bool first = true;
-      ((b << std::string_view(first ? "" : ", ") << dtype_name<typename Cs::value_type>,
-        first = false),
-       ...);
+      [[maybe_unused]] const int seq[] = {
+          ((b << std::string_view(first ? "" : ", ") << dtype_name<typename Cs::value_type>,
+            first = false),
+           0)...,
+          0};
     }
     return b;
   }
@@ -334,10 +348,10 @@ concept constant_evaluable = requires {
   typename std::integral_constant<std::uint64_t, folded_bits<Op, Cs...>()>;
 };
 template <class Op, class... Cs>
-concept foldable =
-    Op::kind == node_kind::elementwise && sizeof...(Cs) > 0 && !op_sets_dtype<Op> &&
-    (literal_node<Cs> && ...) && std::is_same_v<typename Op::template value_type<Cs...>, double> &&
-    constant_evaluable<Op, Cs...>;
+concept foldable = Op::kind == node_kind::elementwise && sizeof...(Cs) > 0 && !op_sets_dtype<Op> &&
+                   all_of({literal_node<Cs>..., true}) &&
+                   std::is_same_v<typename Op::template value_type<Cs...>, double> &&
+                   constant_evaluable<Op, Cs...>;
 } // namespace detail
 
 namespace detail {
@@ -349,16 +363,18 @@ inline constexpr bool half_without_kernel = (Op::kind == node_kind::reduction ||
                                              Op::kind == node_kind::matmul ||
                                              Op::kind == node_kind::nn) &&
                                             !op_traits<Op>::takes_half &&
-                                            (is_half<typename Cs::value_type> || ...);
+                                            any_of({is_half<typename Cs::value_type>..., false});
 template <class Op, class... Cs>
 struct half_kernel_message {
   static constexpr msg_buf message() {
     msg_buf b;
     b << Op::name << std::string_view(": no kernel takes bfloat16 or float16 yet: ");
     bool first = true;
-    ((b << std::string_view(first ? "" : ", ") << dtype_name<typename Cs::value_type>,
-      first = false),
-     ...);
+    [[maybe_unused]] const int seq[] = {
+        ((b << std::string_view(first ? "" : ", ") << dtype_name<typename Cs::value_type>,
+          first = false),
+         0)...,
+        0};
     b << std::string_view(" (cast<float> first)");
     return b;
   }
@@ -416,7 +432,8 @@ constexpr bool same_dtype() {
     else if (name != n)
       ok = false;
   };
-  (visit(detail::weak_t<Cs>::value, dtype_name<typename Cs::value_type>), ...);
+  [[maybe_unused]] const int seq[] = {
+      (visit(detail::weak_t<Cs>::value, dtype_name<typename Cs::value_type>), 0)..., 0};
   return ok;
 }
 

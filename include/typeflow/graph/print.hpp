@@ -23,7 +23,8 @@ struct printer<expr<Op, Cs...>> {
     } else {
       std::string s = std::string(Op::name) + "(";
       bool first = true;
-      ((s += (first ? "" : ", ") + printer<def_t<Cs>>::str(), first = false), ...);
+      [[maybe_unused]] const int seq[] = {
+          ((s += (first ? "" : ", ") + printer<def_t<Cs>>::str(), first = false), 0)..., 0};
       if constexpr (has_attrs<Op>) {
         const std::string a = Op::attrs();
         if (!a.empty())

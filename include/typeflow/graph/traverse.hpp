@@ -1,11 +1,11 @@
 // Traversal: the nodes that the fetches need, each distinct node once, in a topological order
-// (children before parents): a depth-first walk with a visited set. The set is a type that
-// inherits one tag per visited node, so a membership test is one base-class lookup and the walk
-// instantiates one state per distinct node.
+// (children before parents): a depth-first walk with a visited set.
 //
-// The walk is written with plain class templates rather than hana::fold_left: every nested
-// instantiation counts against the compiler's depth limit (900 in g++), and Hana's fold added
-// three levels per graph level, so a 200-op chain did not compile. Here a graph level costs two.
+// With node identities (TYPEFLOW_NODE_REFS, every host compiler) the visited set is a hash trie
+// and the walk is iterative, its stack a type, so that neither the graph's depth nor a node's
+// operand count nests instantiations (see detail::walk_state below). nvcc's device pass keeps
+// the older recursive walk over nested node types: its visited set is a type that inherits one
+// tag per visited node, and a graph level costs two nested instantiations (900 in g++).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../core/pack.hpp"
 #include "node.hpp"
 
 namespace typeflow::graph {
@@ -209,34 +210,99 @@ struct empty_trie_of<std::index_sequence<K...>> {
 };
 using empty_trie = typename empty_trie_of<std::make_index_sequence<16>>::type;
 
-template <class T, class... Cs>
-struct walk_all;
-template <class T, class N, bool Seen = trie_has<T, typeflow::detail::node_hash<N>::value>::value>
-struct walk {
-  using type = T;
+// The walk itself is iterative: its state is the trie and an explicit stack of frames (a node
+// and the index of its next operand), and one step either pushes an unseen operand, skips a seen
+// one, or pops a finished node into the trie. A recursive walk nested one instantiation per graph
+// level and per operand before it (g++ stops at 900, clang at 1,024: a chain of 300 additions,
+// or a group of 600 assignments, did not compile). Steps are applied by doubling (2^L steps as
+// two runs of 2^(L-1)), so the nesting is O(log^2) of the graph's size, not its depth.
+template <class... Roots>
+struct walk_roots {};
+struct stack_end {};
+template <class N, std::size_t K, class Below>
+struct frame {};
+template <class Trie, class Stack>
+struct walk_state {};
+
+template <class Def>
+struct operands_of_def;
+template <class Op, class... Cs>
+struct operands_of_def<expr<Op, Cs...>> {
+  using type = pack<Cs...>;
+  static constexpr std::size_t size = sizeof...(Cs);
 };
-template <class T, class Def>
-struct walk_operands;
-template <class T, class Op, class... Cs>
-struct walk_operands<T, expr<Op, Cs...>> {
-  using type = typename walk_all<T, Cs...>::type;
+template <class N>
+struct operands_of : operands_of_def<def_t<N>> {};
+template <class... Roots>
+struct operands_of<walk_roots<Roots...>> {
+  using type = pack<Roots...>;
+  static constexpr std::size_t size = sizeof...(Roots);
 };
-template <class T, class N>
-struct walk<T, N, false> {
+
+/// After node N's operands: N enters the trie (the roots' frame only leaves the stack).
+template <class T, class N, class Below>
+struct walk_pop {
   // A leaf enters the registry here (a node with operands did as make_node made it).
   static_assert(
       sizeof(typeflow::detail::node_entry<typeflow::detail::node_hash<N>::value, def_t<N>>) > 0);
-  using type = typename trie_add<typename walk_operands<T, def_t<N>>::type,
-                                 typeflow::detail::node_hash<N>::value>::type;
+  using type = walk_state<typename trie_add<T, typeflow::detail::node_hash<N>::value>::type, Below>;
 };
-template <class T, class... Cs>
-struct walk_all {
+template <class T, class... Roots, class Below>
+struct walk_pop<T, walk_roots<Roots...>, Below> {
+  using type = walk_state<T, Below>;
+};
+template <class T, class N, std::size_t K, class Below, bool More = (K < operands_of<N>::size)>
+struct walk_next {
+  using type = typename walk_pop<T, N, Below>::type;
+};
+template <class T, class N, std::size_t K, class Below>
+struct walk_next<T, N, K, Below, true> {
+  using C = pack_element_t<K, typename operands_of<N>::type>;
+  using type = std::conditional_t<trie_has<T, typeflow::detail::node_hash<C>::value>::value,
+                                  walk_state<T, frame<N, K + 1, Below>>,
+                                  walk_state<T, frame<C, 0, frame<N, K + 1, Below>>>>;
+};
+/// One step of the walk; a finished walk (an empty stack) stays as it is.
+template <class S>
+struct walk_step {
+  using type = S;
+};
+template <class T, class N, std::size_t K, class Below>
+struct walk_step<walk_state<T, frame<N, K, Below>>> {
+  using type = typename walk_next<T, N, K, Below>::type;
+};
+/// 2^L steps.
+template <class S, std::size_t L>
+struct walk_steps {
+  using type = typename walk_steps<typename walk_steps<S, L - 1>::type, L - 1>::type;
+};
+template <class S>
+struct walk_steps<S, 0> {
+  using type = typename walk_step<S>::type;
+};
+template <class S>
+struct walk_done : std::false_type {};
+template <class T>
+struct walk_done<walk_state<T, stack_end>> : std::true_type {};
+/// Runs of 2^L, 2^(L+1), ... steps until the stack is empty.
+template <class S, std::size_t L, bool Done = walk_done<S>::value>
+struct walk_run {
+  using type = typename walk_run<typename walk_steps<S, L>::type, L + 1>::type;
+};
+template <class S, std::size_t L>
+struct walk_run<S, L, true> {
+  using type = S;
+};
+template <class S>
+struct walk_trie;
+template <class T>
+struct walk_trie<walk_state<T, stack_end>> {
   using type = T;
 };
-template <class T, class C, class... Rest>
-struct walk_all<T, C, Rest...> {
-  using type = typename walk_all<typename walk<T, C>::type, Rest...>::type;
-};
+/// The trie of the nodes that Roots need, each entry at its place in post-order.
+template <class... Roots>
+using walk_all = typename walk_trie<typename walk_run<
+    walk_state<empty_trie, frame<walk_roots<Roots...>, 0, stack_end>>, 0>::type>::type;
 
 /// A bucket's entries as plain arrays, and a row's buckets as views of them: each named by the
 /// bucket or row alone. (Nested helpers of post_order, or a lambda in its initializer, were
@@ -301,8 +367,7 @@ struct order_of<Trie, std::index_sequence<I...>> {
 
 /// `type_list` of the distinct nodes reachable from `Roots`, children before parents.
 template <class... Roots>
-using topological_order =
-    typename detail::order_of<typename detail::walk_all<detail::empty_trie, Roots...>::type>::type;
+using topological_order = typename detail::order_of<detail::walk_all<Roots...>>::type;
 #else
 /// `type_list` of the distinct nodes reachable from `Roots`, children before parents.
 template <class... Roots>

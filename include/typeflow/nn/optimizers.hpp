@@ -52,7 +52,7 @@ struct tower_dependent : tower_dependent_def<def_t<E>> {};
 template <class Op, class... C>
 struct tower_dependent_def<expr<Op, C...>>
     : std::bool_constant<is_placeholder_t<expr<Op, C...>>::value || op_traits<Op>::draws ||
-                         (tower_dependent<C>::value || ...)> {};
+                         any_of({tower_dependent<C>::value..., false})> {};
 
 /// The towers' mean of gradient G: replica_mean(G), with a term of a sum that is the same in
 /// every tower (not tower_dependent: the weight-decay gradient) added after the mean instead of

@@ -130,7 +130,7 @@ struct concat {
       r.error = "axis out of range";
       return r;
     }
-    if (((Rs != R) || ...)) {
+    if (!all_of({(Rs == R)..., true})) {
       r.error = "ranks differ";
       return r;
     }
@@ -145,7 +145,7 @@ struct concat {
         }
       }
     };
-    (add(rest), ...);
+    [[maybe_unused]] const int seq[] = {(add(rest), 0)..., 0};
     return r;
   }
 };

@@ -91,7 +91,8 @@ consteval auto assign_sub(V, X) {
 }
 
 /// group(ops...): one node that runs all of them; fetching it yields no value.
-template <expression... E>
+template <class... E>
+requires expressions<E...>
 consteval auto group(E...) {
   return make_node<ops::group, E...>();
 }

@@ -13,7 +13,8 @@ namespace typeflow {
 template <class... E>
 struct fetch_t {};
 
-template <expression... E>
+template <class... E>
+requires expressions<E...>
 constexpr fetch_t<E...> fetch(E...) {
   return {};
 }

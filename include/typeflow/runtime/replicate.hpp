@@ -149,10 +149,9 @@ public:
   }
 
   // ---- variables: one store, shared by the towers ----------------------------------------
-  template <expression... E>
-  void initialize(E... e) {
-    std::get<0>(towers_).initialize(e...);
-  }
+  template <class... E>
+  requires expressions<E...>
+  void initialize(E... e) { std::get<0>(towers_).initialize(e...); }
   template <expression V>
   tensor<typename V::value_type> read(V v) {
     return std::get<0>(towers_).read(v);

@@ -1,6 +1,7 @@
 // The session: owns the variables' storage, the thread pool and the buffer pool, and runs the
 // compiled plan of a set of fetches. Only the subgraph the fetches need is evaluated.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -337,7 +338,8 @@ private:
 
 public:
   /// (Re)initializes the variables reachable from `roots` from their initializers.
-  template <expression... E>
+  template <class... E>
+  requires expressions<E...>
   void initialize(E...) {
     if constexpr (!any_invalid<E...>) {
       using P = compile::plan<type_list<E...>, Placement>;
@@ -709,17 +711,22 @@ private:
     const std::array<std::string_view, P::size> names{
         detail::variable_name<typename P::template node<I>::op>::value...};
     const std::array<bool, P::size> var{is_variable_t<typename P::template node<I>>::value...};
-    // Pairs of variables only (a plan has far fewer variables than nodes).
+    // The variables sorted by name (then position): a clash is two neighbours of one name, and
+    // the first variable that has a namesake is the least position among such neighbours.
+    // O(v log v): pairs of variables were quadratic, past g++'s constexpr limit at 300 variables.
     std::array<std::size_t, P::size> vars{};
     std::size_t nv = 0;
     for (std::size_t a = 0; a < P::size; ++a)
       if (var[a])
         vars[nv++] = a;
-    for (std::size_t a = 0; a < nv; ++a)
-      for (std::size_t b = a + 1; b < nv; ++b)
-        if (names[vars[a]] == names[vars[b]])
-          return vars[a];
-    return P::size;
+    std::sort(vars.begin(), vars.begin() + nv, [&](std::size_t x, std::size_t y) {
+      return names[x] < names[y] || (names[x] == names[y] && x < y);
+    });
+    std::size_t first = P::size;
+    for (std::size_t k = 0; k + 1 < nv; ++k)
+      if (names[vars[k]] == names[vars[k + 1]])
+        first = std::min(first, vars[k]);
+    return first;
   }
   /// The first problem of running plan P with these feeds that the compiler can see.
   enum class plan_problem {

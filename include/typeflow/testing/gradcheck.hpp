@@ -44,7 +44,8 @@ struct gradcheck_result {
 template <class... X>
 struct wrt_t {};
 /// The variables to check: wrt(W, b).
-template <expression... X>
+template <class... X>
+requires expressions<X...>
 consteval wrt_t<X...> wrt(X...) {
   return {};
 }

@@ -11,9 +11,9 @@
 #include <array>
 #include <bit>
 #include <cstdint>
-#include <tuple>
 #include <type_traits>
 
+#include "../../core/pack.hpp"
 #include "../../graph/flat.hpp"
 #include "../common/broadcast.hpp"
 #include "../common/element_eval.hpp"
@@ -82,8 +82,8 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
       }(),
       "fused CPU loop: a stored member's dtype differs from the root's");
   static constexpr std::int64_t block = 256;
-  using in_tuple = std::tuple<Ins...>;
-  using val_tuple = std::tuple<typename Ms::value_type...>;
+  using in_tuple = pack<Ins...>;
+  using val_tuple = pack<typename Ms::value_type...>;
 
   /// The value of the root at one element, given the inputs' values there (the evaluator the
   /// CUDA kernel runs too).
@@ -96,18 +96,18 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
   template <class M>
   using batch_of = std::conditional_t<std::is_same_v<typename M::value_type, bool>,
                                       simd::mask<out_t>, simd::vec<out_t>>;
-  using bval_tuple = std::tuple<batch_of<Ms>...>;
+  using bval_tuple = pack<batch_of<Ms>...>;
   template <class>
   using vec_for = simd::vec<out_t>;
-  using bin_tuple = std::tuple<vec_for<Ins>...>;
+  using bin_tuple = pack<vec_for<Ins>...>;
 
   template <std::size_t J>
   static auto bvalue_of(ref_local<J>*, const bval_tuple& v, const bin_tuple&) {
-    return std::get<J>(v);
+    return pack_get<J>(v);
   }
   template <std::size_t K>
   static auto bvalue_of(ref_input<K>*, const bval_tuple&, const bin_tuple& in) {
-    return std::get<K>(in);
+    return pack_get<K>(in);
   }
   template <std::uint64_t Bits, class T>
   static auto bvalue_of(ref_const<Bits, T>*, const bval_tuple&, const bin_tuple&) {
@@ -132,12 +132,13 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
   template <std::size_t... M>
   static bval_tuple beval_all(const bin_tuple& in, std::index_sequence<M...>) {
     bval_tuple v{};
-    ((std::get<M>(v) = bcompute(static_cast<Ms*>(nullptr), v, in)), ...);
+    [[maybe_unused]] const int seq[] = {
+        ((pack_get<M>(v) = bcompute(static_cast<Ms*>(nullptr), v, in)), 0)..., 0};
     return v;
   }
   template <std::size_t... M>
   static simd::vec<out_t> beval(const bin_tuple& in, std::index_sequence<M...> seq) {
-    return std::get<sizeof...(Ms) - 1>(beval_all(in, seq));
+    return pack_get<sizeof...(Ms) - 1>(beval_all(in, seq));
   }
   /// The root and the stored members of one batch, at element j of each output (with
   /// non-temporal stores where Stream: every output aligned).
@@ -150,12 +151,12 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
       else
         x.store_unaligned(dst);
     };
-    put(std::get<sizeof...(Ms) - 1>(v), out + j);
-    (put(std::get<store_member[Q]>(v), so[Q] + j), ...);
+    put(pack_get<sizeof...(Ms) - 1>(v), out + j);
+    [[maybe_unused]] const int seq[] = {(put(pack_get<store_member[Q]>(v), so[Q] + j), 0)..., 0};
   }
   static constexpr bool vectorized = std::is_floating_point_v<out_t> &&
-                                     (std::is_same_v<Ins, out_t> && ...) &&
-                                     (member_vectorizes<Ms>() && ...);
+                                     all_of({std::is_same_v<Ins, out_t>..., true}) &&
+                                     all_of({member_vectorizes<Ms>()..., true});
 
   // A region that would run on vectors but for one op's missing vector form is a compile
   // error, not a silent scalar loop for the whole region.
@@ -168,7 +169,8 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
     &&!detail::scalar_only<Op>;
   }
   static constexpr std::size_t first_without_vector_form = [] {
-    if constexpr (std::is_floating_point_v<out_t> && (std::is_same_v<Ins, out_t> && ...)) {
+    if constexpr (std::is_floating_point_v<out_t> &&
+                  all_of({std::is_same_v<Ins, out_t>..., true})) {
       const bool lacks[] = {lacks_vector_form<Ms>()...};
       for (std::size_t k = 0; k < sizeof...(Ms); ++k)
         if (lacks[k])
@@ -179,8 +181,8 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
   /// Whether an op of the region has no vector form (the session rejects such a plan, naming
   /// op_without_vector_form, before it instantiates the kernel).
   static constexpr bool lacks_a_vector_form = first_without_vector_form < sizeof...(Ms);
-  using op_without_vector_form = typename detail::member_op<std::tuple_element_t<
-      lacks_a_vector_form ? first_without_vector_form : 0, std::tuple<Ms...>>>::type;
+  using op_without_vector_form = typename detail::member_op<
+      pack_element_t<lacks_a_vector_form ? first_without_vector_form : 0, pack<Ms...>>>::type;
 #else
   static constexpr bool vectorized = false;
   static constexpr bool lacks_a_vector_form = false;
@@ -190,7 +192,7 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
   template <std::size_t... K>
   // (No __restrict on the outputs: a loop may write over an input that dies with it,
   // context::allocate_in_place.)
-  static void inner(out_t* out, std::int64_t len, const std::tuple<const Ins*...>& p, bool stream,
+  static void inner(out_t* out, std::int64_t len, const pack<const Ins*...>& p, bool stream,
                     std::index_sequence<K...>, const outs_t& so = {}) {
     if constexpr (n_out > 0)
       return inner_stores(out, so, len, p, stream, std::index_sequence<K...>{});
@@ -203,9 +205,9 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
       if (stream && reinterpret_cast<std::uintptr_t>(out) % sizeof(B) == 0)
         for (; j + W <= len; j += W)
           simd::stream_store(out + j,
-                             beval(bin_tuple{B::load_unaligned(std::get<K>(p) + j)...}, members));
+                             beval(bin_tuple{{B::load_unaligned(pack_get<K>(p) + j)}...}, members));
       for (; j + W <= len; j += W)
-        beval(bin_tuple{B::load_unaligned(std::get<K>(p) + j)...}, members)
+        beval(bin_tuple{{B::load_unaligned(pack_get<K>(p) + j)}...}, members)
             .store_unaligned(out + j);
       if (j < len) { // the ragged end, padded with zeros
         const std::int64_t rest = len - j;
@@ -215,7 +217,7 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
           return B::load_aligned(lane.data());
         };
         alignas(64) std::array<out_t, W> res;
-        beval(bin_tuple{load_rest(std::get<K>(p))...}, members).store_aligned(res.data());
+        beval(bin_tuple{{load_rest(pack_get<K>(p))}...}, members).store_aligned(res.data());
         std::copy_n(res.data(), rest, out + j);
       }
       return;
@@ -223,14 +225,13 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
 #endif
     (void)stream;
     for (std::int64_t j = 0; j < len; ++j)
-      out[j] = eval(std::get<K>(p)[j]...);
+      out[j] = eval(pack_get<K>(p)[j]...);
   }
 
   /// inner() for a region with merged outputs: every output stored per element.
   template <std::size_t... K>
   static void inner_stores(out_t* out, const outs_t& so, std::int64_t len,
-                           const std::tuple<const Ins*...>& p, bool stream,
-                           std::index_sequence<K...>) {
+                           const pack<const Ins*...>& p, bool stream, std::index_sequence<K...>) {
     const auto outs = std::make_index_sequence<n_out>{};
 #if defined(TYPEFLOW_HAS_XSIMD)
     if constexpr (vectorized) {
@@ -247,11 +248,11 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
       if constexpr (simd::has_stream_store<out_t>)
         if (nt)
           for (; j + W <= len; j += W)
-            bstore<true>(beval_all(bin_tuple{B::load_unaligned(std::get<K>(p) + j)...}, members),
+            bstore<true>(beval_all(bin_tuple{{B::load_unaligned(pack_get<K>(p) + j)}...}, members),
                          out, so, j, outs);
       for (; j + W <= len; j += W)
-        bstore<false>(beval_all(bin_tuple{B::load_unaligned(std::get<K>(p) + j)...}, members), out,
-                      so, j, outs);
+        bstore<false>(beval_all(bin_tuple{{B::load_unaligned(pack_get<K>(p) + j)}...}, members),
+                      out, so, j, outs);
       if (j < len) { // the ragged end, padded with zeros
         const std::int64_t rest = len - j;
         [[maybe_unused]] auto load_rest = [&](const out_t* src) {
@@ -263,7 +264,7 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
         outs_t lanes{};
         for (std::size_t q = 0; q < n_out; ++q)
           lanes[q] = res.data() + W * (q + 1);
-        bstore<false>(beval_all(bin_tuple{load_rest(std::get<K>(p))...}, members), res.data(),
+        bstore<false>(beval_all(bin_tuple{{load_rest(pack_get<K>(p))}...}, members), res.data(),
                       lanes, 0, outs);
         std::copy_n(res.data(), rest, out + j);
         for (std::size_t q = 0; q < n_out; ++q)
@@ -275,10 +276,10 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
     (void)stream;
     using eval_t = backend::element_eval<Out, type_list<Ins...>, type_list<Ms...>>;
     for (std::int64_t j = 0; j < len; ++j) {
-      const auto v = eval_t::eval_all(std::get<K>(p)[j]...);
-      out[j] = std::get<sizeof...(Ms) - 1>(v);
+      const auto v = eval_t::eval_all(pack_get<K>(p)[j]...);
+      out[j] = pack_get<sizeof...(Ms) - 1>(v);
       [&]<std::size_t... Q>(std::index_sequence<Q...>) {
-        ((so[Q][j] = std::get<store_member[Q]>(v)), ...);
+        [[maybe_unused]] const int seq[] = {((so[Q][j] = pack_get<store_member[Q]>(v)), 0)..., 0};
       }
       (outs);
     }
@@ -312,7 +313,7 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
     }
 #endif
     auto body = [&](std::int64_t b0, std::int64_t b1) {
-      std::tuple<std::array<Ins, block>...> splat;
+      pack<std::array<Ins, block>...> splat;
       for (std::int64_t b = b0; b < b1; ++b) {
         const std::int64_t row = b / blocks_per_row, j0 = (b % blocks_per_row) * block;
         const std::int64_t len = std::min(block, inner_n - j0);
@@ -351,7 +352,7 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
                         std::int64_t end, const piece_input& piece = {}, bool stream = false) {
     (void)od;
     const std::int64_t inner_n = geo.groups ? geo.dims[geo.groups - 1] : 1;
-    std::tuple<std::array<Ins, block>...> splat;
+    pack<std::array<Ins, block>...> splat;
     for (std::int64_t i = begin; i < end;) {
       const std::int64_t row = i / inner_n, j0 = i % inner_n;
       const std::int64_t len = std::min({block, inner_n - j0, end - i});
@@ -376,25 +377,25 @@ private:
     return off;
   }
   template <class Splat, std::size_t... K>
-  static std::tuple<const Ins*...>
-  make_ptrs(const std::array<const backend::rt_value*, n_in>& in,
-            const std::array<std::int64_t, n_in>& off, const backend::loop_geometry<n_in>& geo,
-            std::int64_t j0, std::int64_t len, Splat& splat, std::index_sequence<K...>,
-            const piece_input* piece = nullptr, std::int64_t at = 0) {
+  static pack<const Ins*...> make_ptrs(const std::array<const backend::rt_value*, n_in>& in,
+                                       const std::array<std::int64_t, n_in>& off,
+                                       const backend::loop_geometry<n_in>& geo, std::int64_t j0,
+                                       std::int64_t len, Splat& splat, std::index_sequence<K...>,
+                                       const piece_input* piece = nullptr, std::int64_t at = 0) {
     const std::size_t last = geo.groups ? geo.groups - 1 : 0;
     [[maybe_unused]] auto one = [&]<std::size_t k>(std::integral_constant<std::size_t, k>) {
-      using T = std::tuple_element_t<k, in_tuple>;
+      using T = pack_element_t<k, in_tuple>;
       if (piece && piece->input == k) // the output's dims: element `at` is the piece's at - begin
         return static_cast<const T*>(piece->data) + (at - piece->begin);
       const T* base = static_cast<const T*>(in[k]->data) + off[k];
       const std::int64_t s = geo.groups ? geo.strides[k][last] : 0;
       if (s == 1)
         return base + j0;
-      auto& buf = std::get<k>(splat);
+      auto& buf = pack_get<k>(splat);
       std::fill_n(buf.data(), len, base[0]);
       return static_cast<const T*>(buf.data());
     };
-    return {one(std::integral_constant<std::size_t, K>{})...};
+    return {{one(std::integral_constant<std::size_t, K>{})}...};
   }
 };
 

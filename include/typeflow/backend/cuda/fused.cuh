@@ -9,8 +9,8 @@
 #include <array>
 #include <bit>
 #include <cstdint>
-#include <tuple>
 
+#include "../../core/pack.hpp"
 #include "../../graph/flat.hpp"
 #include "../common/broadcast.hpp"
 #include "../common/element_eval.hpp"
@@ -38,7 +38,7 @@ struct fused_device;
 template <class Out, class... Ins, class... Ms>
 struct fused_device<Out, type_list<Ins...>, type_list<Ms...>> {
   static constexpr std::size_t n_in = sizeof...(Ins);
-  using in_tuple = std::tuple<Ins...>;
+  using in_tuple = pack<Ins...>;
 
   /// The root's value at one element (the CPU loop's evaluator).
   __host__ __device__ static Out eval(Ins... x) {
@@ -48,7 +48,7 @@ struct fused_device<Out, type_list<Ins...>, type_list<Ms...>> {
   /// Input k's value at output element i (broadcasting by index arithmetic).
   template <std::size_t K>
   __device__ static auto load(const fused_params<n_in>& p, std::int64_t i) {
-    using T = std::tuple_element_t<K, in_tuple>;
+    using T = pack_element_t<K, in_tuple>;
     const T* base = static_cast<const T*>(p.in[K]);
     std::int64_t off = 0;
     for (int g = p.groups - 1; g >= 0; --g) {
@@ -64,7 +64,7 @@ struct fused_device<Out, type_list<Ins...>, type_list<Ms...>> {
   /// 16 bytes of output per thread: inputs are contiguous like the output, or scalars.
   template <std::size_t K>
   __device__ static auto load_flat(const fused_params<n_in>& p, std::int64_t i) {
-    using T = std::tuple_element_t<K, in_tuple>;
+    using T = pack_element_t<K, in_tuple>;
     return static_cast<const T*>(p.in[K])[p.scalar[K] ? 0 : i];
   }
   template <std::size_t... K>

@@ -21,7 +21,7 @@ template <std::size_t K, class L>
 struct nth;
 template <std::size_t K, class... Ts>
 struct nth<K, type_list<Ts...>> {
-  using type = std::tuple_element_t<K, std::tuple<Ts...>>;
+  using type = pack_element_t<K, pack<Ts...>>;
 };
 } // namespace detail
 

@@ -1,0 +1,73 @@
+// pack<Ts...>: the tuple of generated code, whose element count grows with the model (the
+// inputs, members and values of a fused region; a sum of 300 squares has 600 members).
+//
+// std::tuple is the wrong tool there: every std::get<I> and std::tuple_element_t<I, ...>
+// instantiates a helper named after the whole element list (libstdc++'s _Nth_type<I, Ts...>),
+// so n look-ups into an n-element tuple cost O(n^2) in names and memory, and with it the whole
+// compile of a model with hundreds of variables. A pack is one class with a base per element;
+// pack_get<I> finds the element by deducing the base's type (no instantiation named after the
+// list), and pack_element_t<I, P> does the same in an unevaluated call. An aggregate, one brace
+// per element (pack<float, int>{{1.f}, {2}}; clang's -Wmissing-braces wants them), or {} for
+// every element value-initialised; in host and device code.
+#pragma once
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#include "dtype.hpp"
+
+namespace typeflow {
+
+namespace detail {
+template <std::size_t I, class T>
+struct pack_slot {
+  T value;
+};
+template <class Seq, class... Ts>
+struct pack_of;
+template <std::size_t... I, class... Ts>
+struct pack_of<std::index_sequence<I...>, Ts...> : pack_slot<I, Ts>... {};
+template <std::size_t I, class T>
+std::type_identity<T> pack_slot_type(const pack_slot<I, T>*);
+} // namespace detail
+
+/// An aggregate of one value per type, indexed at compile time (see the top of this file).
+template <class... Ts>
+using pack = detail::pack_of<std::index_sequence_for<Ts...>, Ts...>;
+
+/// Element I of a pack.
+template <std::size_t I, class T>
+TYPEFLOW_HD constexpr T& pack_get(detail::pack_slot<I, T>& s) {
+  return s.value;
+}
+template <std::size_t I, class T>
+TYPEFLOW_HD constexpr const T& pack_get(const detail::pack_slot<I, T>& s) {
+  return s.value;
+}
+
+/// The type of element I of pack P.
+template <std::size_t I, class P>
+using pack_element_t =
+    typename decltype(detail::pack_slot_type<I>(static_cast<const P*>(nullptr)))::type;
+
+/// Whether every flag is true: all_of({X...}) for a condition over a pack that can be as long
+/// as a model is wide. (A fold expression, (X && ...), is limited to 256 operands under clang,
+/// -fbracket-depth; a braced list is not. Likewise, a statement per element of a pack is
+/// sequenced as `const int seq[] = {(statement, 0)..., 0};`, not by a comma fold.)
+template <std::size_t N>
+constexpr bool all_of(const bool (&flags)[N]) {
+  for (bool f : flags)
+    if (!f)
+      return false;
+  return true;
+}
+/// Whether some flag is true: any_of({X...}) (see all_of).
+template <std::size_t N>
+constexpr bool any_of(const bool (&flags)[N]) {
+  for (bool f : flags)
+    if (f)
+      return true;
+  return false;
+}
+
+} // namespace typeflow
