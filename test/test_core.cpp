@@ -37,10 +37,20 @@ TEST_SUITE("core") {
   }
 
   TEST_CASE("graph identity: the same expression is the same type, names identify variables") {
-    static_assert(std::is_same_v<decltype(ty::relu(x)), decltype(ty::relu(x))>);
+    // A variable is identified by its name, dtype and shape: declared twice, it is one node, and
+    // a graph built from either declaration, by operators or by functions, is one node too.
     constexpr auto W2 = ty::variable<"W", float, ty::shape<784, 10>>;
     static_assert(std::is_same_v<decltype(W), decltype(W2)>);
-    CHECK(ty::to_string(W2) == "W");
+    constexpr auto by_operators = ty::relu(ty::matmul(x, W) + b);
+    constexpr auto by_functions = ty::relu(ty::add(ty::matmul(x, W2), b));
+    static_assert(std::is_same_v<decltype(by_operators), decltype(by_functions)>);
+    // Another name, another op or another operand order is another node.
+    constexpr auto V = ty::variable<"V", float, ty::shape<784, 10>>;
+    static_assert(!std::is_same_v<decltype(W), decltype(V)>);
+    static_assert(!std::is_same_v<decltype(ty::matmul(x, W)), decltype(ty::matmul(x, V))>);
+    static_assert(!std::is_same_v<decltype(ty::relu(x)), decltype(ty::sigmoid(x))>);
+    static_assert(!std::is_same_v<decltype(b + ty::matmul(x, W)), decltype(ty::matmul(x, W) + b)>);
+    CHECK(ty::to_string(by_functions) == "relu(add(matmul(x, W), b))");
   }
 
   TEST_CASE("to_string") {

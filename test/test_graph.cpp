@@ -267,13 +267,6 @@ TEST_SUITE("graph") {
     CHECK(r[1] == doctest::Approx(std::exp(double(in[1])) + std::exp(double(in[9]))));
   }
 
-  TEST_CASE("every node's device comes from the placement policy") {
-    using policy = ty::on<ty::cpu<0>>;
-    using D = policy::device<decltype(ty::relu(x))>;
-    static_assert(std::is_same_v<D, ty::cpu<0>>);
-    CHECK(D::name() == "/job:localhost/replica:0/task:0/device:CPU:0");
-  }
-
   TEST_CASE("plan description lists steps with their fused ops") {
     constexpr auto y = ty::sum(ty::relu(ty::matmul(x, W) + b));
     using P = ty::compile::plan<ty::type_list<decltype(y)>>;

@@ -9,15 +9,15 @@
 # The regex is read from the source at test time, so editing it needs no re-configure.
 # Compiler output is produced with LC_ALL=C (plain ASCII quotes) and without colours.
 #
-# MODE=fail (CTest test `compile_fail.<name>`, registered with WILL_FAIL TRUE)
-#   !!! The exit status is deliberately INVERTED. !!!
-#   CMake scripts cannot choose their exit code except "0" or "1 via FATAL_ERROR",
-#   so this mode reports the GOOD outcome (the compile failed and the diagnostic
-#   matches the regex) with message(FATAL_ERROR "failed as expected: ..."), i.e. exit 1,
-#   which WILL_FAIL turns into a PASS. Every BAD outcome (the misuse compiled, the
-#   error does not match the regex, the script was called wrongly) prints the details
-#   and exits 0, which WILL_FAIL turns into a FAILED test.
-#
+# MODE=fail (CTest test `compile_fail.<name>`, registered with PASS_REGULAR_EXPRESSION
+#   "failed as expected: ")
+#   The GOOD outcome (the compile failed and the diagnostic meets the rules below) is reported
+#   with message(FATAL_ERROR "failed as expected: ..."): CMake scripts cannot choose their exit
+#   code except "0" or "1 via FATAL_ERROR", and a FATAL_ERROR from anything else (a CMake error
+#   in this script, a bad argument) exits 1 as well, so the test passes on that line alone, never
+#   on the exit status. Every BAD outcome (the misuse compiled, the error does not match the
+#   regex, the script was called wrongly) prints the details without that line: FAILED.
+
 # MODE=control (CTest test `compile_fail.<name>.control`, a normal test)
 #   Compiles the same file with -DTYPEFLOW_COMPILE_FAIL_CONTROL (the sources put the
 #   misuse inside `#ifndef TYPEFLOW_COMPILE_FAIL_CONTROL`). It must compile: success
@@ -71,7 +71,7 @@ endif()
 if(NOT _problem STREQUAL "")
   if(MODE STREQUAL "fail")
     message("${_problem}(reported as a test failure)")
-    return() # exit 0 -> WILL_FAIL -> FAILED
+    return() # no "failed as expected" line -> FAILED
   else()
     message(FATAL_ERROR "${_problem}")
   endif()
@@ -170,7 +170,7 @@ if(NOT DEFINED LINES_PER_FRAME)
   set(LINES_PER_FRAME 1)
 endif()
 math(EXPR MAX_LINES "${MAX_LINES} + ${_user_frames} * ${LINES_PER_FRAME}")
-# MODE=fail -- remember: FATAL_ERROR here means "test PASSED" (see header).
+# MODE=fail -- remember: the FATAL_ERROR "failed as expected" means "test PASSED" (see header).
 # The regex must match the FIRST line that says "error:", the whole output must have at most
 # MAX_LINES lines: a diagnostic that fits on a screen and starts with what is wrong, and no line
 # may spell a subgraph: a node's definition (expr<op, operands...>) whose operand is spelled as a
@@ -196,4 +196,4 @@ else()
   message("UNEXPECTED: ${SOURCE}: the diagnostic has ${_lines} lines, more than ${MAX_LINES}")
 endif()
 message("command: ${_cmdline}\n--- compiler output ---\n${_out}--- end of compiler output ---")
-# exit 0 -> WILL_FAIL -> FAILED
+# no "failed as expected" line -> FAILED

@@ -233,21 +233,22 @@ TEST_CASE("with the CUDA backend, a convolutional model and its gradient run on 
 
 // ---- layout.cuh: placement, and the kernels' index arithmetic on the host ---------------------
 
-TEST_CASE("the layout ops, argmax, element_count, sum_to_like and dropout have GPU kernels") {
-  using ty::has_gpu_kernel;
-  static_assert(has_gpu_kernel<ty::ops::transpose<1, 0>>);
-  static_assert(has_gpu_kernel<ty::ops::slice<ty::ints<0, 1>, ty::ints<2, -1>>>);
-  static_assert(has_gpu_kernel<ty::ops::slice_like<ty::ints<0, 1>>>);
-  static_assert(has_gpu_kernel<ty::ops::pad_like<ty::ints<0, 1>>>);
-  static_assert(has_gpu_kernel<ty::ops::concat<-1>>);
-  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, false, 1>>);
-  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, true, 0>>);
-  static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::sum, false, 0>>);
-  static_assert(has_gpu_kernel<ty::ops::element_count<0, 1>>);
-  static_assert(has_gpu_kernel<ty::ops::sum_to_like>);
-  static_assert(has_gpu_kernel<ty::ops::dropout_mask<7>>);
-  CHECK(true);
-}
+// The layout ops, argmax, element_count, sum_to_like and dropout have GPU kernels (checked by the
+// compiler: a missing kernel fails the build of this test).
+namespace layout_kernels {
+using ty::has_gpu_kernel;
+static_assert(has_gpu_kernel<ty::ops::transpose<1, 0>>);
+static_assert(has_gpu_kernel<ty::ops::slice<ty::ints<0, 1>, ty::ints<2, -1>>>);
+static_assert(has_gpu_kernel<ty::ops::slice_like<ty::ints<0, 1>>>);
+static_assert(has_gpu_kernel<ty::ops::pad_like<ty::ints<0, 1>>>);
+static_assert(has_gpu_kernel<ty::ops::concat<-1>>);
+static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, false, 1>>);
+static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::argmax, true, 0>>);
+static_assert(has_gpu_kernel<ty::ops::reduce<ty::ops::reducers::sum, false, 0>>);
+static_assert(has_gpu_kernel<ty::ops::element_count<0, 1>>);
+static_assert(has_gpu_kernel<ty::ops::sum_to_like>);
+static_assert(has_gpu_kernel<ty::ops::dropout_mask<7>>);
+} // namespace layout_kernels
 
 namespace {
 /// The nodes of P left on the CPU by soft placement that are not leaves.
