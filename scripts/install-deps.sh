@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
-# Installs typeflow's build/test dependencies with apt-get, but only if some are missing.
+# Installs typeflow's dependencies with apt-get, but only if some are missing.
+#   bash scripts/install-deps.sh          everything the tests, benchmarks and tools use
+#   bash scripts/install-deps.sh --main   only what the main job (scripts/mnist.sh) needs to build
+#                                         examples/mnist and train on Fashion-MNIST: no test
+#                                         framework, MPI, clang or graphviz (clang-19's
+#                                         libomp-19-dev replaces libomp-dev on Debian 12)
 set -euo pipefail
 
-PACKAGES=(cmake g++ make libboost-dev doctest-dev libopenblas-dev libbenchmark-dev zlib1g-dev clang-format dataset-fashion-mnist
-          libopenmpi-dev openmpi-bin libxsimd-dev libeigen3-dev nlohmann-json3-dev libcli11-dev python3 libdnnl-dev
-          clang-19 libomp-19-dev libclang-rt-19-dev graphviz)
+MAIN_PACKAGES=(cmake g++ make libboost-dev zlib1g-dev dataset-fashion-mnist libxsimd-dev nlohmann-json3-dev
+               libcli11-dev libdnnl-dev libopenblas-dev)
+PACKAGES=("${MAIN_PACKAGES[@]}" doctest-dev libbenchmark-dev clang-format libopenmpi-dev openmpi-bin libeigen3-dev
+          python3 clang-19 libomp-19-dev libclang-rt-19-dev graphviz)
+if [[ "${1:-}" == "--main" ]]; then
+  PACKAGES=("${MAIN_PACKAGES[@]}")
+elif [[ $# -gt 0 ]]; then
+  echo "install-deps: unknown argument '$1' (expected nothing or --main)" >&2
+  exit 2
+fi
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: no dpkg/apt-get on this system; install these yourself: ${PACKAGES[*]}" >&2

@@ -9,9 +9,10 @@ cd "$ROOT"
 BUILD_DIR="${TYPEFLOW_BUILD_DIR:-build}"
 JOBS="${TYPEFLOW_JOBS:-2}"
 
-bash scripts/install-deps.sh
+# Only what the main job needs (scripts/test.sh installs the rest), and no test targets.
+bash scripts/install-deps.sh --main
 
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTYPEFLOW_BUILD_TESTS=OFF
 cmake --build "$BUILD_DIR" -j"$JOBS" --target mnist
 "$BUILD_DIR/examples/mnist" --data-dir /usr/share/datasets/fashion-mnist \
   --checkpoint-dir "$BUILD_DIR/mnist-checkpoint" "$@"

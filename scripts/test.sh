@@ -14,7 +14,8 @@ JOBS="${TYPEFLOW_JOBS:-2}"
 
 bash scripts/install-deps.sh
 
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTYPEFLOW_WERROR=ON -DTYPEFLOW_BUILD_BENCH=ON
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTYPEFLOW_WERROR=ON -DTYPEFLOW_BUILD_BENCH=ON \
+  -DTYPEFLOW_BUILD_TESTS=ON # (scripts/mnist.sh may have configured this directory without them)
 cmake --build "$BUILD_DIR" -j"$JOBS"
 
 # Formatting: every .hpp/.cpp/.cu/.cuh under include test examples bench that git
@@ -42,7 +43,7 @@ else
   echo "clang-format: no source files to check"
 fi
 
-# Include directions (DESIGN.md, Layout): scripts/layers.txt, its exceptions only shrinking.
+# Include directions (docs/architecture.md): scripts/layers.txt, its exceptions only shrinking.
 python3 scripts/check_layers.py
 
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS"
