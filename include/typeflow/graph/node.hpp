@@ -1,5 +1,5 @@
 // Node types: an expression is an empty literal type `expr<Op, Children...>`; its op, attributes,
-// children, dtype and static shape are all template parameters (DESIGN.md, principle 1).
+// children, dtype and static shape are all template parameters (docs/node-identities.md).
 #pragma once
 #include <array>
 #include <bit>
@@ -57,7 +57,7 @@ template <class N>
 using def_t = typename N::definition;
 
 // ---------------------------------------------------------------------------------------------
-// Node identities (DESIGN.md, principle 1). A node that has operands is `node_ref<H>`, where H
+// Node identities (docs/node-identities.md). A node that has operands is `node_ref<H>`, where H
 // is a 64-bit hash of its op's type and its operands' identities (hash-consing: the same op on
 // the same operands is the same type, so common subexpressions are one node). The definition
 // is found again from H through a function that make_node defines as it first makes the node

@@ -1,5 +1,5 @@
 // Elementwise ops with NumPy broadcasting. Each op is one scalar functor (`eval`); the backends
-// instantiate fused loops from the functor types (DESIGN.md, principle 3).
+// instantiate fused loops from the functor types (docs/architecture.md).
 #pragma once
 #include <cmath>
 #include <cstdlib>
