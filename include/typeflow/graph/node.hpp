@@ -139,6 +139,24 @@ consteval std::uint64_t combined_hash() {
 }
 } // namespace detail
 
+namespace detail {
+/// Whether a node's value can differ between the towers of a replicated run: it reads a
+/// placeholder (each tower is fed its share of a batch) or draws per run (a dropout mask),
+/// directly or not. Variables (read as they were at the start of the run), constants and what is
+/// computed from them alone (a weight-decay term) are the same in every tower. intern_node
+/// instantiates it as each node is made, its operands' made before, so no look-up recurses
+/// through the graph (a recursive flag nested one instantiation per graph level: a chain of 400
+/// ops with weight decay stopped at g++'s template depth of 900).
+template <class Def>
+struct varies_def;
+template <class N>
+struct varies : varies_def<def_t<N>> {};
+template <class Op, class... Cs>
+struct varies_def<expr<Op, Cs...>>
+    : std::bool_constant<op_traits<Op>::placeholder || op_traits<Op>::draws ||
+                         any_of({varies<Cs>::value..., false})> {};
+} // namespace detail
+
 /// The node type of op Op on operands Cs (node types themselves), made without checks: what
 /// make_node returns once its checks pass, and what a transformation that rebuilds a node with
 /// other operands uses.
@@ -150,9 +168,11 @@ consteval auto intern_node() {
   } else {
     constexpr std::uint64_t h = detail::combined_hash<Op, Cs...>();
     (void)detail::node_entry<h, expr<Op, Cs...>>{};
+    (void)detail::varies<node_ref<h>>::value;
     return node_ref<h>{};
   }
 #else
+  (void)detail::varies<expr<Op, Cs...>>::value;
   return expr<Op, Cs...>{};
 #endif
 }

@@ -40,19 +40,10 @@ struct save_of<Opt> {
   using type = typename Opt::save;
 };
 
-/// Whether E's value may differ between the towers of a replicated session: it reads a
-/// placeholder (each tower is fed its share of a batch) or draws per run (a dropout mask),
-/// directly or not. Variables (read as they were at the start of the run), constants and what
-/// is computed from them alone (a weight-decay term) are the same in every tower. One
-/// instantiation per node type, one template level per graph level (see graph/traverse.hpp).
-template <class Def>
-struct tower_dependent_def;
+/// Whether E's value may differ between the towers of a replicated session (graph/node.hpp's
+/// varies, made with each node).
 template <class E>
-struct tower_dependent : tower_dependent_def<def_t<E>> {};
-template <class Op, class... C>
-struct tower_dependent_def<expr<Op, C...>>
-    : std::bool_constant<is_placeholder_t<expr<Op, C...>>::value || op_traits<Op>::draws ||
-                         any_of({tower_dependent<C>::value..., false})> {};
+using tower_dependent = typeflow::detail::varies<E>;
 
 /// The towers' mean of gradient G: replica_mean(G), with a term of a sum that is the same in
 /// every tower (not tower_dependent: the weight-decay gradient) added after the mean instead of
