@@ -10,7 +10,7 @@
 # Compiler output is produced with LC_ALL=C (plain ASCII quotes) and without colours.
 #
 # MODE=fail (CTest test `compile_fail.<name>`, registered with PASS_REGULAR_EXPRESSION
-#   "failed as expected: ")
+#   "failed as expected:"; CMake may wrap the line after the colon)
 #   The GOOD outcome (the compile failed and the diagnostic meets the rules below) is reported
 #   with message(FATAL_ERROR "failed as expected: ..."): CMake scripts cannot choose their exit
 #   code except "0" or "1 via FATAL_ERROR", and a FATAL_ERROR from anything else (a CMake error
