@@ -281,8 +281,8 @@ inline nlohmann::json parse_header(const std::string& header, const std::string&
     throw b.fail_at("unexpected byte-order mark", 0);
   try {
     // nlohmann::json::sax_parse takes the input format at run time, so it compiles a reader of
-    // every binary format (CBOR, MessagePack, UBJSON, BJData, BSON) beside the JSON parser: 67 KB
-    // of code and 2.8 s of g++ -O2 (AMD Zen 4) in every translation unit reading checkpoints. Its
+    // every binary format (CBOR, MessagePack, UBJSON, BJData, BSON) beside the JSON parser: tens
+    // of KB of code and seconds of g++ -O2 in every translation unit reading checkpoints. Its
     // JSON branch is this call (nlohmann's detail::parser, this constructor since 3.9).
     auto in = nlohmann::detail::input_adapter(header);
     nlohmann::detail::parser<nlohmann::json, decltype(in)>(std::move(in), nullptr, true, false)

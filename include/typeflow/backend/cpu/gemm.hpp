@@ -86,10 +86,10 @@ inline constexpr std::int64_t gemm_max_parts = 4;
 /// m is the larger side, else columns (each call packs its slab of one operand and all of the
 /// other, so the smaller operand is the one packed again), or a 2x2 grid (below). The slab count is
 /// 1, 2 or 4 (gemm_max_parts), never 3: a pool of 2 or 4 threads (the common sizes) then runs every
-/// slab in one round (3 slabs of local3's [128,3136]x[3136,384] on 2 threads took 1.36x the time of
-/// 4 on Zen 5). Every slab is at least 96 wide and a product of at least 2^22 m*n*k: BLAS
-/// libraries pick kernels by size (OpenBLAS's small-matrix kernel, below 100^3, rounds
-/// differently from its blocked one), and with every slab on the blocked kernel, few kernels
+/// slab in one round (three slabs on two threads leave one idle for a round: bench/README.md,
+/// *Figures moved from code comments*). Every slab is at least 96 wide and a product of at least
+/// 2^22 m*n*k: BLAS libraries pick kernels by size (OpenBLAS's small-matrix kernel, below 100^3,
+/// rounds differently from its blocked one), and with every slab on the blocked kernel, few kernels
 /// round an element differently by how C is cut; smaller products lose more to the call and
 /// the repacking than a second thread gains. The cut itself does not depend on the thread
 /// count (gemm_max_parts). Slabs are multiples of 16. A and B may be of another type than C
@@ -112,8 +112,8 @@ void gemm_split(thread_pool& pool, bool ta, bool tb, std::int64_t m, std::int64_
   // Four slabs of a nearly square C whose other operand is large (4 MB of float32 or more)
   // are a 2x2 grid: each call packs half of each operand (2A + 2B in all) instead of a
   // quarter of one and all of the other (A + 4B), which at 2048^3 is 16 MB packed again per
-  // call (0.91x -> 0.97x dnnl_sgemm's time on Zen 5). Below that size the packed operand
-  // stays in cache and slabs of one side run faster (512^3: 2x2 took 1.08x the time).
+  // call. Below that size the packed operand stays in cache and slabs of one side run faster
+  // (both measured: bench/README.md, *Figures moved from code comments*).
   const bool grid = parts == 4 && std::min(m, n) >= 192 && 2 * std::min(m, n) > side &&
                     (by_rows ? k * n : m * k) >= (std::int64_t{1} << 20);
   const std::int64_t row_parts = grid ? 2 : by_rows ? parts : 1;

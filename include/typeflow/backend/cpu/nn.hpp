@@ -372,9 +372,9 @@ void conv2d_backprop_filter(thread_pool& pool, const T* x, const T* dy, const wi
 
 namespace detail {
 /// Fetches ahead the rows of the window one output row below `w` that `w` does not cover
-/// (image xb, NHWC): the pooling kernels' loads of a window wait on memory otherwise (max_pool
-/// 0.49 -> 0.35 ms and max_pool_grad 1.40 -> 0.78 ms in the seed step on Zen 5). Always
-/// inlined: g++ kept it out of max_pool_grad's loop, which took that kernel back to 1.27-1.38 ms.
+/// (image xb, NHWC): the pooling kernels' loads of a window wait on memory otherwise
+/// (bench/README.md, *Figures moved from code comments*). Always inlined: g++ kept it out of
+/// max_pool_grad's loop, which undid most of the gain.
 template <class T>
 [[gnu::always_inline]] inline void prefetch_window_below(const T* xb, const window2d& g,
                                                          const clipped_window& w) {

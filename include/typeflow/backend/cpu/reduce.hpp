@@ -383,11 +383,10 @@ void reduce_from(thread_pool& pool, const Input& input, const backend::rt_dims& 
           detail::is_extremum_v<base_r> ? std::numeric_limits<std::int64_t>::max() : 64;
       std::vector<acc_t> part(static_cast<std::size_t>(k1 * parts * k2));
       // Narrow rows (a bias gradient's [N*H*W, C]) make one contiguous stream per part, whose
-      // loads wait on memory unless fetched ahead (8 KB: the bias gradient of the seed's conv1,
-      // [100352, 32] from memory, 0.42 -> 0.31 ms on Zen 5). Up to eight vectors wide, they
-      // keep their accumulators in registers (combine_narrow_rows): bench/reduce's
-      // sum_narrow0, [2097152, 32], 0.63x -> 1.21-1.66x the read loop in bench/run on Zen 5
-      // (0.85-0.90x by hand when the read loop found memory fast).
+      // loads wait on memory unless fetched ahead (8 KB). Up to eight vectors wide, they keep
+      // their accumulators in registers (combine_narrow_rows); bench/reduce's sum_narrow0
+      // races them against the read loop (bench/README.md, *Figures moved from code
+      // comments*).
       const bool narrow = k2 * std::int64_t{sizeof(T)} <= 512;
       const std::int64_t ahead = std::max<std::int64_t>(4, 8192 / (k2 * std::int64_t{sizeof(T)}));
       [[maybe_unused]] bool in_registers = false;
