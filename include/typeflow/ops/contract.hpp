@@ -73,7 +73,7 @@
 //                            region, operand refs...): reads its operands' values, allocates
 //                            its result through the context, never sees the session; an op
 //                            with no CPU kernel does not compile when a plan places it on the
-//                            CPU (session.hpp names it)
+//                            CPU (runtime/checks.hpp names it)
 //  backend/cpu/simd.hpp      batch_op<Op>: the vector form of an elementwise op
 //  backend/cuda/kernels.hpp  cuda_backend::kernel<I>(context&, Op*, ...) declared (plain C++,
 //                            seen by the compiler in every translation unit: an op has a GPU

@@ -1,6 +1,6 @@
 // Control flow: a block of layers repeated N times with its variables stacked along a leading
 // layer axis (jax.lax.scan, flax nn.scan, dlib's repeat). nn/repeat.hpp builds these nodes from
-// a body function; the executor runs them (runtime/session.hpp) as loops over the body's own
+// a body function; the executor runs them (runtime/executor.hpp) as loops over the body's own
 // plan, which is instantiated once whatever N is. They have no kernel of their own (so none on a
 // GPU either: placement moves them to cpu<0>).
 #pragma once

@@ -22,10 +22,10 @@ constexpr fetch_t<E...> fetch(E...) {
 /// One fed placeholder: a non-owning view of host memory.
 template <class P>
 struct feed_t {
-  using placeholder = P;
-  using value_type = typename P::value_type;
-  const value_type* data = nullptr;
-  backend::rt_dims dims;
+  using placeholder = P;                     ///< the placeholder node fed
+  using value_type = typename P::value_type; ///< its dtype
+  const value_type* data = nullptr;          ///< the first element, row-major
+  backend::rt_dims dims;                     ///< the extents fed
 };
 
 namespace detail {

@@ -137,11 +137,10 @@ public:
   template <class... F, class... Feeds>
   auto run(fetch_t<F...> fetches, const Feeds&... feeds) {
     using P = compile::plan<type_list<F...>, Tower<first_device>>;
-    using T0 = session<Tower<first_device>>;
-    if constexpr (T0::template plan_check<P, Feeds...>::problem != T0::plan_problem::none) {
+    if constexpr (detail::plan_check<P, Feeds...>::problem != detail::plan_problem::none) {
       // one error naming the problem, and nothing else of a bad plan instantiated
-      T0::template check_plan<P, Feeds...>();
-      return typename T0::template run_result<F...>{};
+      detail::check_plan<Tower<first_device>, P, Feeds...>();
+      return detail::run_result<F...>{};
     } else {
       (check_batch_axis<typename Feeds::placeholder>(), ...);
       return run_checked<P, F...>(fetches, feeds...);
@@ -151,22 +150,27 @@ public:
   // ---- variables: one store, shared by the towers ----------------------------------------
   template <class... E>
   requires expressions<E...>
-  void initialize(E... e) { std::get<0>(towers_).initialize(e...); }
+  void initialize(E...) {
+    if constexpr (!any_invalid<E...>)
+      std::get<0>(towers_).variables().template initialize_all<graph::node_table<E...>>();
+  }
   template <expression V>
-  tensor<typename V::value_type> read(V v) {
-    return std::get<0>(towers_).read(v);
+  tensor<typename V::value_type> read(V) {
+    static_assert(is_variable<V>, "session::read: not a variable");
+    return std::get<0>(towers_).variables().template read<V>();
   }
   template <expression V>
   requires(V::shape_type::rank == 0) void write(V v, typename V::value_type x) {
-    std::get<0>(towers_).write(v, x);
+    write(v, tensor<typename V::value_type>(std::vector<std::int64_t>{}, {x}));
   }
   template <expression V>
-  void write(V v, const tensor<typename V::value_type>& t) {
-    std::get<0>(towers_).write(v, t);
+  void write(V, const tensor<typename V::value_type>& t) {
+    static_assert(is_variable<V>, "session::write: not a variable");
+    std::get<0>(towers_).variables().template write<V>(t);
   }
   template <class Fn>
   void for_each_variable(Fn&& f) {
-    std::get<0>(towers_).for_each_variable(std::forward<Fn>(f));
+    std::get<0>(towers_).variables().for_each(std::forward<Fn>(f));
   }
   std::size_t variable_count() const { return vars_->size(); }
 
@@ -176,22 +180,21 @@ public:
   /// Copies rank 0's variables to every rank (done before the first run; call it again after
   /// restoring a checkpoint on rank 0 only).
   void broadcast_variables() {
-    std::get<0>(towers_).for_each_variable([](const auto&) {}); // host copies current
+    std::get<0>(towers_).variables().for_each([](const auto&) {}); // host copies current
     reducer_.broadcast(*vars_, opts_);
   }
 
 private:
   template <class P, class... F, class... Feeds>
-  auto run_checked(fetch_t<F...> fetches, const Feeds&... feeds) {
-    using T0 = session<Tower<first_device>>;
+  auto run_checked(fetch_t<F...>, const Feeds&... feeds) {
     auto& t0 = std::get<0>(towers_);
     t0.check_feeds(feeds...);
-    T0::template check_empty_batch<P>(feeds...);
+    tower_session<first_device>::template check_empty_batch<P>(feeds...);
     std::int64_t batch = -1;
     ((batch = batch >= 0 ? batch : batch_of(feeds)), ...);
     if (batch < 0) // nothing to split: every tower would compute the same
-      return t0.run(fetches, feeds...);
-    t0.template create_variables<P>();
+      return t0.template run<P, F...>(feeds...);
+    t0.variables().template create_all<P>();
     if (!broadcast_done_) {
       broadcast_variables();
       broadcast_done_ = true;
@@ -202,7 +205,7 @@ private:
   using value = backend::rt_value;
   /// The session type of the tower on Dk (see cpu_towers).
   template <class Dk>
-  using tower_session = session<Tower<std::conditional_t<cpu_towers, first_device, Dk>>>;
+  using tower_session = executor<Tower<std::conditional_t<cpu_towers, first_device, Dk>>>;
 
   static session_options share(session_options o) {
     const int total =
@@ -265,20 +268,19 @@ private:
         if (!s.opts_.trace)
           return;
         auto& t0 = std::get<0>(s.towers_);
-        if (t0.tr_.run) {
-          t0.tr_.bytes = 0;
-          t0.tr_.flops = -1;
+        if (t0.tracing()) {
+          t0.trace_cost(0, -1);
           t0.trace_push(trace_event::type::run, 0, device_id{true, -1}, start);
         }
         std::apply([](auto&... t) { (t.trace_finish(false), ...); }, s.towers_);
       }
     } guard{*this, traced ? opts_.trace->now() : 0};
     // A tower running tower 0's plan names its own plan's devices in its trace and log.
-    ((std::get<K>(towers_).own_devices_ =
-          K > 0 && cpu_towers && same_plans<Fs>()
-              ? compile::plan<Fs, Tower<std::tuple_element_t<K, std::tuple<D...>>>>::placement
-                    .device.data()
-              : nullptr),
+    (std::get<K>(towers_).name_devices(
+         K > 0 && cpu_towers && same_plans<Fs>()
+             ? compile::plan<Fs, Tower<std::tuple_element_t<K, std::tuple<D...>>>>::placement.device
+                   .data()
+             : nullptr),
      ...);
     std::tuple<std::array<value, tower_plan<K, Fs>::slots>...> vals;
     std::array<batch_split, towers> parts{};
@@ -293,7 +295,7 @@ private:
         value* v = std::get<J>(vals).data();
         t.template begin_run<PJ>(v, slice_feed(feeds, parts[J])...);
         t.template run_steps<PJ, 1>(v, std::make_index_sequence<PJ::size>{});
-        backend::end_steps(t.st_); // device-side checks of the tower's steps
+        backend::end_steps(t.state()); // device-side checks of the tower's steps
       } catch (...) {
         failed[J] = std::current_exception();
       }
@@ -320,16 +322,16 @@ private:
     average<P, Fs>(tower_vals, parts, batch, averaged, std::make_index_sequence<P::size>{});
     reducer_.reduce(averaged, batch, opts_); // across processes
     if (traced) {
-      t0.tr_.bytes = 0;
+      std::uint64_t bytes = 0;
       for (const auto& b : averaged)
-        t0.tr_.bytes += static_cast<std::uint64_t>(b.count) * (b.is_double ? 8 : 4);
-      t0.tr_.flops = -1;
+        bytes += static_cast<std::uint64_t>(b.count) * (b.is_double ? 8 : 4);
+      t0.trace_cost(bytes, -1);
       t0.trace_push(trace_event::type::all_reduce, 0, device_id{true, -1}, reduce_start);
     }
     // Phase 2 in tower 0, then the fetches and the commits.
     value* v0 = std::get<0>(vals).data();
     t0.template run_steps<P, 2>(v0, std::make_index_sequence<P::size>{});
-    backend::end_steps(t0.st_);
+    backend::end_steps(t0.state());
     if (opts_.check_numerics) // every tower's fetched values, and the updates (tower 0's)
       (
           [&] {
@@ -341,7 +343,7 @@ private:
           ...);
     auto out = std::tuple_cat(combine_fetch<P, F>(tower_vals, parts, batch)...);
     t0.template commit_steps<P>(v0, std::make_index_sequence<P::size>{});
-    backend::end_commits(t0.st_);
+    backend::end_commits(t0.state());
     return out;
   }
 
@@ -378,7 +380,7 @@ private:
           using Dev = typename tower_plan<K, Fs>::template device<I>;
           static_assert(!Dev::is_cpu, "replicate: a gradient is on a GPU in tower 0 but on the "
                                       "CPU in another tower");
-          auto ctx = device_backend<Dev>::context(std::get<K>(towers_).st_);
+          auto ctx = device_backend<Dev>::context(std::get<K>(towers_).state());
           reps.push_back({Dev::index, parts[K].rows > 0 ? tv[K][I].data : nullptr, &ctx.gpu,
                           static_cast<double>(parts[K].rows) / static_cast<double>(batch)});
         }(),
@@ -408,7 +410,7 @@ private:
     constexpr auto& R = replication<P>::value;
     auto& t0 = std::get<0>(towers_);
     using Dev = typename P::template device<f>;
-    using T = typename tower_session<first_device>::template group_or_value<F>;
+    using T = detail::group_or_value<F>;
     if constexpr (std::is_void_v<T>) {
       return std::tuple<>{};
     } else if constexpr (R.once[f] || !R.batch[f]) {
@@ -443,7 +445,7 @@ private:
       } else if constexpr (std::is_floating_point_v<T>) {
         // a value of the whole batch (a mean loss): the batch-weighted mean of the towers'
         tensor<T> mean(parts_v[0].shape());
-        cpu_backend::tower_mean<T>(*t0.pool_, in, batch, mean.data(), mean.size());
+        cpu_backend::tower_mean<T>(t0.pool(), in, batch, mean.data(), mean.size());
         return std::tuple<tensor<T>>{std::move(mean)};
       } else {
         return std::tuple<tensor<T>>{std::move(parts_v[0])};

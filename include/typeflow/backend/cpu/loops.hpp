@@ -1,4 +1,4 @@
-// What the executor's loops (ops/repeat.hpp, run by runtime/session.hpp) need of the CPU: a
+// What the executor's loops (ops/repeat.hpp, run by runtime/executor.hpp) need of the CPU: a
 // body's value made independent of the buffers bound to the body, and a layer's gradients
 // written into the slices of repeat_grad's packed result.
 #pragma once

@@ -1,0 +1,1101 @@
+// The executor: runs a compiled plan (compile/plan.hpp) step by step on the devices its
+// placement chose. It binds the feeds, gathers each step's frame from the run's values, calls
+// the step's kernel (cpu_backend::kernel with a CPU context, or device_backend<D>, which gets
+// the session state `st_`, never the executor), moves values between devices, interprets
+// `repeat` loops, replays a run captured as one CUDA graph, checks numerics, hands the fetched
+// values over and commits the assignments. The session (session.hpp) is its public face;
+// replication (replicate.hpp) drives the towers' executors through the public members below.
+#pragma once
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../backend/common/backend.hpp"
+#include "../backend/common/cost.hpp"
+#include "../backend/common/value.hpp"
+#include "../backend/cpu/kernels.hpp"
+#include "../backend/cpu/loops.hpp"
+#include "../backend/cuda/kernels.hpp"
+#include "../compile/plan.hpp"
+#include "../device/device.hpp"
+#include "../device/replication.hpp"
+#include "../ops/layout.hpp"
+#include "../ops/matmul.hpp"
+#include "../ops/nn.hpp"
+#include "../ops/reduce.hpp"
+#include "../ops/repeat.hpp"
+#include "checks.hpp"
+#include "feed.hpp"
+#include "options.hpp"
+#include "trace.hpp"
+#include "variables.hpp"
+
+#if defined(__CUDACC__)
+#include "../backend/cuda/backend.cuh" // the CUDA backend, wherever nvcc compiles
+#endif
+
+namespace typeflow {
+
+namespace detail {
+
+// The run-time checks' error paths, out of line and shared by every step: a template per op
+// (and per node) built each message inline, which g++ then optimized once per instantiation.
+using node_name_fn = const std::string& (*)(std::size_t);
+
+/// Throws the error of a step whose shape rule rejected its operands' extents.
+[[gnu::cold, gnu::noinline]] inline void
+shape_rule_failed(std::string_view op, std::string_view why, const backend::rt_dims* const* dims,
+                  const std::size_t* refs, std::size_t count, std::size_t self, node_name_fn name) {
+  std::string shapes;
+  for (std::size_t k = 0; k < count; ++k)
+    shapes += (k ? " x " : "") + dims[refs[k]]->str();
+  throw error(std::string(op) + ": " + std::string(why) + ": " + shapes + " (in " + name(self) +
+              ")");
+}
+
+/// A step's result must be countable, addressable and, on the host, fit in the machine's memory.
+[[gnu::noinline]] inline void check_result_size(const backend::rt_dims& d, std::size_t elem_bytes,
+                                                bool on_host, std::string_view op,
+                                                std::string_view dtype, std::size_t self,
+                                                node_name_fn name) {
+  if (!d.valid(elem_bytes))
+    throw error(std::string(op) + ": result of shape " + d.str() + " has more " +
+                std::string(dtype) + " elements than can be addressed (in " + name(self) + ")");
+  if (on_host) {
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(d.numel());
+    if (bytes > backend::host_memory_bytes())
+      throw error(std::string(op) + ": result of shape " + d.str() + " needs " +
+                  std::to_string(bytes) + " bytes, more than this machine's " +
+                  std::to_string(backend::host_memory_bytes()) + " bytes of memory (in " +
+                  name(self) + ")");
+  }
+}
+
+/// check_numerics' error: element e of node `self` (extents d) is not finite.
+[[gnu::cold, gnu::noinline]] inline void not_finite(double x, std::int64_t e,
+                                                    const backend::rt_dims& d, std::size_t self,
+                                                    node_name_fn name) {
+  throw error("check_numerics: " + name(self) + " has " +
+              (std::isnan(x) ? std::string("NaN") : std::string("Inf")) + " at element " +
+              std::to_string(e) + " of " + d.str() + " (nothing was committed)");
+}
+
+template <class F>
+struct fetch_value_type {
+  using type = std::conditional_t<F::op::kind == node_kind::group, void, typename F::value_type>;
+};
+template <class F>
+using group_or_value = typename fetch_value_type<std::remove_cvref_t<F>>::type;
+/// What run(fetch(F...)) returns: one tensor per fetch with a value.
+template <class T>
+struct fetched_tuple {
+  using type = std::tuple<tensor<T>>;
+};
+template <class T>
+requires std::is_void_v<T>
+struct fetched_tuple<T> {
+  using type = std::tuple<>;
+};
+template <class... F>
+using run_result =
+    decltype(std::tuple_cat(std::declval<typename fetched_tuple<group_or_value<F>>::type>()...));
+
+} // namespace detail
+
+/// Runs plans: see the top of this file.
+template <class Placement = on<cpu<0>>>
+class executor {
+  using value = backend::rt_value;
+  using name_fn = const std::string& (*)(std::size_t);
+  using var_record = backend::variable_record;
+
+public:
+  explicit executor(session_options o, std::shared_ptr<backend::variable_store> vars =
+                                           std::make_shared<backend::variable_store>())
+      : opts_(o), vars_(o.seed, std::move(vars)),
+        pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)),
+        dnnl_(std::make_unique<cpu_backend::onednn_cache>(o.precision == precision::bfloat16,
+                                                          o.precision == precision::float16)) {
+    st_.allow_tf32 = o.allow_tf32;
+    st_.convolutions = o.convolutions;
+    st_.precision = o.precision;
+    cpu_backend::set_blas_single_threaded();
+  }
+
+  const session_options& options() const { return opts_; }
+  variable_set& variables() { return vars_; }
+  const variable_set& variables() const { return vars_; }
+  int threads() const { return pool_->size(); }
+  cpu_backend::thread_pool& pool() { return *pool_; }
+  bool products_in_bfloat16() const { return dnnl_->bf16(); }
+  bool products_in_float16() const { return dnnl_->f16(); }
+  std::size_t onednn_primitives() const { return dnnl_->primitives(); }
+  const run_stats& stats() const { return st_.stats; }
+  /// What the backends see (host buffers, statistics, the run counter, GPU state).
+  backend::session_state& state() { return st_; }
+
+  /// A whole run of plan P, whose compile-time checks (checks.hpp) passed: the feeds checked
+  /// and bound, the steps run (or a captured CUDA graph replayed), the fetched values handed
+  /// over and the assignments committed, nothing committed when anything throws.
+  template <class P, class... F, class... Feeds>
+  auto run(const Feeds&... feeds) {
+    check_feeds(feeds...);
+    check_empty_batch<P>(feeds...);
+    const trace_scope traced(*this, opts_.trace ? opts_.trace->begin_run() : std::nullopt);
+    try {
+      std::array<backend::rt_value, P::slots> vals;
+      begin_run<P>(vals.data(), feeds...);
+      if constexpr (graph_capturable<P>())
+        if (opts_.cuda_graphs && !tr_.run && !opts_.check_numerics && warmed_up<P>(vals.data()))
+          return run_graph<P, F...>(vals.data());
+      run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
+      backend::end_steps(st_); // device-side checks (a bad label): throws before any commit
+      if (opts_.check_numerics)
+        check_numerics<P>(vals.data(), std::make_index_sequence<P::size>{});
+      auto out = fetch_all<P, F...>(vals.data());
+      commit_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
+      backend::end_commits(st_);
+      return out;
+    } catch (const std::bad_alloc&) { // from a library under a kernel (typeflow's own: error)
+      throw error("session::run: out of memory (nothing was committed)");
+    }
+  }
+
+  // The parts of a run, for replication's phases (replicate.hpp).
+  template <class... Feeds>
+  void check_feeds(const Feeds&... feeds) {
+    std::int64_t batch = 0;
+    bool have_batch = false;
+    std::string batch_from;
+    auto one = [&](const auto& f) {
+      using Ph = typename std::remove_cvref_t<decltype(f)>::placeholder;
+      const std::string name(Ph::op::name);
+      auto fail = [&](const std::string& why) {
+        throw error("feed: placeholder \"" + name + "\" expects " +
+                    dims_string(Ph::shape_type::dims) + ", fed " + f.dims.str() + why);
+      };
+      if (f.dims.rank != Ph::shape_type::rank)
+        fail(" (rank differs)");
+      for (std::size_t i = 0; i < Ph::shape_type::rank; ++i) {
+        if (f.dims.d[i] < 0)
+          fail(" (negative extent)");
+        if (Ph::shape_type::dims[i] == dyn) {
+          if (!have_batch) {
+            have_batch = true;
+            batch = f.dims.d[i];
+            batch_from = "placeholder \"" + name + "\" fed " + f.dims.str();
+          } else if (f.dims.d[i] != batch) {
+            fail("; dyn extent " + std::to_string(f.dims.d[i]) + " disagrees with " +
+                 std::to_string(batch) + " from " + batch_from);
+          }
+        } else if (f.dims.d[i] != Ph::shape_type::dims[i]) {
+          fail("");
+        }
+      }
+      using U = typename Ph::value_type;
+      if (!f.dims.valid(sizeof(U)))
+        fail(" (more elements than can be addressed)");
+      if (f.data == nullptr && f.dims.numel() != 0)
+        fail(" (null data for " + std::to_string(f.dims.numel()) + " elements)");
+      if (reinterpret_cast<std::uintptr_t>(f.data) % alignof(U) != 0)
+        fail(" (data not aligned to " + std::to_string(alignof(U)) + " bytes for " +
+             std::string(dtype_name<U>) + ")");
+    };
+    (one(feeds), ...);
+    (void)one;
+  }
+
+  /// A run that assigns variables (a training step) on an empty batch is an error: a mean over
+  /// no examples is NaN, and a step counter would count a step that learned nothing.
+  template <class P, class... Feeds>
+  static void check_empty_batch(const Feeds&... feeds) {
+    static constexpr bool assigns = assigns_any<P>(std::make_index_sequence<P::size>{});
+    if constexpr (assigns && sizeof...(Feeds) > 0) {
+      auto one = [](const auto& f) {
+        using Ph = typename std::remove_cvref_t<decltype(f)>::placeholder;
+        for (std::size_t i = 0; i < Ph::shape_type::rank; ++i)
+          if (Ph::shape_type::dims[i] == dyn && f.dims.d[i] == 0)
+            throw error("session::run: placeholder \"" + std::string(Ph::op::name) + "\" fed " +
+                        f.dims.str() +
+                        ", an empty batch, in a run that assigns variables: a training step "
+                        "needs at least one example (nothing was run)");
+      };
+      (one(feeds), ...);
+    }
+  }
+
+  template <class P, std::size_t... I>
+  void check_numerics(const value* vals, std::index_sequence<I...>) {
+    static constexpr numerics_fn table[] = {
+        numerics_check<typename P::template device<I>, typename P::template node<I>,
+                       P::fact.fetched[I]>()...,
+        nullptr};
+    for (std::size_t i = 0; i < P::size; ++i)
+      if (table[i])
+        table[i](*this, vals[i], i, &P::node_string);
+  }
+
+  template <class P, class... Feeds>
+  void begin_run(value* vals, const Feeds&... feeds) {
+    st_.stats = run_stats{};
+    ++st_.runs;
+    if (opts_.log_device_placement)
+      log_placement<P>();
+    if (tr_.run)
+      tr_.plan = &trace_names<P>();
+    (void)vals; // no feeds
+    (bind_feed(P::template contains_c<typename Feeds::placeholder>::value, vals,
+               feed_slot<P, Feeds>(), feeds),
+     ...);
+  }
+
+  template <class P, int Phase, std::size_t... I>
+  void run_steps(value* vals, std::index_sequence<I...> seq) {
+    const step_fn* table = step_table<P>(seq);
+    constexpr auto& L = P::layout;
+    static constexpr std::size_t elem_bytes[] = {
+        value_bytes<typename P::template node<I>::value_type>()..., 0};
+    for (std::size_t q = 0; q < P::size; ++q) {
+      const std::size_t i = L.order[q]; // node order, but for the moves of compile::plan::schedule
+      if constexpr (Phase != 0) {
+        constexpr auto& R = replication<P>::value;
+        if (R.once[i] != (Phase == 2)) {
+          if (Phase == 2 && R.all_reduce[i])
+            run_transfers<P>(vals, i, elem_bytes[i]);
+          continue;
+        }
+      }
+      dying_ = L.dying[i]; // what the step's CPU kernel may write over (cpu_context())
+      if (tr_.run) {
+        const std::size_t before = st_.stats.steps;
+        const double t0 = opts_.trace->now();
+        run_step<P>(table, vals, i);
+        if (st_.stats.steps > before)
+          trace_push(trace_event::type::step, i, P::placement.device[i], t0);
+      } else {
+        run_step<P>(table, vals, i);
+      }
+      dying_ = 0;
+      if constexpr (Phase == 1) {
+        if (!replication<P>::value.all_reduce[i])
+          run_transfers<P>(vals, i, elem_bytes[i]);
+        for (std::size_t r = L.release_begin[i]; r < L.release_begin[i + 1]; ++r)
+          if (!replication<P>::value.read_once[L.releases[r]])
+            vals[L.releases[r]].owner.reset();
+      } else {
+        run_transfers<P>(vals, i, elem_bytes[i]);
+        release(vals, &L.releases[L.release_begin[i]], L.release_begin[i + 1] - L.release_begin[i]);
+      }
+    }
+  }
+
+  template <class P, std::size_t... I>
+  void commit_steps(value* vals, std::index_sequence<I...>) {
+    static constexpr commit_fn table[] = {
+        executor::commit<I, typename P::template device<I>, P::fact.fetched[I]>(
+            static_cast<typename P::template flat<I>*>(nullptr))...};
+    for (auto fn : table)
+      if (fn)
+        fn(*this, vals);
+  }
+
+  /// A fetched value as a tensor, copied.
+  template <class T, class D>
+  auto fetch_value(const value& v) {
+    if constexpr (std::is_void_v<T>) {
+      return std::tuple<>{};
+    } else if constexpr (!D::is_cpu) {
+      return std::tuple<tensor<T>>{device_backend<D>::template fetch<T>(st_, v)};
+    } else {
+      tensor<T> t(tensor<T>::uninitialized, v.dims.vec());
+      if (t.size() > 0)
+        std::memcpy(t.data(), v.data, sizeof(T) * t.size());
+      return std::tuple<tensor<T>>{std::move(t)};
+    }
+  }
+
+  /// A fetched value as a tensor: the run's own host buffer, when nothing else holds it, is
+  /// handed over rather than copied, and goes back to the pool when the tensor dies. (A second
+  /// fetch of the same value then finds no owner, and copies.)
+  template <class T, class D>
+  auto fetch_value(value& v) {
+    if constexpr (!std::is_void_v<T> && D::is_cpu) {
+      if (v.owner && v.owner.use_count() == 1)
+        return std::tuple<tensor<T>>{
+            tensor<T>(v.dims.vec(), std::move(v.owner), static_cast<T*>(v.data))};
+    }
+    return fetch_value<T, D>(std::as_const(v));
+  }
+
+  /// What this session's CPU kernels get (its pool, buffers, statistics, oneDNN primitives).
+  cpu_backend::context cpu_context() {
+    return cpu_backend::context{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs, dying_};
+  }
+
+  void trace_start(std::optional<std::uint64_t> run) {
+    tr_.run = run;
+    tr_.events.clear();
+    if (run)
+      tr_.start = opts_.trace->now();
+  }
+
+  /// Hands the events over (with the run's span when `whole_run`) and stops tracing.
+  void trace_finish(bool whole_run) {
+    if (!tr_.run)
+      return;
+    if (whole_run) {
+      tr_.bytes = 0;
+      tr_.flops = -1;
+      trace_push(trace_event::type::run, 0, device_id{true, -1}, tr_.start);
+    }
+    opts_.trace->add(tr_.events);
+    tr_.run.reset();
+  }
+
+  void trace_push(trace_event::type what, std::size_t node, device_id d, double start) {
+    const double end = opts_.trace->now();
+    if (own_devices_ && what == trace_event::type::step && d.is_cpu)
+      d = own_devices_[node];
+    tr_.events.push_back(trace_event{what, tr_.plan, static_cast<std::uint32_t>(node), d,
+                                     trace_recorder::thread_index(), *tr_.run, start, end - start,
+                                     tr_.bytes, tr_.flops});
+  }
+
+  /// Whether the running run is traced, and the cost of the event trace_push records next.
+  bool tracing() const { return tr_.run.has_value(); }
+  void trace_cost(std::uint64_t bytes, double flops) {
+    tr_.bytes = bytes;
+    tr_.flops = flops;
+  }
+  /// The devices that this executor's trace events and placement log name for the running
+  /// plan's CPU nodes (null: the plan's own); see own_devices_.
+  void name_devices(const device_id* d) { own_devices_ = d; }
+
+private:
+  // ---- feeds ---------------------------------------------------------------------------------
+
+  template <class P, std::size_t... I>
+  static consteval bool assigns_any(std::index_sequence<I...>) {
+    const bool state[] = {is_state_op<typename P::template node<I>>..., false}; // not a fold
+    for (bool b : state)
+      if (b)
+        return true;
+    return false;
+  }
+
+  /// check_numerics: every fetched floating value and every assignment's new value is finite.
+  using numerics_fn = void (*)(executor&, const value&, std::size_t, name_fn);
+  template <class D, class N, bool Fetched>
+  static constexpr numerics_fn numerics_check() {
+    if constexpr ((Fetched || is_state_op<N>)&&(std::is_floating_point_v<typename N::value_type> ||
+                                                is_half<typename N::value_type>))
+      return &check_finite<D, typename N::value_type>;
+    else
+      return nullptr;
+  }
+  /// One function per device and dtype (the node is an argument): every element of v is finite.
+  template <class D, class T>
+  static void check_finite(executor& s, const value& v, std::size_t self, name_fn name) {
+    const std::int64_t n = v.dims.numel();
+    if (n == 0 || !v.data)
+      return;
+    auto scan = [&](const T* p) {
+      for (std::int64_t e = 0; e < n; ++e)
+        if (const auto x = static_cast<compute_of<T>>(p[e]); !std::isfinite(x))
+          detail::not_finite(static_cast<double>(x), e, v.dims, self, name);
+    };
+    if constexpr (D::is_cpu)
+      scan(static_cast<const T*>(v.data));
+    else
+      scan(device_backend<D>::template fetch<T>(s.st_, v).data());
+  }
+
+  template <class P, class... F>
+  auto fetch_all(value* vals) {
+    return std::tuple_cat(
+        fetch_value<
+            detail::group_or_value<F>,
+            typename P::template device<P::template index_c<std::remove_cvref_t<F>>::value>>(
+            vals[P::template index_c<std::remove_cvref_t<F>>::value])...);
+  }
+
+  template <class P, class Feed>
+  static constexpr std::size_t feed_slot() {
+    if constexpr (P::template contains_c<typename Feed::placeholder>::value)
+      return P::template index_c<typename Feed::placeholder>::value;
+    else
+      return 0;
+  }
+  template <class Feed>
+  static void bind_feed(bool used, value* vals, std::size_t slot, const Feed& f) {
+    if (!used)
+      return;
+    vals[slot].data = const_cast<typename Feed::value_type*>(f.data);
+    vals[slot].dims = f.dims;
+  }
+
+  // ---- execution -------------------------------------------------------------------------
+  //
+  // Every function below that runs per node is instantiated from the node's flat form
+  // (graph/flat.hpp), never from the node type or the plan type.
+
+  /// A step: the session, the values, the step's frame (its value slots, see compile::plan's
+  /// local forms), the plan's node names. A plain function pointer: g++'s -fsanitize=bounds
+  /// miscompiles calls through arrays of pointers to member functions.
+  using step_fn = void (*)(executor&, value*, const std::size_t*, name_fn);
+  template <class P, std::size_t... I>
+  static const step_fn* step_table(std::index_sequence<I...>) {
+    // The plan's frame table and the executor's local forms count each frame independently.
+    // An array, not a fold: clang limits a fold expression to 256 operands.
+    static constexpr std::size_t sizes[] = {
+        frame_size<typename P::template local_flat<I>,
+                   typename detail::step_region_of<P, I>::type>::value...,
+        0};
+    static_assert(
+        [] {
+          for (std::size_t i = 0; i < P::size; ++i)
+            if (P::frames.begin[i + 1] - P::frames.begin[i] != sizes[i])
+              return false;
+          return true;
+        }(),
+        "typeflow internal error: a step's frame in compile::plan::frames and its local form "
+        "disagree");
+    static constexpr step_fn table[] = {
+        &executor::step_entry<typename P::template device<I>, typename P::template local_flat<I>,
+                              typename detail::step_region_of<P, I>::type>...,
+        nullptr};
+    return table;
+  }
+  template <class P>
+  void run_step(const step_fn* table, value* vals, std::size_t i) {
+    table[i](*this, vals, &P::frames.slot[P::frames.begin[i]], &P::node_string);
+  }
+
+  // ---- a run as one CUDA graph -----------------------------------------------------------------
+  //
+  // A plan whose every step runs on one GPU, fed only from placeholders, is captured the second
+  // time it runs with given feed extents (the first warms up kernel by kernel: libraries load
+  // their kernels and convolutions time their algorithms, neither of which a capture allows):
+  // the steps and the assignments are recorded as one CUDA graph, its buffers held for it; later
+  // runs with the same extents upload the feeds into the graph's buffers and launch it once. No
+  // step waits for the host: device-side checks are read after the launch, and the assignments are
+  // skipped on the device when one failed.
+
+  template <class P>
+  static consteval bool graph_capturable() {
+    if constexpr (P::size == 0) {
+      return false;
+    } else {
+      const bool per_run = [&]<std::size_t... I>(std::index_sequence<I...>) {
+        const bool draws[] = {op_traits<typename P::template node<I>::op>::draws..., false};
+        for (bool d : draws)
+          if (d)
+            return true;
+        return false;
+      }
+      (std::make_index_sequence<P::size>{});
+      if (per_run)
+        return false;
+      const auto& f = P::fact;
+      const auto& pl = P::placement;
+      int gpu = -1;
+      for (std::size_t i = 0; i < P::size; ++i) {
+        const auto k = P::layout.step[i];
+        if (f.placeholder[i] || k == graph::step_kind::group ||
+            k == graph::step_kind::fused_member || k == graph::step_kind::inline_constant)
+          continue;
+        if (k == graph::step_kind::constant || (f.fetched[i] && k == graph::step_kind::variable))
+          return false; // a host constant; a variable fetched as the run assigns it
+        if (pl.device[i].is_cpu || (gpu >= 0 && pl.device[i].index != gpu))
+          return false;
+        gpu = pl.device[i].index;
+      }
+      for (std::size_t t = 0; t < pl.transfers; ++t)
+        if (!f.placeholder[pl.transfer_source[t]] || pl.transfer_device[t].is_cpu ||
+            pl.transfer_device[t].index != gpu)
+          return false;
+      return gpu >= 0;
+    }
+  }
+  /// Whether this plan ran before with these feed extents (else they are noted, and the run
+  /// goes kernel by kernel).
+  template <class P>
+  bool warmed_up(const value* vals) {
+    std::vector<std::int64_t> key;
+    for (std::size_t i = 0; i < P::size; ++i)
+      if (P::fact.placeholder[i]) {
+        key.push_back(static_cast<std::int64_t>(vals[i].dims.rank));
+        key.insert(key.end(), vals[i].dims.d.begin(), vals[i].dims.d.begin() + vals[i].dims.rank);
+      }
+    static char plan_key; // one per plan type (its address)
+    return !warmed_[&plan_key].insert(std::move(key)).second;
+  }
+  template <class P>
+  static constexpr int graph_gpu() {
+    for (std::size_t i = 0; i < P::size; ++i)
+      if (!P::placement.device[i].is_cpu)
+        return P::placement.device[i].index;
+    return 0;
+  }
+
+  /// A captured run: the graph, the feed extents and variable buffers it was captured with,
+  /// every value's buffer and extents (not owned: the graph holds the buffers), its statistics.
+  struct graph_record {
+    std::shared_ptr<void> graph;
+    std::vector<std::int64_t> key;
+    std::vector<value> vals;
+    run_stats stats;
+  };
+
+  template <class P, class... F>
+  auto run_graph(value* vals) {
+    using D = gpu<graph_gpu<P>()>;
+    constexpr auto& f = P::fact;
+    constexpr auto& pl = P::placement;
+    // The variables on the GPU (uploaded when the host copy is newer), outside any capture.
+    {
+      const step_fn* table = step_table<P>(std::make_index_sequence<P::size>{});
+      for (std::size_t i = 0; i < P::size; ++i)
+        if (P::layout.step[i] == graph::step_kind::variable)
+          run_step<P>(table, vals, i);
+    }
+    std::vector<std::int64_t> key;
+    for (std::size_t i = 0; i < P::size; ++i)
+      if (f.placeholder[i]) {
+        key.push_back(static_cast<std::int64_t>(vals[i].dims.rank));
+        key.insert(key.end(), vals[i].dims.d.begin(), vals[i].dims.d.begin() + vals[i].dims.rank);
+      } else if (P::layout.step[i] == graph::step_kind::variable) {
+        key.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(vals[i].data)));
+      }
+    static char plan_key; // one per plan type (its address)
+    graph_record& rec = graphs_[&plan_key];
+    const bool capture = !rec.graph || rec.key != key;
+    if (capture) {
+      rec = graph_record{};
+      device_backend<D>::begin_capture(st_);
+      st_.capturing = true;
+      try {
+        run_steps<P, 0>(vals, std::make_index_sequence<P::size>{});
+        commit_steps<P>(vals, std::make_index_sequence<P::size>{});
+        backend::end_commits(st_);
+      } catch (...) {
+        // The graph keeps the capture's buffers until the next capture replaces it: values of
+        // this run still hold some, and give them back as they go.
+        st_.capturing = false;
+        rec.graph = device_backend<D>::end_capture(st_, false);
+        throw;
+      }
+      st_.capturing = false;
+      rec.graph = device_backend<D>::end_capture(st_, true);
+      rec.key = std::move(key);
+      rec.vals.assign(vals, vals + P::slots);
+      for (auto& v : rec.vals)
+        v.owner.reset(); // the graph holds the buffers
+      rec.stats = st_.stats;
+    } else {
+      st_.replaying = true;
+      commit_steps<P>(vals, std::make_index_sequence<P::size>{}); // the variables' flags only
+      st_.replaying = false;
+    }
+    st_.stats = rec.stats;
+    st_.stats.graph_captures = capture ? 1 : 0;
+    st_.stats.graph_launches = 1;
+    for (std::size_t t = 0; t < pl.transfers; ++t) {
+      const value& src = vals[pl.transfer_source[t]];
+      device_backend<D>::upload(st_, rec.vals[P::size + t].data, src.data,
+                                feed_bytes<P>(pl.transfer_source[t], src));
+    }
+    device_backend<D>::launch(st_, rec.graph.get());
+    for (std::size_t i = 0; i < P::slots; ++i)
+      if (i >= P::size || !f.placeholder[i])
+        vals[i] = rec.vals[i];
+    backend::end_steps(st_); // throws what a device-side check found (the commits were skipped)
+    return fetch_all<P, F...>(vals);
+  }
+  template <class P>
+  static std::size_t feed_bytes(std::size_t node, const value& v) {
+    return value_bytes_of<P>(node) * static_cast<std::size_t>(v.dims.numel());
+  }
+  template <class P>
+  static std::size_t value_bytes_of(std::size_t node) {
+    static constexpr auto table = []<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array<std::size_t, P::size>{
+          value_bytes<typename P::template node<I>::value_type>()...};
+    }
+    (std::make_index_sequence<P::size>{});
+    return table[node];
+  }
+
+  // The steps run from a table of member-function pointers, one per node: a single fold
+  // expression over hundreds of steps made g++'s call-graph construction quadratic.
+  // Phase 0 runs every step. A replicated session (device/replication.hpp) runs phase 1 in each
+  // tower (the plan's tower part, keeping the buffers the rest reads), its all-reduce nodes, then
+  // phase 2 in tower 0 (the rest, after the transfers of the all-reduced values).
+  template <class P>
+  void run_transfers(value* vals, std::size_t i, std::size_t elem_bytes) {
+    constexpr auto& T = P::placement;
+    for (std::size_t q = T.source_begin[i]; q < T.source_begin[i + 1]; ++q) {
+      const std::size_t t = T.by_source[q];
+      transfers<P>(std::make_index_sequence<P::transfers>{})[t](*this, vals, i, P::size + t,
+                                                                elem_bytes, &P::node_string);
+    }
+  }
+
+  template <class D, class Flat, class Region>
+  static void step_entry(executor& s, value* vals, const std::size_t* frame, name_fn name) {
+    s.step<D>(static_cast<Flat*>(nullptr), vals, frame, name, static_cast<Region>(nullptr));
+  }
+
+  /// Sends node `from`'s value to device `to` into slot `slot`. Between CPU devices (one host
+  /// memory) the transfer shares the buffer; the CUDA backend copies.
+  template <class T>
+  static constexpr std::size_t value_bytes() {
+    if constexpr (std::is_void_v<T>)
+      return 0;
+    else
+      return sizeof(T);
+  }
+  using transfer_fn = void (*)(executor&, value*, std::size_t, std::size_t, std::size_t, name_fn);
+  /// One function per transfer of plan P, instantiated from its (source, destination) devices.
+  template <class P, std::size_t... T>
+  static const transfer_fn* transfers(std::index_sequence<T...>) {
+    static constexpr transfer_fn table[] = {
+        &executor::transfer_entry<typename P::template device<P::placement.transfer_source[T]>,
+                                  device_of<P::placement.transfer_device[T].is_cpu,
+                                            P::placement.transfer_device[T].index>>...,
+        nullptr};
+    return table;
+  }
+  template <class Src, class Dst>
+  static void transfer_entry(executor& s, value* vals, std::size_t from, std::size_t slot,
+                             std::size_t elem_bytes, name_fn name) {
+    s.transfer<Src, Dst>(vals, from, slot, elem_bytes, name);
+  }
+  template <class Src, class Dst>
+  void transfer(value* vals, std::size_t from, std::size_t slot, std::size_t elem_bytes, name_fn) {
+    const double t0 = tr_.run ? opts_.trace->now() : 0;
+    if constexpr (Src::is_cpu && Dst::is_cpu)
+      vals[slot] = vals[from];
+    else if constexpr (Src::is_cpu)
+      device_backend<Dst>::to_device(st_, vals[from], vals[slot], elem_bytes);
+    else if constexpr (Dst::is_cpu)
+      device_backend<Src>::to_host(st_, vals[from], vals[slot], elem_bytes);
+    else
+      device_backend<Dst>::from_device(st_, Src::index, vals[from], vals[slot], elem_bytes);
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(vals[from].dims.numel());
+    ++st_.stats.transfers;
+    st_.stats.transfer_bytes += bytes;
+    if (tr_.run) {
+      if constexpr (!Dst::is_cpu)
+        device_backend<Dst>::synchronize(st_);
+      else if constexpr (!Src::is_cpu)
+        device_backend<Src>::synchronize(st_);
+      tr_.bytes = bytes;
+      tr_.flops = 0;
+      trace_push(trace_event::type::transfer, from, id_of<Dst>, t0);
+    }
+  }
+
+  static void release(value* vals, const std::size_t* which, std::size_t n) {
+    for (std::size_t k = 0; k < n; ++k)
+      vals[which[k]].owner.reset();
+  }
+
+  /// How many values the frame of a step with this local form holds.
+  template <class Region>
+  struct frame_extra : std::integral_constant<std::size_t, 0> {};
+  template <class Out, class Ins, class Members, class IdxSeq, class Stores>
+  struct frame_extra<graph::flat_region<Out, Ins, Members, IdxSeq, Stores>*>
+      : std::integral_constant<std::size_t, Ins::size + Stores::size() / 2> {};
+  template <graph::step_kind K, class Op, class T, std::size_t R, class... Refs, class B, bool Relu>
+  struct frame_extra<graph::epilogue<graph::flat_node<K, Op, T, R, Refs...>, B, Relu>*>
+      : std::integral_constant<std::size_t, sizeof...(Refs) + 1> {};
+  template <class Region>
+  struct frame_extra<graph::prologue<Region>*> : frame_extra<Region*> {};
+  template <graph::step_kind K, class Op, class T, std::size_t R, class... Refs, class Region,
+            std::size_t In>
+  struct frame_extra<graph::chained<graph::flat_node<K, Op, T, R, Refs...>, Region, In>*>
+      : std::integral_constant<std::size_t, frame_extra<Region*>::value + sizeof...(Refs)> {};
+  /// How many merged outputs a region stores (the last positions of its frame).
+  template <class Region>
+  struct stored_outputs : std::integral_constant<std::size_t, 0> {};
+  template <class Out, class Ins, class Members, class IdxSeq, class Stores>
+  struct stored_outputs<graph::flat_region<Out, Ins, Members, IdxSeq, Stores>*>
+      : std::integral_constant<std::size_t, Stores::size() / 2> {};
+  /// How many values a step with this local form gathers (see run_kernel).
+  template <class Flat, class Region>
+  struct frame_size;
+  template <graph::step_kind K, class Op, class T, std::size_t R, class... Refs, class Region>
+  struct frame_size<graph::flat_node<K, Op, T, R, Refs...>, Region>
+      : std::integral_constant<std::size_t, 1 + sizeof...(Refs) + frame_extra<Region>::value> {};
+
+  /// Runs one step from its local form. The step's frame (its own value, its operands, what
+  /// its region reads) is gathered from the values, the kernel runs on the frame, and the step's
+  /// value goes back: the kernels see positions in the frame, never in the plan.
+  template <class D, graph::step_kind K, class Op, class T, std::size_t R, class... Refs,
+            class Region>
+  void step(graph::flat_node<K, Op, T, R, Refs...>*, value* vals, const std::size_t* frame,
+            name_fn name, Region* region) {
+    using graph::step_kind;
+    const std::size_t self = frame[0];
+    value& v = vals[self];
+    if constexpr (K == step_kind::placeholder) {
+      // bound before the steps run
+    } else if constexpr (K == step_kind::variable) {
+      var_record* rec = &vars_.template record<expr<Op>>();
+      if constexpr (D::is_cpu) {
+        backend::sync_host(*rec);
+        v.data = rec->data.get();
+      } else {
+        v.data = device_backend<D>::bind_variable(st_, *rec);
+      }
+      v.variable = rec;
+      v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
+    } else if constexpr (K == step_kind::inline_constant) {
+      v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
+    } else if constexpr (K == step_kind::constant) {
+      v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
+      std::fill_n(allocate<T>(v), v.dims.numel(), static_cast<T>(Op::value));
+      if (tr_.run) {
+        tr_.bytes = sizeof(T) * static_cast<std::uint64_t>(v.dims.numel());
+        tr_.flops = 0;
+      }
+      note_step(self, name);
+    } else if constexpr (K == step_kind::group) {
+      // nothing to compute: its operands are steps of the plan
+    } else {
+      std::array<const backend::rt_dims*, 1 + sizeof...(Refs)> dims{&v.dims};
+      for (std::size_t k = 1; k < dims.size(); ++k)
+        dims[k] = &vals[frame[k]].dims;
+      v.dims = shape_of<Op, Refs...>(dims.data(), self, name);
+      if constexpr (!std::is_void_v<T>)
+        check_size<D, Op, T>(v.dims, self, name);
+      if constexpr (K != step_kind::fused_member && K != step_kind::fused_output &&
+                    K != step_kind::deferred)
+        run_kernel<D, K, Op, T, Refs...>(vals, frame, self, name, region);
+    }
+  }
+  // ---- loops (ops/repeat.hpp) ----------------------------------------------------------
+  //
+  // A repeat runs its body's own plan once per layer, on cpu<0>: the carried value and the
+  // layer's slice of each stacked variable are bound to the body's placeholders (no copy), the
+  // body's steps run as any plan's, and its value becomes the next layer's input. The body's
+  // plan is one type whatever the layer count. Its steps count in the run's statistics; a
+  // traced run records the loop as one step. Each layer runs with its own run salt, so random
+  // ops (dropout) draw per layer, and the gradient's recomputation draws as the forward did.
+
+  /// A plan of a loop's body.
+  template <class... Fetches>
+  using body_plan = compile::plan<type_list<Fetches...>, on<cpu<0>>>;
+
+  template <class P, class Ph>
+  static void bind_body(std::vector<value>& v, const void* data, const backend::rt_dims& dims) {
+    if constexpr (P::template contains_c<Ph>::value) {
+      value& slot = v[P::template index_c<Ph>::value];
+      slot.data = const_cast<void*>(data);
+      slot.dims = dims;
+    }
+  }
+  /// Layer `layer` of stacked variable value `s` as the body's placeholder Ph.
+  template <class P, class Ph>
+  static void bind_layer(std::vector<value>& v, const value& s, std::int64_t layer) {
+    using T = typename Ph::value_type;
+    constexpr std::int64_t n = numel(Ph::shape_type::dims);
+    bind_body<P, Ph>(v, static_cast<const T*>(s.data) + layer * n,
+                     backend::rt_dims::from(Ph::shape_type::dims));
+  }
+  /// Runs body plan P on the bound values for layer `layer`: untraced, with the layer's salt.
+  template <class P>
+  void run_body(std::vector<value>& v, std::int64_t layer) {
+    const auto traced = tr_.run;
+    const std::uint64_t runs = st_.runs;
+    tr_.run.reset();
+    st_.runs = runs ^ (static_cast<std::uint64_t>(layer + 1) * 0x9E3779B97F4A7C15ull);
+    try {
+      run_steps<P, 0>(v.data(), std::make_index_sequence<P::size>{});
+    } catch (...) {
+      tr_.run = traced;
+      st_.runs = runs;
+      throw;
+    }
+    tr_.run = traced;
+    st_.runs = runs;
+  }
+  static void check_carry(const value& out, const value& in, std::int64_t layer) {
+    if (out.dims.rank != in.dims.rank ||
+        !std::equal(in.dims.d.begin(), in.dims.d.begin() + in.dims.rank, out.dims.d.begin()))
+      throw error("repeat: layer " + std::to_string(layer) + " returned " + out.dims.str() +
+                  " for a carried value of " + in.dims.str() +
+                  " (a body must keep its argument's shape)");
+  }
+  /// Layer `layer` of a repeat: the body on carry `h`, its value (owned).
+  template <class Body, class Carry, class... Params, class... S>
+  value run_layer(const value& h, std::int64_t layer, [[maybe_unused]] const value* fr,
+                  type_list<S...>) {
+    using P = body_plan<Body>;
+    using T = typename Body::value_type;
+    std::vector<value> v(P::slots);
+    bind_body<P, Carry>(v, h.data, h.dims);
+    (bind_layer<P, Params>(v, fr[S::index], layer), ...);
+    run_body<P>(v, layer);
+    value out = std::move(v[P::template index_c<Body>::value]);
+    check_carry(out, h, layer);
+    auto ctx = cpu_context();
+    return cpu_backend::owned_copy<T>(ctx, std::move(out));
+  }
+
+  template <std::int64_t N, class Body, class Carry, class... Params, class X, class... S>
+  void run_loop(ops::repeat<N, Body, Carry, Params...>*, value* fr, X*, S*...) {
+    value h = fr[X::index];
+    for (std::int64_t i = 0; i < N; ++i)
+      h = run_layer<Body, Carry, Params...>(h, i, fr, type_list<S...>{});
+    fr[0].owner = h.owner;
+    fr[0].data = h.data;
+    fr[0].dims = h.dims;
+  }
+
+  template <std::int64_t N, class Body, class Carry, class Seed, class... G, class... Params,
+            class GX, class X, class... S>
+  void run_loop(ops::repeat_vjp<N, Body, Carry, Seed, type_list<G...>, Params...>*, value* fr, GX*,
+                X*, S*...) {
+    using T = typename X::value_type;
+    using Q = body_plan<G...>;
+    static_assert(sizeof...(G) == 1 + sizeof...(Params), "repeat_grad: one gradient per input");
+    // the layers' inputs, recomputed
+    std::vector<value> hs(static_cast<std::size_t>(N));
+    hs[0] = fr[X::index];
+    for (std::int64_t i = 0; i + 1 < N; ++i)
+      hs[static_cast<std::size_t>(i + 1)] = run_layer<Body, Carry, Params...>(
+          hs[static_cast<std::size_t>(i)], i, fr, type_list<S...>{});
+    T* out = allocate<T>(fr[0]);
+    constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
+    constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
+    value g = fr[GX::index];
+    for (std::int64_t i = N; i-- > 0;) {
+      const value& h = hs[static_cast<std::size_t>(i)];
+      std::vector<value> v(Q::slots);
+      bind_body<Q, Carry>(v, h.data, h.dims);
+      bind_body<Q, Seed>(v, g.data, g.dims);
+      (bind_layer<Q, Params>(v, fr[S::index], i), ...);
+      run_body<Q>(v, i);
+      std::int64_t at = 0;
+      for (std::size_t j = 0; j < sizeof...(Params); ++j) {
+        cpu_backend::write_slice<T>(out, at + i * sizes[j], v[grad_slot[j + 1]].data, sizes[j]);
+        at += N * sizes[j];
+      }
+      value next = std::move(v[grad_slot[0]]);
+      check_carry(next, h, i);
+      auto ctx = cpu_context();
+      g = cpu_backend::owned_copy<T>(ctx, std::move(next));
+      hs[static_cast<std::size_t>(i)] = value{}; // this layer's input is no longer needed
+    }
+    std::int64_t at = 0;
+    for (std::int64_t n : sizes)
+      at += N * n;
+    check_carry(g, fr[X::index], 0);
+    cpu_backend::write_slice<T>(out, at, g.data, g.dims.numel());
+  }
+
+  /// A step that runs a kernel: on a frame gathered from the values (see step).
+  template <class D, graph::step_kind K, class Op, class T, class... Refs, class Region>
+  void run_kernel(value* vals, const std::size_t* frame, std::size_t self, name_fn name,
+                  Region* region) {
+    using graph::step_kind;
+    std::array<value, 1 + sizeof...(Refs) + frame_extra<Region*>::value> local;
+    for (std::size_t k = 1; k < local.size(); ++k)
+      local[k] = vals[frame[k]];
+    local[0] = std::move(vals[self]);
+    value* fr = local.data();
+    if constexpr (K == step_kind::epilogue) {
+      static_assert(D::is_cpu, "epilogues are folded on the CPU only");
+      auto ctx = cpu_context();
+      cpu_backend::epilogue_kernel<0>(ctx, fr, region);
+    } else if constexpr (K == step_kind::chained) {
+      static_assert(D::is_cpu, "chains are folded on the CPU only");
+      auto ctx = cpu_context();
+      ctx.frame = fr, ctx.frame_size = local.size();
+      cpu_backend::chained_kernel<0>(ctx, fr, region);
+    } else if constexpr (K == step_kind::prologue) {
+      static_assert(D::is_cpu, "prologues are folded on the CPU only");
+      static_assert(cpu_backend::has_prologue_kernel<0, Op, T, Region, Refs...>,
+                    "a reduction that reads_fused_input needs a CPU kernel taking a prologue");
+      auto ctx = cpu_context();
+      cpu_backend::kernel<0>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), fr, Region{},
+                             static_cast<Refs*>(nullptr)...);
+    } else {
+      static_assert(K == step_kind::kernel);
+      if constexpr (control_flow_op<Op>) {
+        static_assert(D::is_cpu, "repeat: its loops run on the CPU");
+        run_loop(static_cast<Op*>(nullptr), fr, static_cast<Refs*>(nullptr)...);
+      } else if constexpr (D::is_cpu && !cpu_backend::has_kernel<0, Op, T, Region, Refs...>) {
+        using invalid [[maybe_unused]] = detail::reject<detail::no_cpu_kernel_message<Op>>;
+      } else if constexpr (D::is_cpu) {
+        auto ctx = cpu_context();
+        ctx.frame = fr, ctx.frame_size = local.size();
+        cpu_backend::kernel<0>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), fr, region,
+                               static_cast<Refs*>(nullptr)...);
+      } else
+        device_backend<D>::template kernel<0>(st_, static_cast<Op*>(nullptr),
+                                              static_cast<T*>(nullptr), fr, region,
+                                              static_cast<Refs*>(nullptr)...);
+    }
+    if (tr_.run) {
+      if constexpr (!D::is_cpu)
+        device_backend<D>::synchronize(st_); // the step's time is the GPU's
+      using cost = backend::step_cost<Op, T, Region, Refs...>;
+      static_assert(cost::size == local.size(), "typeflow internal error: a step's cost model "
+                                                "and its frame disagree");
+      tr_.bytes = cost::bytes(fr);
+      tr_.flops = cost::flops(fr);
+    }
+    vals[self] = std::move(local[0]);
+    if constexpr (K == step_kind::kernel && stored_outputs<Region*>::value > 0) {
+      // A region's merged outputs (assignments stored by this loop) go back to their slots.
+      constexpr std::size_t first = local.size() - stored_outputs<Region*>::value;
+      for (std::size_t k = first; k < local.size(); ++k)
+        vals[frame[k]] = std::move(local[k]);
+    }
+    note_step(self, name);
+  }
+  /// The run-time shape of a step from its operands' extents (dims[k]: frame position k).
+  template <class Op, class... Refs>
+  static backend::rt_dims shape_of(const backend::rt_dims* const* dims, std::size_t self,
+                                   name_fn name) {
+    const auto r = Op::rule(dims[Refs::index]->template fixed<Refs::rank>()...);
+    if (!r.ok()) [[unlikely]] {
+      static constexpr std::size_t refs[] = {Refs::index..., 0};
+      detail::shape_rule_failed(Op::name, r.error, dims, refs, sizeof...(Refs), self, name);
+    }
+    return backend::rt_dims::from(r.dims);
+  }
+
+  /// A step's result must be countable, addressable and, on the host, fit in the machine's
+  /// memory: checked before its kernel allocates anything.
+  template <class D, class Op, class T>
+  static void check_size(const backend::rt_dims& d, std::size_t self, name_fn name) {
+    detail::check_result_size(d, sizeof(T), D::is_cpu, Op::name, dtype_name<T>, self, name);
+  }
+
+  void note_step(std::size_t, name_fn) { ++st_.stats.steps; }
+
+  template <class T>
+  T* allocate(value& v) {
+    v.owner =
+        st_.host_mem->acquire(sizeof(T) * static_cast<std::size_t>(v.dims.numel()), st_.stats);
+    v.data = v.owner.get();
+    return static_cast<T*>(v.data);
+  }
+
+  using commit_fn = void (*)(executor&, value*);
+  /// The commit function of node I when it is an assignment, else nullptr.
+  template <std::size_t I, class D, bool Fetched, graph::step_kind K, class Op, class T,
+            std::size_t R, class... Refs>
+  static constexpr commit_fn commit(graph::flat_node<K, Op, T, R, Refs...>*) {
+    if constexpr (op_traits<Op>::state)
+      return &commit_assignment<I, D, Fetched, T,
+                                std::tuple_element_t<0, std::tuple<Refs...>>::index>;
+    else
+      return nullptr;
+  }
+  /// An assignment runs on its variable's device, so both buffers are there. On the host, a
+  /// value buffer that nothing else holds (not fetched, read by no other step kept to the end)
+  /// becomes the variable's storage, and the old storage goes to the pool: no copy.
+  template <std::size_t I, class D, bool Fetched, class T, std::size_t Var>
+  static void commit_assignment(executor& s, value* vals) {
+    const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(vals[I].dims.numel());
+    auto* rec = static_cast<var_record*>(vals[Var].variable);
+    if constexpr (D::is_cpu) {
+      if (Fetched || bytes != rec->bytes ||
+          !backend::buffer_pool::adopt(vals[I].owner, rec->data, rec->bytes))
+        std::memmove(vals[Var].data, vals[I].data, bytes);
+      else
+        vals[I].data = nullptr;
+      vals[Var].data = rec->data.get();
+      rec->device_valid = false;
+    } else {
+      if (!s.st_.replaying) // a replayed graph makes its own commits
+        device_backend<D>::commit(s.st_, vals[Var].data, vals[I].data, bytes);
+      rec->host_valid = false;
+    }
+  }
+
+  // ---- traces and logs -------------------------------------------------------------------
+
+  /// The run being traced: its number in the recorder (none: not traced), the events so far,
+  /// the names of its plan, and the cost of the step that just ran.
+  struct trace_state {
+    std::optional<std::uint64_t> run;
+    std::vector<trace_event> events;
+    const trace_plan* plan = nullptr;
+    double start = 0;
+    std::uint64_t bytes = 0;
+    double flops = -1;
+  };
+  /// Starts tracing a run numbered `run` (none: not traced) and, when it ends however it ends,
+  /// hands its events to the recorder with the run's own span.
+  struct trace_scope {
+    executor& s;
+    trace_scope(executor& owner, std::optional<std::uint64_t> run) : s(owner) {
+      s.trace_start(run);
+    }
+    trace_scope(const trace_scope&) = delete;
+    trace_scope& operator=(const trace_scope&) = delete;
+    ~trace_scope() { s.trace_finish(true); }
+  };
+
+  /// The names of plan P's steps for traces: built once, the first time P is traced.
+  template <class P>
+  static const trace_plan& trace_names() {
+    static const trace_plan names = detail::make_trace_plan(P::view());
+    return names;
+  }
+
+  /// log_device_placement: every node of plan P with its device, once per plan and session.
+  template <class P>
+  void log_placement() {
+    static char key; // one per plan type
+    if (!logged_.insert(&key).second)
+      return;
+    const std::string text = detail::placement_log(P::view(), own_devices_);
+    // One writer at a time: a replicated session's towers log from their own threads, often
+    // into one stream.
+    const std::lock_guard lock(detail::placement_log_mutex());
+    std::ostream& os = opts_.log ? *opts_.log : std::clog;
+    os << text << std::flush;
+  }
+
+  trace_state tr_;
+  /// The running step's layout.dying (0 outside run_steps): see cpu_context().
+  std::uint64_t dying_ = 0;
+  std::set<const void*> logged_; ///< plans whose placement was logged
+  /// The device of each node of the running plan as this session's trace events and placement
+  /// log name a CPU node (null: the plan's own): a replicated session's CPU tower running tower
+  /// 0's plan names its own plan's devices.
+  const device_id* own_devices_ = nullptr;
+  session_options opts_;
+  variable_set vars_;
+  std::unique_ptr<cpu_backend::thread_pool> pool_;
+  std::unique_ptr<cpu_backend::onednn_cache> dnnl_;
+  /// What the backends of its devices see (host buffers, statistics, the run counter, GPU
+  /// state): a backend gets this, never the session.
+  backend::session_state st_;
+  std::map<const void*, graph_record> graphs_;                        ///< captured runs, by plan
+  std::map<const void*, std::set<std::vector<std::int64_t>>> warmed_; ///< feed extents run, by plan
+};
+
+} // namespace typeflow

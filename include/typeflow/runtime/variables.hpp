@@ -1,0 +1,199 @@
+// The variables a session holds: one record per name (dtype, extents, host and device copies),
+// created and initialized from the variable's initializer when a graph that uses it first runs
+// or is initialized, kept across runs, and shared by the towers of a replicated session. The
+// executor binds the records to its steps; the session reads, writes and checkpoints them.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "../backend/common/backend.hpp"
+#include "../backend/common/value.hpp"
+#include "../core/error.hpp"
+#include "../core/shape.hpp"
+#include "../core/tensor.hpp"
+#include "../graph/node.hpp"
+#include "../ops/leaves.hpp"
+
+namespace typeflow {
+
+/// One variable a session holds, as seen by `for_each_variable`.
+struct variable_entry {
+  std::string_view name;                 ///< the variable's name, as declared
+  std::string_view dtype;                ///< "float32", "float64", "int32", "int64" or "bool"
+  const std::vector<std::int64_t>& dims; ///< its extents
+  void* data;                            ///< dense row-major storage of `bytes` bytes, writable
+  std::size_t bytes;                     ///< the size of `data`
+};
+
+/// The store of named variables and how a variable node's record is found in it.
+class variable_set {
+public:
+  /// A variable's record: dtype, extents, host and device copies and which is current.
+  using record_type = backend::variable_record;
+
+  /// An empty set (or a view of `store`, shared with other sets) whose variables are
+  /// initialized from `seed` and their names.
+  explicit variable_set(std::uint64_t seed, std::shared_ptr<backend::variable_store> store =
+                                                std::make_shared<backend::variable_store>())
+      : seed_(seed), store_(std::move(store)) {}
+
+  /// V's record, created and initialized on first use (its value may be on a GPU).
+  template <class V>
+  record_type& record() {
+    using T = typename V::value_type;
+    constexpr auto& dims = V::shape_type::dims;
+    return record_of(V::op::name, dtype_name<T>, dims.data(), dims.size(), sizeof(T),
+                     [](const variable_set& s, void* data) { s.initialize_into<V>(data); });
+  }
+  /// V's record with its host copy up to date.
+  template <class V>
+  record_type& host() {
+    record_type& rec = record<V>();
+    backend::sync_host(rec);
+    return rec;
+  }
+
+  /// (Re)initializes every variable among the nodes of table T (`T::size`, `T::node<I>`).
+  template <class T>
+  void initialize_all() {
+    run_all<T, initializer_of>(std::make_index_sequence<T::size>{});
+  }
+  /// Creates (and initializes) the variables among the nodes of table T that do not exist yet.
+  template <class T>
+  void create_all() {
+    run_all<T, creator_of>(std::make_index_sequence<T::size>{});
+  }
+
+  /// A copy of variable V's current value.
+  template <class V>
+  tensor<typename V::value_type> read() {
+    tensor<typename V::value_type> t(
+        std::vector<std::int64_t>(V::shape_type::dims.begin(), V::shape_type::dims.end()));
+    std::memcpy(t.data(), host<V>().data.get(), sizeof(typename V::value_type) * t.size());
+    return t;
+  }
+  /// Overwrites variable V's value; the shape must match.
+  template <class V>
+  void write(const tensor<typename V::value_type>& t) {
+    constexpr auto& dims = V::shape_type::dims;
+    // A loop, not std::equal: a rank-0 variable's extents are an empty std::array whose data()
+    // is null, and g++ warns of the memcmp that std::equal becomes (-Wnonnull).
+    bool same = t.shape().size() == dims.size();
+    for (std::size_t i = 0; same && i < dims.size(); ++i)
+      same = t.shape()[i] == dims[i];
+    if (!same)
+      throw error("session::write: variable \"" + std::string(V::op::name) + "\" has shape " +
+                  dims_string(dims) + ", given " + dims_string(t.shape()));
+    record_type& rec = host<V>();
+    std::memcpy(rec.data.get(), t.data(), sizeof(typename V::value_type) * t.size());
+    rec.device_valid = false; // the host copy is the value now
+  }
+
+  /// Calls `f(variable_entry)` for every variable, in name order.
+  template <class F>
+  void for_each(F&& f) {
+    for (auto& [name, rec] : *store_) {
+      backend::sync_host(rec);
+      rec.device_valid = false; // f may write: the host copy is the value from now on
+      f(variable_entry{name, rec.dtype, rec.dims, rec.data.get(), rec.bytes});
+    }
+  }
+
+  /// How many variables the set holds.
+  std::size_t size() const { return store_->size(); }
+  /// The store itself (shared with the other towers of a replicated session).
+  const std::shared_ptr<backend::variable_store>& store() const { return store_; }
+
+private:
+  template <class V>
+  void initialize_into(void* data) const {
+    using T = typename V::value_type;
+    std::mt19937_64 rng(detail::hash_name(V::op::name, seed_));
+    using Init = typename V::op::initializer;
+    if constexpr (requires { Init::shaped; })
+      Init::template init<T>(static_cast<T*>(data), V::shape_type::dims, rng);
+    else
+      Init::template init<T>(static_cast<T*>(data), numel(V::shape_type::dims), rng);
+  }
+
+  /// The record of the variable `name` (dtype, extents), created with `init` on first use; the
+  /// part of record<V> that does not depend on V.
+  [[gnu::noinline]] record_type& record_of(std::string_view name, std::string_view dtype,
+                                           const std::int64_t* dims, std::size_t rank,
+                                           std::size_t elem_bytes,
+                                           void (*init)(const variable_set&, void*)) {
+    auto it = store_->find(name);
+    // Loops, not std::equal (see write): a rank-0 variable's `dims` is null.
+    const auto same_dims = [&](const std::vector<std::int64_t>& have) {
+      bool same = have.size() == rank;
+      for (std::size_t k = 0; same && k < rank; ++k)
+        same = have[k] == dims[k];
+      return same;
+    };
+    if (it == store_->end()) {
+      std::int64_t n = 1;
+      for (std::size_t k = 0; k < rank; ++k)
+        n *= dims[k];
+      const std::size_t bytes = elem_bytes * static_cast<std::size_t>(n);
+      record_type rec;
+      rec.dtype = dtype;
+      rec.dims.assign(dims, dims + rank);
+      rec.data.reset(detail::aligned_bytes(bytes));
+      rec.bytes = bytes;
+      init(*this, rec.data.get());
+      it = store_->emplace(std::string(name), std::move(rec)).first;
+    } else if (it->second.dtype != dtype || !same_dims(it->second.dims)) {
+      throw error("variable \"" + std::string(name) + "\" exists as " +
+                  std::string(it->second.dtype) + " " + dims_string(it->second.dims) +
+                  " but this graph declares it " + std::string(dtype) + " " +
+                  dims_string(dims, dims + rank));
+    }
+    return it->second;
+  }
+
+  // One function per variable op (nullptr for other nodes), in tables over a graph's nodes.
+  template <bool IsVariable, class Op>
+  struct initializer_of {
+    static constexpr void (*fn)(variable_set&) = nullptr;
+  };
+  template <class Op>
+  struct initializer_of<true, Op> {
+    static void run(variable_set& s) {
+      record_type& rec = s.record<expr<Op>>();
+      s.initialize_into<expr<Op>>(rec.data.get());
+      rec.host_valid = true;
+      rec.device_valid = false;
+    }
+    static constexpr void (*fn)(variable_set&) = &run;
+  };
+  template <bool IsVariable, class Op>
+  struct creator_of {
+    static constexpr void (*fn)(variable_set&) = nullptr;
+  };
+  template <class Op>
+  struct creator_of<true, Op> {
+    static void run(variable_set& s) { s.record<expr<Op>>(); }
+    static constexpr void (*fn)(variable_set&) = &run;
+  };
+  template <class T, template <bool, class> class Action, std::size_t... I>
+  void run_all(std::index_sequence<I...>) {
+    static constexpr void (*table[])(variable_set&) = {
+        Action<is_variable_t<typename T::template node<I>>::value,
+               typename T::template node<I>::op>::fn...,
+        nullptr};
+    for (auto* fn : table)
+      if (fn)
+        fn(*this);
+  }
+
+  std::uint64_t seed_;
+  std::shared_ptr<backend::variable_store> store_;
+};
+
+} // namespace typeflow
