@@ -386,6 +386,8 @@ consteval auto grad(Y y, Args... args) {
 
 } // namespace typeflow
 
+// Structured bindings of gradients: not part of the API reference.
+/// \cond std_specializations
 template <class... G>
 struct std::tuple_size<typeflow::gradients<G...>>
     : std::integral_constant<std::size_t, sizeof...(G)> {};
@@ -393,3 +395,4 @@ template <std::size_t I, class... G>
 struct std::tuple_element<I, typeflow::gradients<G...>> {
   using type = typename typeflow::gradients<G...>::template type_at<I>;
 };
+/// \endcond

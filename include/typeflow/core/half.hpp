@@ -194,6 +194,8 @@ struct half_numeric_limits {
 };
 } // namespace typeflow::detail
 
+// Not part of the API reference.
+/// \cond std_specializations
 template <>
 class std::numeric_limits<typeflow::bfloat16>
     : public typeflow::detail::half_numeric_limits<typeflow::bfloat16,
@@ -202,3 +204,4 @@ template <>
 class std::numeric_limits<typeflow::float16>
     : public typeflow::detail::half_numeric_limits<typeflow::float16,
                                                    typeflow::detail::float16_limits> {};
+/// \endcond

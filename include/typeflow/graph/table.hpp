@@ -201,7 +201,7 @@ public:
 #endif
 
   /// The nodes as a Boost.Hana sequence of types, in topological order, for introspection:
-  /// `hana::for_each(T::nodes_c(), [](auto t) { using N = typename decltype(t)::type; })`.
+  /// `hana::for_each(T::nodes_c(), f)` calls `f` with a `hana::type` of each node.
   /// A function, so that the sequence is instantiated only by those who ask for it.
   static constexpr auto nodes_c() {
     return as_hana(static_cast<nodes*>(nullptr));
