@@ -22,11 +22,12 @@ constexpr std::string_view dtype_or_empty() {
   else
     return dtype_name<T>;
 }
-template <class N>
+/// Shape S's extents (one instantiation per shape, not per node).
+template <class S>
 constexpr static_dims static_dims_of() {
-  static_dims s{N::shape_type::rank, {}};
-  for (std::size_t i = 0; i < N::shape_type::rank; ++i)
-    s.d[i] = N::shape_type::dims[i];
+  static_dims s{S::rank, {}};
+  for (std::size_t i = 0; i < S::rank; ++i)
+    s.d[i] = S::dims[i];
   return s;
 }
 template <class Op>
@@ -82,7 +83,7 @@ consteval node_facts_t<T::size, T::n_edges> gather_facts(std::index_sequence<I..
   for (std::size_t i = 0; i < size; ++i)
     f.op[i] = f.variable[i] ? "variable" : f.placeholder[i] ? "placeholder" : f.op[i];
   f.dtype = {detail::dtype_or_empty<typename T::template node<I>::value_type>()...};
-  f.shape = {detail::static_dims_of<typename T::template node<I>>()...};
+  f.shape = {detail::static_dims_of<typename T::template node<I>::shape_type>()...};
   return f;
 }
 

@@ -123,6 +123,14 @@ class executor {
   using value = backend::rt_value;
   using name_fn = const std::string& (*)(std::size_t);
   using var_record = backend::variable_record;
+  // The functions that check_numerics and commit_steps run on a node (defined below).
+  template <class D, class T, bool Checked>
+  struct numerics_of;
+  /// Whether check_numerics looks at values of dtype T.
+  template <class T>
+  static constexpr bool finite_dtype = std::is_floating_point_v<T> || is_half<T>;
+  template <class D, class T, bool Fetched, bool State>
+  struct commit_of;
 
 public:
   explicit executor(session_options o, std::shared_ptr<backend::variable_store> vars =
@@ -241,9 +249,11 @@ public:
 
   template <class P, std::size_t... I>
   void check_numerics(const value* vals, std::index_sequence<I...>) {
+    // One function per device and dtype: a table of a few instantiations, not one per node.
     static constexpr numerics_fn table[] = {
-        numerics_check<typename P::template device<I>, typename P::template node<I>,
-                       P::fact.fetched[I]>()...,
+        numerics_of<typename P::template device<I>, typename P::template node<I>::value_type,
+                    ((P::fact.fetched[I] || op_traits<typename P::template node<I>::op>::state) &&
+                     finite_dtype<typename P::template node<I>::value_type>)>::fn...,
         nullptr};
     for (std::size_t i = 0; i < P::size; ++i)
       if (table[i])
@@ -306,12 +316,22 @@ public:
 
   template <class P, std::size_t... I>
   void commit_steps(value* vals, std::index_sequence<I...>) {
+    // The function of an assignment depends on its device, dtype and whether it is fetched, not
+    // on the node: a table of a few instantiations, and the variable's slot from the plan's edges.
     static constexpr commit_fn table[] = {
-        executor::commit<I, typename P::template device<I>, P::fact.fetched[I]>(
-            static_cast<typename P::template flat<I>*>(nullptr))...};
-    for (auto fn : table)
-      if (fn)
-        fn(*this, vals);
+        commit_of<typename P::template device<I>, typename P::template node<I>::value_type,
+                  P::fact.fetched[I], op_traits<typename P::template node<I>::op>::state>::fn...,
+        nullptr};
+    static constexpr std::array<std::size_t, P::size> var = [] {
+      std::array<std::size_t, P::size> v{};
+      for (std::size_t i = 0; i < P::size; ++i)
+        if (P::fact.edge_begin[i + 1] > P::fact.edge_begin[i])
+          v[i] = P::edge_slot(P::fact.edge_begin[i]);
+      return v;
+    }();
+    for (std::size_t i = 0; i < P::size; ++i)
+      if (table[i])
+        table[i](*this, vals, i, var[i]);
   }
 
   /// A fetched value as a tensor, copied.
@@ -391,7 +411,8 @@ private:
 
   template <class P, std::size_t... I>
   static consteval bool assigns_any(std::index_sequence<I...>) {
-    const bool state[] = {is_state_op<typename P::template node<I>>..., false}; // not a fold
+    const bool state[] = {op_traits<typename P::template node<I>::op>::state...,
+                          false}; // not a fold
     for (bool b : state)
       if (b)
         return true;
@@ -400,14 +421,6 @@ private:
 
   /// check_numerics: every fetched floating value and every assignment's new value is finite.
   using numerics_fn = void (*)(executor&, const value&, std::size_t, name_fn);
-  template <class D, class N, bool Fetched>
-  static constexpr numerics_fn numerics_check() {
-    if constexpr ((Fetched || is_state_op<N>)&&(std::is_floating_point_v<typename N::value_type> ||
-                                                is_half<typename N::value_type>))
-      return &check_finite<D, typename N::value_type>;
-    else
-      return nullptr;
-  }
   /// One function per device and dtype (the node is an argument): every element of v is finite.
   template <class D, class T>
   static void check_finite(executor& s, const value& v, std::size_t self, name_fn name) {
@@ -424,6 +437,16 @@ private:
     else
       scan(device_backend<D>::template fetch<T>(s.st_, v).data());
   }
+  /// What check_numerics runs on a node of device D and dtype T: check_finite where Checked
+  /// (the node is fetched or assigned, and of a floating dtype), else nothing.
+  template <class D, class T, bool Checked>
+  struct numerics_of {
+    static constexpr numerics_fn fn = nullptr;
+  };
+  template <class D, class T>
+  struct numerics_of<D, T, true> {
+    static constexpr numerics_fn fn = &check_finite<D, T>;
+  };
 
   template <class P, class... F>
   auto fetch_all(value* vals) {
@@ -1001,38 +1024,37 @@ private:
     return static_cast<T*>(v.data);
   }
 
-  using commit_fn = void (*)(executor&, value*);
-  /// The commit function of node I when it is an assignment, else nullptr.
-  template <std::size_t I, class D, bool Fetched, graph::step_kind K, class Op, class T,
-            std::size_t R, class... Refs>
-  static constexpr commit_fn commit(graph::flat_node<K, Op, T, R, Refs...>*) {
-    if constexpr (op_traits<Op>::state)
-      return &commit_assignment<I, D, Fetched, T,
-                                std::tuple_element_t<0, std::tuple<Refs...>>::index>;
-    else
-      return nullptr;
-  }
+  using commit_fn = void (*)(executor&, value*, std::size_t self, std::size_t var);
   /// An assignment runs on its variable's device, so both buffers are there. On the host, a
   /// value buffer that nothing else holds (not fetched, read by no other step kept to the end)
   /// becomes the variable's storage, and the old storage goes to the pool: no copy.
-  template <std::size_t I, class D, bool Fetched, class T, std::size_t Var>
-  static void commit_assignment(executor& s, value* vals) {
-    const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(vals[I].dims.numel());
-    auto* rec = static_cast<var_record*>(vals[Var].variable);
+  template <class D, bool Fetched, class T>
+  static void commit_assignment(executor& s, value* vals, std::size_t self, std::size_t var) {
+    const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(vals[self].dims.numel());
+    auto* rec = static_cast<var_record*>(vals[var].variable);
     if constexpr (D::is_cpu) {
       if (Fetched || bytes != rec->bytes ||
-          !backend::buffer_pool::adopt(vals[I].owner, rec->data, rec->bytes))
-        std::memmove(vals[Var].data, vals[I].data, bytes);
+          !backend::buffer_pool::adopt(vals[self].owner, rec->data, rec->bytes))
+        std::memmove(vals[var].data, vals[self].data, bytes);
       else
-        vals[I].data = nullptr;
-      vals[Var].data = rec->data.get();
+        vals[self].data = nullptr;
+      vals[var].data = rec->data.get();
       rec->device_valid = false;
     } else {
       if (!s.st_.replaying) // a replayed graph makes its own commits
-        device_backend<D>::commit(s.st_, vals[Var].data, vals[I].data, bytes);
+        device_backend<D>::commit(s.st_, vals[var].data, vals[self].data, bytes);
       rec->host_valid = false;
     }
   }
+  /// The commit function of a node: commit_assignment for an assignment, else nullptr.
+  template <class D, class T, bool Fetched, bool State>
+  struct commit_of {
+    static constexpr commit_fn fn = nullptr;
+  };
+  template <class D, class T, bool Fetched>
+  struct commit_of<D, T, Fetched, true> {
+    static constexpr commit_fn fn = &commit_assignment<D, Fetched, T>;
+  };
 
   // ---- traces and logs -------------------------------------------------------------------
 
