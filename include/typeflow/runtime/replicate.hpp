@@ -119,7 +119,7 @@ public:
   session() : session(session_options{}) {}
   explicit session(session_options o)
       : opts_(o), vars_(std::make_shared<backend::variable_store>()),
-        towers_(tower_session<D>(share(o), vars_)...) {}
+        towers_(tower_executor<D>(share(o), vars_)...) {}
 
   /// Threads of all towers together.
   int threads() const {
@@ -189,7 +189,7 @@ private:
   auto run_checked(fetch_t<F...>, const Feeds&... feeds) {
     auto& t0 = std::get<0>(towers_);
     t0.check_feeds(feeds...);
-    tower_session<first_device>::template check_empty_batch<P>(feeds...);
+    tower_executor<first_device>::template check_empty_batch<P>(feeds...);
     std::int64_t batch = -1;
     ((batch = batch >= 0 ? batch : batch_of(feeds)), ...);
     if (batch < 0) // nothing to split: every tower would compute the same
@@ -203,9 +203,9 @@ private:
   }
 
   using value = backend::rt_value;
-  /// The session type of the tower on Dk (see cpu_towers).
+  /// The executor type of the tower on Dk (see cpu_towers).
   template <class Dk>
-  using tower_session = executor<Tower<std::conditional_t<cpu_towers, first_device, Dk>>>;
+  using tower_executor = executor<Tower<std::conditional_t<cpu_towers, first_device, Dk>>>;
 
   static session_options share(session_options o) {
     const int total =
@@ -462,7 +462,7 @@ private:
 
   session_options opts_;
   std::shared_ptr<backend::variable_store> vars_;
-  std::tuple<tower_session<D>...> towers_;
+  std::tuple<tower_executor<D>...> towers_;
   Reducer reducer_;
   std::shared_ptr<void> nccl_state_; ///< the GPU towers' communicators
   bool broadcast_done_ = !Reducer::distributed;

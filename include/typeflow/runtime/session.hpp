@@ -106,6 +106,9 @@ public:
     ex_.variables().template write<V>(t);
   }
 
+  /// One variable the session holds, as `for_each_variable` shows it (variables.hpp).
+  using variable_entry = typeflow::variable_entry;
+
   /// Calls `f(variable_entry)` for every variable the session holds, in name order (variables
   /// come into being when a graph using them first runs or is initialized).
   template <class F>
