@@ -1,0 +1,2 @@
+// Context of a docs snippet (scripts/check_snippets.py): declarations at namespace scope.
+// @snippet
