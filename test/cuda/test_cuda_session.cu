@@ -1,7 +1,9 @@
 // A session on gpu<0>: the fused elementwise regions of a small model and its gradients run as
 // CUDA kernels, the other ops on the CPU by soft placement, with host-device transfers between;
-// values and gradients must match a CPU session's. Without a device it reports "skipped: no
-// CUDA device" (CTest counts that as skipped, not passed).
+// values and gradients must match a CPU session's. First, with or without a device, it checks
+// on the host where its plans put the matmuls and variables and that their transfers agree with
+// their devices (host_checks); without a device it then reports "skipped: no CUDA device" (CTest
+// counts that as skipped, not passed).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -141,6 +143,80 @@ constexpr auto train16 = ty::mixed_precision<ty::bfloat16>(
                              ty::momentum(ty::constant<0.1>, ty::constant<0.9>, ty::nesterov))
                              .minimize(loss);
 } // namespace conv_model
+
+// ---- host-side checks (run with or without a device) -----------------------------------------
+/// What this translation unit's plans (compiled with the CUDA backend, so placement sees its
+/// kernels) say, checked on the host before the device is looked for: every matmul runs on
+/// gpu<0>; every variable sits where the policy says; and, recomputed from the devices alone,
+/// an edge between two devices reads a transfer of its operand to its reader's device (unless
+/// the reader is a group or the operand an inlined constant), an edge within one device reads
+/// the operand itself, and there is one transfer per operand and destination device.
+template <class P>
+int placement_case(const char* label, ty::device_id variables) {
+  int failures = 0;
+  auto fail = [&](const std::string& what) {
+    std::printf("FAIL %s: %s\n", label, what.c_str());
+    ++failures;
+  };
+  const ty::device_id gpu{false, 0};
+  const auto& dev = P::placement.device;
+  std::size_t matmuls = 0, vars = 0;
+  for (std::size_t i = 0; i < P::size; ++i) {
+    if (P::op_names[i] == "matmul") {
+      ++matmuls;
+      if (!(dev[i] == gpu))
+        fail("matmul %" + std::to_string(i) + " is on " + dev[i].name());
+    }
+    if (P::fact.variable[i]) {
+      ++vars;
+      if (!(dev[i] == variables))
+        fail("variable %" + std::to_string(i) + " is on " + dev[i].name());
+    }
+  }
+  if (matmuls == 0 || vars == 0)
+    fail("the plan has no matmul or no variable");
+  std::vector<std::pair<std::size_t, std::size_t>> crossings; // (operand, reader's device)
+  for (std::size_t j = 0; j < P::size; ++j)
+    for (std::size_t e = P::fact.edge_begin[j]; e < P::fact.edge_begin[j + 1]; ++e) {
+      const std::size_t k = P::fact.edges[e], slot = P::edge_slot(e);
+      const std::string edge = "edge %" + std::to_string(j) + " <- %" + std::to_string(k);
+      // A group only orders its operands, and a constant may be inlined where it is read:
+      // neither needs a transfer.
+      const bool exempt = P::fact.group[j] || (P::fact.constant[k] && slot == k);
+      if (dev[j] == dev[k] || exempt) {
+        if (slot != k)
+          fail(edge + " needs no transfer but reads slot " + std::to_string(slot));
+        continue;
+      }
+      const std::size_t key = dev[j].is_cpu ? 0 : 1 + static_cast<std::size_t>(dev[j].index);
+      if (std::find(crossings.begin(), crossings.end(), std::pair{k, key}) == crossings.end())
+        crossings.emplace_back(k, key);
+      if (slot < P::size || slot >= P::slots) {
+        fail(edge + " crosses devices but reads slot " + std::to_string(slot));
+        continue;
+      }
+      const std::size_t t = slot - P::size;
+      if (P::placement.transfer_source[t] != k || !(P::placement.transfer_device[t] == dev[j]))
+        fail(edge + ": its transfer moves %" + std::to_string(P::placement.transfer_source[t]) +
+             " to " + P::placement.transfer_device[t].name());
+    }
+  if (crossings.size() != P::transfers)
+    fail(std::to_string(P::transfers) + " transfers for " + std::to_string(crossings.size()) +
+         " operands read on another device");
+  std::printf("%s host %s: %zu nodes, %zu matmuls and %zu variables placed, %zu transfers\n",
+              failures ? "FAIL" : "ok", label, P::size, matmuls, vars, P::transfers);
+  return failures;
+}
+
+int host_checks() {
+  const ty::device_id cpu{true, 0}, gpu{false, 0};
+  using conv_plan =
+      ty::compile::plan<ty::type_list<decltype(conv_model::loss), decltype(conv_model::train)>,
+                        ty::on<ty::gpu<0>>>;
+  return placement_case<model::gpu_plan>("training on gpu<0>", gpu) +
+         placement_case<model::seed_plan>("seed's policy", cpu) +
+         placement_case<conv_plan>("conv training on gpu<0>", gpu);
+}
 
 /// k steps on a GPU policy against k steps on the CPU: the variables must agree, read back
 /// through read() and for_each_variable; a host write() must reach the device copy.
@@ -445,6 +521,10 @@ int half_training_case(const char* label, Train train, ty::precision precision) 
 } // namespace
 
 int main() {
+  if (const int host = host_checks(); host > 0) {
+    std::printf("%d host-side check(s) failed\n", host);
+    return 1;
+  }
   if (ty::cuda_backend::device_count() == 0) {
     std::printf("%s\n", ty::cuda_backend::no_device_message);
     return 0;
