@@ -43,47 +43,93 @@ constexpr print_entry entry_for() {
 }
 } // namespace detail
 
+namespace detail {
+/// What a node's op, dtype and shape say: one instantiation per distinct (op, dtype, shape).
+struct op_facts {
+  node_kind kind{};
+  bool constant = false, state = false, placeholder = false, variable = false, fused_input = false,
+       pieces = false, stored = false, products = false, all_reduce = false;
+  epilogue_role epilogue{};
+  unsigned shape_only = 0;
+  std::string_view op, dtype;
+  static_dims shape{};
+};
+template <class Op, class V, class S>
+constexpr op_facts op_facts_of() {
+  using tr = op_traits<Op>;
+  op_facts r;
+  r.kind = Op::kind;
+  r.constant = tr::constant;
+  r.state = tr::state;
+  r.placeholder = tr::placeholder;
+  r.variable = tr::variable;
+  r.epilogue = tr::epilogue;
+  r.fused_input = tr::reads_fused_input;
+  r.pieces = tr::writes_in_pieces;
+  r.stored = tr::stored;
+  r.products = tr::follows_precision;
+  r.all_reduce = tr::all_reduce;
+  r.shape_only = tr::shape_only;
+  r.op = Op::name;
+  r.dtype = dtype_or_empty<V>();
+  r.shape = static_dims_of<S>();
+  return r;
+}
+/// Node I's op facts (indexed_table's generator).
+template <class T>
+struct node_facts_at {
+  template <std::size_t I>
+  struct at {
+    using N = typename T::template node<I>;
+    static constexpr op_facts value =
+        op_facts_of<typename N::op, typename N::value_type, typename N::shape_type>();
+  };
+};
+} // namespace detail
+
 /// The facts of node table T's nodes, Fetches (the roots of T) marked fetched.
-template <class T, class... Fetches, std::size_t... I>
-consteval node_facts_t<T::size, T::n_edges> gather_facts(std::index_sequence<I...>) {
+template <class T, class... Fetches>
+consteval node_facts_t<T::size, T::n_edges> gather_facts() {
   constexpr std::size_t size = T::size;
   node_facts_t<size, T::n_edges> f;
-  // Arrays and loops, not folds over the nodes: clang limits a fold expression to 256 operands
-  // (-fbracket-depth), and a plan can have thousands of nodes.
   f.edge_begin = T::topology.edge_begin;
   f.edges = T::topology.edges;
-  f.kind = {T::template node<I>::op::kind...};
-  f.constant = {op_traits<typename T::template node<I>::op>::constant...};
-  f.force_root = {op_traits<typename T::template node<I>::op>::state...};
-  f.placeholder = {op_traits<typename T::template node<I>::op>::placeholder...};
-  f.variable = {op_traits<typename T::template node<I>::op>::variable...};
-  const unsigned shape_only[] = {op_traits<typename T::template node<I>::op>::shape_only..., 0u};
+  // One table of op facts, built in chunks (core/pack.hpp's indexed_table): an expansion of a
+  // pack of every node costs the compilers O(n) per node.
+  const std::array<detail::op_facts, size> nf =
+      indexed_table<detail::op_facts, size, detail::node_facts_at<T>::template at>();
   for (std::size_t i = 0; i < size; ++i) {
-    f.elementwise[i] = f.kind[i] == node_kind::elementwise;
-    f.group[i] = f.kind[i] == node_kind::group;
-    f.leaf[i] = f.kind[i] == node_kind::leaf;
-    f.reduction[i] = f.kind[i] == node_kind::reduction;
-    f.no_buffer[i] = f.placeholder[i] || f.variable[i] || f.group[i];
+    const detail::op_facts& o = nf[i];
+    f.kind[i] = o.kind;
+    f.constant[i] = o.constant;
+    f.force_root[i] = o.state;
+    f.placeholder[i] = o.placeholder;
+    f.variable[i] = o.variable;
+    f.elementwise[i] = o.kind == node_kind::elementwise;
+    f.group[i] = o.kind == node_kind::group;
+    f.leaf[i] = o.kind == node_kind::leaf;
+    f.reduction[i] = o.kind == node_kind::reduction;
+    f.no_buffer[i] = o.placeholder || o.variable || f.group[i];
     for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e) {
       const std::size_t c = e - f.edge_begin[i];
-      f.shape_only[e] = c < 32 && ((shape_only[i] >> c) & 1u) != 0;
+      f.shape_only[e] = c < 32 && ((o.shape_only >> c) & 1u) != 0;
     }
+    f.epilogue[i] = o.epilogue;
+    f.fused_input[i] = o.fused_input;
+    f.pieces[i] = o.pieces;
+    f.stored[i] = o.stored;
+    f.products[i] = o.products;
+    f.op[i] = o.variable ? "variable" : o.placeholder ? "placeholder" : o.op;
+    f.dtype[i] = o.dtype;
+    f.shape[i] = o.shape;
   }
-  f.epilogue = {op_traits<typename T::template node<I>::op>::epilogue...};
-  f.fused_input = {op_traits<typename T::template node<I>::op>::reads_fused_input...};
-  f.pieces = {op_traits<typename T::template node<I>::op>::writes_in_pieces...};
-  f.stored = {op_traits<typename T::template node<I>::op>::stored...};
-  f.products = {op_traits<typename T::template node<I>::op>::follows_precision...};
-  const bool all_reduce[] = {op_traits<typename T::template node<I>::op>::all_reduce..., false};
   for (std::size_t j = 0; j < size; ++j)
     for (std::size_t e = f.edge_begin[j]; e < f.edge_begin[j + 1]; ++e)
-      f.after_reduce[j] = f.after_reduce[j] || f.after_reduce[f.edges[e]] || all_reduce[f.edges[e]];
-  ((f.fetched[T::template index_c<graph::detail::unwrap<Fetches>>::value] = true), ...);
-  f.op = {T::template node<I>::op::name...};
-  for (std::size_t i = 0; i < size; ++i)
-    f.op[i] = f.variable[i] ? "variable" : f.placeholder[i] ? "placeholder" : f.op[i];
-  f.dtype = {detail::dtype_or_empty<typename T::template node<I>::value_type>()...};
-  f.shape = {detail::static_dims_of<typename T::template node<I>::shape_type>()...};
+      f.after_reduce[j] =
+          f.after_reduce[j] || f.after_reduce[f.edges[e]] || nf[f.edges[e]].all_reduce;
+  const bool marked[] = {
+      (f.fetched[T::template index_c<graph::detail::unwrap<Fetches>>::value] = true)..., true};
+  (void)marked;
   return f;
 }
 

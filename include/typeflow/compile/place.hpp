@@ -25,10 +25,27 @@ struct scope_of<ops::device_scope<D>> {
 };
 } // namespace detail
 
+namespace detail {
+/// What placement reads of node I of table T under Placement (indexed_table's generator).
+struct node_request {
+  device_id policy{}, scope_device{};
+  bool scope = false, has_gpu_kernel = false;
+};
+template <class T, class Placement>
+struct node_request_at {
+  template <std::size_t I>
+  struct at {
+    using N = typename T::template node<I>;
+    static constexpr node_request value{
+        id_of<typename Placement::template device<N>>, scope_of<typename N::op>::id,
+        scope_of<typename N::op>::value, has_gpu_kernel<typename N::op>};
+  };
+};
+} // namespace detail
+
 /// The devices and transfers of node table T's nodes (facts f) under Placement.
-template <class T, class Placement, std::size_t... I>
-consteval placement::result<T::size, T::n_edges> place(const node_facts_t<T::size, T::n_edges>& f,
-                                                       std::index_sequence<I...>) {
+template <class T, class Placement>
+consteval placement::result<T::size, T::n_edges> place(const node_facts_t<T::size, T::n_edges>& f) {
   placement::request<T::size, T::n_edges> r;
   r.edge_begin = f.edge_begin;
   r.edges = f.edges;
@@ -38,10 +55,15 @@ consteval placement::result<T::size, T::n_edges> place(const node_facts_t<T::siz
   r.group = f.group;
   r.state = f.force_root;
   r.leaf = f.leaf;
-  r.policy = {id_of<typename Placement::template device<typename T::template node<I>>>...};
-  r.scope = {detail::scope_of<typename T::template node<I>::op>::value...};
-  r.scope_device = {detail::scope_of<typename T::template node<I>::op>::id...};
-  r.has_gpu_kernel = {has_gpu_kernel<typename T::template node<I>::op>...};
+  // One table, built in chunks (core/pack.hpp's indexed_table), not a pack expansion per field.
+  const auto nodes = indexed_table<detail::node_request, T::size,
+                                   detail::node_request_at<T, Placement>::template at>();
+  for (std::size_t i = 0; i < T::size; ++i) {
+    r.policy[i] = nodes[i].policy;
+    r.scope[i] = nodes[i].scope;
+    r.scope_device[i] = nodes[i].scope_device;
+    r.has_gpu_kernel[i] = nodes[i].has_gpu_kernel;
+  }
   r.soft = soft_placement<Placement>();
   return placement::place(r);
 }

@@ -85,13 +85,11 @@ public:
 
   using node_facts = node_facts_t<size, n_edges>;
   /// facts: what the ops of the nodes say.
-  static constexpr node_facts fact =
-      gather_facts<table, Fetches...>(std::make_index_sequence<size>{});
+  static constexpr node_facts fact = gather_facts<table, Fetches...>();
 
   /// place: the device of every node, and the transfers.
   using placement_t = placement::result<size, n_edges>;
-  static constexpr placement_t placement =
-      compile::place<table, Placement>(fact, std::make_index_sequence<size>{});
+  static constexpr placement_t placement = compile::place<table, Placement>(fact);
   /// Transfers, and value slots: nodes first, then one per transfer.
   static constexpr std::size_t transfers = placement.transfers;
   static constexpr std::size_t slots = size + transfers;

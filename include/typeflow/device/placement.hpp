@@ -101,19 +101,26 @@ constexpr result<N, E> place(const request<N, E>& r) {
         materialized[r.edges[e]] = true;
   }
   std::array<std::size_t, N + 1> count{};
+  // Each source's transfers as a list (head[k], then next[t]), so that finding the transfer of
+  // (k, device) reads k's few transfers, not all of them (a scan of all was O(edges x transfers)).
+  std::array<std::size_t, N> head{};
+  head.fill(no);
+  std::array<std::size_t, E + 1> next{};
   for (std::size_t j = 0; j < N; ++j)
     for (std::size_t e = r.edge_begin[j]; e < r.edge_begin[j + 1]; ++e) {
       const std::size_t k = r.edges[e];
       p.edge_transfer[e] = no;
       if (r.group[j] || (r.constant[k] && !materialized[k]) || p.device[k] == p.device[j])
         continue;
-      std::size_t t = 0;
-      while (t < p.transfers && !(p.transfer_source[t] == k && p.transfer_device[t] == p.device[j]))
-        ++t;
-      if (t == p.transfers) {
+      std::size_t t = head[k];
+      while (t != no && !(p.transfer_device[t] == p.device[j]))
+        t = next[t];
+      if (t == no) {
+        t = p.transfers++;
         p.transfer_source[t] = k;
         p.transfer_device[t] = p.device[j];
-        ++p.transfers;
+        next[t] = head[k];
+        head[k] = t;
         ++count[k];
       }
       p.edge_transfer[e] = t;

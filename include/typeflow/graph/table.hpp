@@ -58,19 +58,14 @@ struct hash_entry {
   std::uint64_t hash = 0;
   std::size_t index = 0;
 };
-template <class... Ns>
-consteval std::array<std::uint64_t, sizeof...(Ns)> identities() {
-  return {typeflow::detail::node_hash<Ns>::value...};
-}
-template <class List>
-struct hash_index;
-template <class... Ns>
-struct hash_index<type_list<Ns...>> {
-  static constexpr std::size_t size = sizeof...(Ns);
-  // Initialized by a call, not a braced list: clang re-checks a static member's initializer for
-  // side effects at every reference from a template argument (node<I> reads hashes[I]), and a
-  // list of n identities made that O(n) per look-up (a tenth of clang's time at 2,330 nodes).
-  static constexpr std::array<std::uint64_t, size> hashes = identities<Ns...>();
+/// The index of the nodes of a finished walk (traverse.hpp's walk_all<Roots...>, a trie): its
+/// identities in post-order are the table's, so nothing is hashed again, and the index is named
+/// by the trie, one type, never by a list of every node (a class or function templated on n
+/// nodes costs the compilers O(n) per use of the list).
+template <class Trie>
+struct hash_index {
+  static constexpr std::size_t size = Trie::count;
+  static constexpr const std::array<std::uint64_t, size>& hashes = post_order<Trie>::value;
   static constexpr std::array<hash_entry, size> sorted = [] {
     std::array<hash_entry, size> a{};
     for (std::size_t i = 0; i < size; ++i)
@@ -106,6 +101,11 @@ struct arity;
 template <class Op, class... Cs>
 struct arity<expr<Op, Cs...>> : std::integral_constant<std::size_t, sizeof...(Cs)> {};
 
+/// A node's operands as positions in its table.
+struct operand_list {
+  const std::size_t* positions = nullptr;
+  std::size_t size = 0;
+};
 template <class Seq>
 struct seq_values;
 template <std::size_t... K>
@@ -134,6 +134,7 @@ template <class K>
 using root_t = K;
 #endif
 
+#if !TYPEFLOW_NODE_REFS
 template <class L>
 struct edge_count;
 template <class... Ns>
@@ -147,6 +148,7 @@ struct edge_count<type_list<Ns...>> {
     return n;
   }();
 };
+#endif
 } // namespace detail
 
 /// Edges of a table of `size` nodes, templated on sizes only (a type nested in a table would be
@@ -169,7 +171,7 @@ struct node_table {
 
 #if TYPEFLOW_NODE_REFS
 private:
-  using map = detail::hash_index<nodes>;
+  using map = detail::hash_index<detail::walk_all<detail::root_t<Roots>...>>;
 
 public:
   /// Position of node N in the topological order: index_c<N>::value.
@@ -213,7 +215,27 @@ public:
     return as_hana(static_cast<nodes*>(nullptr));
   }
 
+private:
+  template <std::size_t I>
+  struct arity_at {
+    static constexpr std::size_t value = detail::arity<def_t<node<I>>>::value;
+  };
+  static constexpr std::size_t count_edges() {
+    const auto arity = indexed_table<std::size_t, size, arity_at>();
+    std::size_t n = 0;
+    for (std::size_t a : arity)
+      n += a;
+    return n;
+  }
+
+public:
+#if TYPEFLOW_NODE_REFS
+  static constexpr std::size_t n_edges = count_edges();
+#else
+  // nvcc's units: a look-up of node<I> there is overload resolution among n candidates, so
+  // the arities come from the list itself.
   static constexpr std::size_t n_edges = detail::edge_count<nodes>::value;
+#endif
 
 private:
   template <class... Ns>
@@ -226,19 +248,23 @@ private:
   struct child_seq<expr<Op, Cs...>> {
     using type = std::index_sequence<index_c<Cs>::value...>;
   };
-  template <std::size_t... I>
-  static consteval edge_table<size, n_edges> make_edges(std::index_sequence<I...>) {
+  /// Node I's operands by position (indexed_table's generator).
+  template <std::size_t I>
+  struct operands_at {
+    using def = def_t<node<I>>;
+    static constexpr detail::operand_list value{
+        detail::seq_values<typename child_seq<def>::type>::value.data(), detail::arity<def>::value};
+  };
+  static consteval edge_table<size, n_edges> make_edges() {
     edge_table<size, n_edges> t;
-    // Arrays and loops, not a fold over the nodes: clang limits a fold expression to 256
-    // operands (-fbracket-depth), and a graph can have thousands of nodes.
-    const std::size_t* const kids[] = {
-        detail::seq_values<typename child_seq<def_t<node<I>>>::type>::value.data()..., nullptr};
-    const std::size_t n_kids[] = {detail::arity<def_t<node<I>>>::value..., 0};
+    // A table built in chunks (core/pack.hpp's indexed_table), not an expansion of a pack of
+    // every node, which costs the compilers O(n) per node.
+    const auto kids = indexed_table<detail::operand_list, size, operands_at>();
     std::size_t e = 0;
     for (std::size_t i = 0; i < size; ++i) {
       t.edge_begin[i] = e;
-      for (std::size_t c = 0; c < n_kids[i]; ++c)
-        t.edges[e++] = kids[i][c];
+      for (std::size_t c = 0; c < kids[i].size; ++c)
+        t.edges[e++] = kids[i].positions[c];
     }
     t.edge_begin[size] = e;
     return t;
@@ -246,8 +272,7 @@ private:
 
 public:
   /// The edges, by position.
-  static constexpr edge_table<size, n_edges> topology =
-      make_edges(std::make_index_sequence<size>{});
+  static constexpr edge_table<size, n_edges> topology = make_edges();
 };
 
 } // namespace typeflow::graph

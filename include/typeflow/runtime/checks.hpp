@@ -152,12 +152,32 @@ template <class Ph, class... Feeds>
 constexpr std::size_t feed_count() {
   return (std::size_t{0} + ... + std::is_same_v<typename Feeds::placeholder, Ph>);
 }
-template <class P, std::size_t... I>
-constexpr std::size_t first_clash(std::index_sequence<I...>) {
-  // Arrays, not folds: clang limits a fold expression to 256 operands (-fbracket-depth).
-  const std::array<std::string_view, P::size> names{
-      variable_name<typename P::template node<I>::op>::value...};
-  const std::array<bool, P::size> var{is_variable_t<typename P::template node<I>>::value...};
+/// Node I's variable name, if it is a variable (indexed_table's generator).
+struct variable_name_entry {
+  std::string_view name;
+  bool variable = false;
+};
+template <class P>
+struct variable_name_at {
+  template <std::size_t I>
+  struct at {
+    using N = typename P::template node<I>;
+    static constexpr variable_name_entry value{variable_name<typename N::op>::value,
+                                               is_variable_t<N>::value};
+  };
+};
+template <class P>
+constexpr std::size_t first_clash() {
+  // A table built in chunks, not a pack expansion over the nodes (core/pack.hpp's
+  // indexed_table).
+  const auto entries =
+      indexed_table<variable_name_entry, P::size, variable_name_at<P>::template at>();
+  std::array<std::string_view, P::size> names{};
+  std::array<bool, P::size> var{};
+  for (std::size_t i = 0; i < P::size; ++i) {
+    names[i] = entries[i].name;
+    var[i] = entries[i].variable;
+  }
   // The variables sorted by name (then position): a clash is two neighbours of one name, and
   // the first variable that has a namesake is the least position among such neighbours.
   // O(v log v): pairs of variables were quadratic, past g++'s constexpr limit at 300 variables.
@@ -203,27 +223,29 @@ struct plan_check {
   }();
   static constexpr bool fed_twice =
       ((feed_count<typename Feeds::placeholder, Feeds...>() > 1) || ...);
-  static constexpr std::size_t clash = first_clash<P>(std::make_index_sequence<P::size>{});
+  static constexpr std::size_t clash = first_clash<P>();
   static constexpr std::size_t strict = P::placement.strict_violation;
   static constexpr bool strict_bad = strict != P::size && strict != static_cast<std::size_t>(-1);
   template <std::size_t I>
   using step = step_check<typename P::template device<I>, typename P::template local_flat<I>,
                           typename step_region_of<P, I>::type>;
-  template <std::size_t... I>
-  static constexpr std::array<std::size_t, 3> first_steps(std::index_sequence<I...>) {
-    const bool backend[] = {step<I>::no_backend..., false};
-    const bool kernel[] = {step<I>::no_cpu_kernel..., false};
-    const bool vector[] = {step<I>::no_vector_form..., false};
+  /// Step I's three checks (indexed_table's generator).
+  template <std::size_t I>
+  struct step_flags_at {
+    static constexpr std::array<bool, 3> value{step<I>::no_backend, step<I>::no_cpu_kernel,
+                                               step<I>::no_vector_form};
+  };
+  static constexpr std::array<std::size_t, 3> first_steps() {
+    // A table built in chunks, not a pack expansion over the steps (core/pack.hpp's
+    // indexed_table).
+    const auto flags = indexed_table<std::array<bool, 3>, P::size, step_flags_at>();
     std::array<std::size_t, 3> r{P::size, P::size, P::size};
-    for (std::size_t i = P::size; i-- > 0;) {
-      r[0] = backend[i] ? i : r[0];
-      r[1] = kernel[i] ? i : r[1];
-      r[2] = vector[i] ? i : r[2];
-    }
+    for (std::size_t i = P::size; i-- > 0;)
+      for (std::size_t k = 0; k < 3; ++k)
+        r[k] = flags[i][k] ? i : r[k];
     return r;
   }
-  static constexpr std::array<std::size_t, 3> steps =
-      first_steps(std::make_index_sequence<P::size>{});
+  static constexpr std::array<std::size_t, 3> steps = first_steps();
   static constexpr plan_problem problem = unfed < P::size      ? plan_problem::unfed
                                           : fed_twice          ? plan_problem::fed_twice
                                           : clash < P::size    ? plan_problem::duplicate_variable
