@@ -145,4 +145,61 @@ TEST_SUITE("session") {
     ty::tensor<bool> s({}, {true});
     CHECK(s.to_string() == "tensor<bool, []>(true)");
   }
+  TEST_CASE("the CPU backend: fetch hands a lone buffer over, commit adopts it, CPUs share") {
+    // The executor drives every device through device_backend<D>; these are the CPU's answers.
+    using B = ty::device_backend<ty::cpu<0>>;
+    static_assert(ty::has_device_backend<ty::cpu<0>> && ty::has_device_backend<ty::cpu<3>>);
+    static_assert(B::host_memory);
+    ty::backend::session_state st;
+    st.host = std::make_shared<ty::cpu_backend::host_state>(1, false, false);
+    auto pool_value = [&](float first) {
+      ty::backend::rt_value x;
+      x.dims = ty::backend::rt_dims::from(ty::dims_t<1>{4});
+      x.owner = st.host_mem->acquire(4 * sizeof(float), st.stats);
+      x.data = x.owner.get();
+      for (int i = 0; i < 4; ++i)
+        static_cast<float*>(x.data)[i] = first + static_cast<float>(i);
+      return x;
+    };
+    ty::backend::rt_value x = pool_value(10);
+    void* const buffer = x.data;
+    {
+      const ty::backend::rt_value other = x; // a second holder: fetch copies
+      const ty::tensor<float> t = B::fetch<float>(st, x);
+      CHECK(t.data() != buffer);
+      CHECK(x.owner != nullptr);
+      CHECK(t[3] == 13.0f);
+    }
+    const ty::tensor<float> handed = B::fetch<float>(st, x);
+    CHECK(static_cast<const void*>(handed.data()) == buffer);
+    CHECK(x.owner == nullptr);
+    CHECK(handed[0] == 10.0f);
+
+    // Between CPUs the buffer is shared, not copied.
+    ty::backend::rt_value y = pool_value(20), moved;
+    B::receive<ty::cpu<1>>(st, y, moved, sizeof(float));
+    CHECK(moved.data == y.data);
+    CHECK(moved.dims == y.dims);
+
+    // A commit makes the value's buffer the variable's storage when nothing else holds it, and
+    // copies when the value is kept (fetched).
+    ty::backend::variable_record rec;
+    rec.bytes = 4 * sizeof(float);
+    rec.data = decltype(rec.data)(ty::detail::aligned_bytes(rec.bytes));
+    rec.device_valid = true;
+    ty::backend::rt_value var;
+    var.data = rec.data.get();
+    ty::backend::rt_value kept = pool_value(30);
+    B::commit(st, var, kept, rec, true, rec.bytes);
+    CHECK(rec.data.get() != kept.data);
+    CHECK(static_cast<float*>(rec.data.get())[2] == 32.0f);
+    CHECK_FALSE(rec.device_valid);
+    ty::backend::rt_value lone = pool_value(40);
+    void* const lone_buffer = lone.data;
+    B::commit(st, var, lone, rec, false, rec.bytes);
+    CHECK(rec.data.get() == lone_buffer);
+    CHECK(var.data == lone_buffer);
+    CHECK(lone.data == nullptr);
+    CHECK(static_cast<float*>(var.data)[1] == 41.0f);
+  }
 }

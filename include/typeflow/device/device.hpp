@@ -10,6 +10,7 @@
 #pragma once
 #include <concepts>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "../ops/elementwise.hpp"
@@ -22,6 +23,7 @@ template <int I = 0>
 struct cpu {
   static constexpr int index = I;
   static constexpr bool is_cpu = true;
+  static constexpr std::string_view type = "CPU"; ///< TensorFlow's device type
   static std::string name() {
     return "/job:localhost/replica:0/task:0/device:CPU:" + std::to_string(I);
   }
@@ -32,6 +34,7 @@ template <int I = 0>
 struct gpu {
   static constexpr int index = I;
   static constexpr bool is_cpu = false;
+  static constexpr std::string_view type = "GPU"; ///< TensorFlow's device type
   static std::string name() {
     return "/job:localhost/replica:0/task:0/device:GPU:" + std::to_string(I);
   }

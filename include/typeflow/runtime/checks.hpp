@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "../backend/common/backend.hpp"
-#include "../backend/cpu/kernels.hpp"
+#include "../backend/cpu/backend.hpp"
 #include "../backend/cuda/kernels.hpp"
 #include "../compile/plan.hpp"
 #include "../device/device.hpp"
@@ -47,8 +47,7 @@ struct no_kernel_message {
   static constexpr msg_buf message() {
     msg_buf b;
     b << std::string_view("placement: op ") << Op::name
-      << std::string_view(" has no kernel on device ")
-      << (D::is_cpu ? std::string_view("CPU:") : std::string_view("GPU:"))
+      << std::string_view(" has no kernel on device ") << D::type << std::string_view(":")
       << static_cast<std::int64_t>(D::index)
       << std::string_view(" and soft placement is off (strict policy)");
     return b;
@@ -85,33 +84,36 @@ struct step_check {
   static constexpr bool no_backend = false, no_cpu_kernel = false, no_vector_form = false;
   using op = void;
 };
-template <class Region>
+/// What a fused region on device D needs of its ops (the backend says; none without one).
+template <class D, class Region, bool = has_device_backend<D>>
 struct region_vector_form {
   static constexpr bool missing = false;
   using op = void;
 };
-template <class Out, class Ins, class Members, class IdxSeq, class Stores>
-struct region_vector_form<graph::flat_region<Out, Ins, Members, IdxSeq, Stores>> {
-  using fused = cpu_backend::fused_kernel<Out, Ins, Members>;
-  static constexpr bool missing = fused::lacks_a_vector_form;
-  using op = typename fused::op_without_vector_form;
-};
-template <class Region>
-struct region_vector_form<graph::prologue<Region>> : region_vector_form<Region> {};
-template <class P, class Region, std::size_t In>
-struct region_vector_form<graph::chained<P, Region, In>> : region_vector_form<Region> {};
+template <class D, class Region>
+struct region_vector_form<D, Region, true>
+    : device_backend<D>::template vector_form<std::remove_pointer_t<Region>> {};
+/// Whether device D's backend has a kernel for a step (true without a backend: that is
+/// no_backend's error).
+template <class D, graph::step_kind K, class Op, class T, class Region, class... Refs>
+consteval bool backend_has_kernel() {
+  if constexpr (has_device_backend<D>)
+    return device_backend<D>::template has_kernel<K, Op, T, Region, Refs...>;
+  else
+    return true;
+}
 template <class D, graph::step_kind K, class Op, class T, std::size_t R, class... Refs,
           class Region>
 struct step_check<D, graph::flat_node<K, Op, T, R, Refs...>, Region*> {
-  static constexpr bool no_backend = !D::is_cpu && !has_device_backend<D>;
+  static constexpr bool no_backend = !has_device_backend<D>;
   static constexpr bool no_cpu_kernel = [] {
-    if constexpr (D::is_cpu && K == graph::step_kind::kernel && !control_flow_op<Op>)
-      return !cpu_backend::has_kernel<0, Op, T, Region, Refs...>;
+    if constexpr (K == graph::step_kind::kernel && !control_flow_op<Op>)
+      return !backend_has_kernel<D, K, Op, T, Region, Refs...>();
     else
       return false;
   }();
-  static constexpr bool no_vector_form = D::is_cpu && region_vector_form<Region>::missing;
-  using op = std::conditional_t<no_vector_form, typename region_vector_form<Region>::op, Op>;
+  static constexpr bool no_vector_form = region_vector_form<D, Region>::missing;
+  using op = std::conditional_t<no_vector_form, typename region_vector_form<D, Region>::op, Op>;
 };
 
 template <class V>

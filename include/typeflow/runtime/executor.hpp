@@ -1,11 +1,11 @@
 // The executor: runs a compiled plan (compile/plan.hpp) step by step on the devices its
-// placement chose. It binds the feeds, gathers each step's frame from the run's values, calls
-// the step's kernel (cpu_backend::kernel with a CPU context, or device_backend<D>, which gets
-// the session state `st_`, never the executor), moves values between devices, interprets
-// `repeat` loops, replays a run captured as one CUDA graph, checks numerics, hands the fetched
-// values over and commits the assignments. The session (session.hpp) is its public face;
-// replication (replicate.hpp) drives the towers' executors through the public members below.
-#pragma once
+// placement chose. It binds the feeds, gathers each step's frame from the run's values, and
+// hands the step to its device's backend, device_backend<D> (the CPU's as any other's; a backend
+// gets the session state `st_`, never the executor), which also binds variables, receives
+// transfers, commits assignments and hands fetched values over. It checks numerics and traces.
+// `repeat` loops run in loops.hpp, a run captured as one CUDA graph in graph_replay.hpp, and
+// replication's phases in replicate.hpp: each through the public members below. The session
+// (session.hpp) is its public face.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -28,6 +28,7 @@
 #include "../backend/common/backend.hpp"
 #include "../backend/common/cost.hpp"
 #include "../backend/common/value.hpp"
+#include "../backend/cpu/backend.hpp"
 #include "../backend/cpu/kernels.hpp"
 #include "../backend/cpu/loops.hpp"
 #include "../backend/cuda/kernels.hpp"
@@ -41,6 +42,8 @@
 #include "../ops/repeat.hpp"
 #include "checks.hpp"
 #include "feed.hpp"
+#include "graph_replay.hpp"
+#include "loops.hpp"
 #include "options.hpp"
 #include "trace.hpp"
 #include "variables.hpp"
@@ -135,10 +138,9 @@ class executor {
 public:
   explicit executor(session_options o, std::shared_ptr<backend::variable_store> vars =
                                            std::make_shared<backend::variable_store>())
-      : opts_(o), vars_(o.seed, std::move(vars)),
-        pool_(std::make_unique<cpu_backend::thread_pool>(o.threads)),
-        dnnl_(std::make_unique<cpu_backend::onednn_cache>(o.precision == precision::bfloat16,
-                                                          o.precision == precision::float16)) {
+      : opts_(o), vars_(o.seed, std::move(vars)) {
+    st_.host = std::make_shared<cpu_backend::host_state>(
+        o.threads, o.precision == precision::bfloat16, o.precision == precision::float16);
     st_.allow_tf32 = o.allow_tf32;
     st_.convolutions = o.convolutions;
     st_.precision = o.precision;
@@ -148,11 +150,11 @@ public:
   const session_options& options() const { return opts_; }
   variable_set& variables() { return vars_; }
   const variable_set& variables() const { return vars_; }
-  int threads() const { return pool_->size(); }
-  cpu_backend::thread_pool& pool() { return *pool_; }
-  bool products_in_bfloat16() const { return dnnl_->bf16(); }
-  bool products_in_float16() const { return dnnl_->f16(); }
-  std::size_t onednn_primitives() const { return dnnl_->primitives(); }
+  int threads() const { return host().pool.size(); }
+  cpu_backend::thread_pool& pool() { return cpu_backend::host_of(st_).pool; }
+  bool products_in_bfloat16() const { return host().dnnl.bf16(); }
+  bool products_in_float16() const { return host().dnnl.f16(); }
+  std::size_t onednn_primitives() const { return host().dnnl.primitives(); }
   const run_stats& stats() const { return st_.stats; }
   /// What the backends see (host buffers, statistics, the run counter, GPU state).
   backend::session_state& state() { return st_; }
@@ -168,9 +170,12 @@ public:
     try {
       std::array<backend::rt_value, P::slots> vals;
       begin_run<P>(vals.data(), feeds...);
-      if constexpr (graph_capturable<P>())
-        if (opts_.cuda_graphs && !tr_.run && !opts_.check_numerics && warmed_up<P>(vals.data()))
-          return run_graph<P, F...>(vals.data());
+      if constexpr (graph_replay<executor>::template capturable<P>())
+        if (opts_.cuda_graphs && !tr_.run && !opts_.check_numerics &&
+            replay_.template warmed_up<P>(vals.data())) {
+          replay_.template run<P>(*this, vals.data());
+          return fetch_all<P, F...>(vals.data());
+        }
       run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
       backend::end_steps(st_); // device-side checks (a bad label): throws before any commit
       if (opts_.check_numerics)
@@ -279,7 +284,7 @@ public:
     const step_fn* table = step_table<P>(seq);
     constexpr auto& L = P::layout;
     static constexpr std::size_t elem_bytes[] = {
-        value_bytes<typename P::template node<I>::value_type>()..., 0};
+        detail::value_bytes<typename P::template node<I>::value_type>()..., 0};
     for (std::size_t q = 0; q < P::size; ++q) {
       const std::size_t i = L.order[q]; // node order, but for the moves of compile::plan::schedule
       if constexpr (Phase != 0) {
@@ -290,7 +295,7 @@ public:
           continue;
         }
       }
-      dying_ = L.dying[i]; // what the step's CPU kernel may write over (cpu_context())
+      st_.dying = L.dying[i]; // what the step's CPU kernel may write over
       if (tr_.run) {
         const std::size_t before = st_.stats.steps;
         const double t0 = opts_.trace->now();
@@ -300,7 +305,7 @@ public:
       } else {
         run_step<P>(table, vals, i);
       }
-      dying_ = 0;
+      st_.dying = 0;
       if constexpr (Phase == 1) {
         if (!replication<P>::value.all_reduce[i])
           run_transfers<P>(vals, i, elem_bytes[i]);
@@ -334,37 +339,48 @@ public:
         table[i](*this, vals, i, var[i]);
   }
 
-  /// A fetched value as a tensor, copied.
-  template <class T, class D>
-  auto fetch_value(const value& v) {
-    if constexpr (std::is_void_v<T>) {
+  /// A fetched value as a tensor (none for a group), from its device's backend: a const value
+  /// is copied; a CPU backend hands a run's own buffer over when nothing else holds it.
+  template <class T, class D, class V>
+  auto fetch_value(V& v) {
+    if constexpr (std::is_void_v<T>)
       return std::tuple<>{};
-    } else if constexpr (!D::is_cpu) {
+    else
       return std::tuple<tensor<T>>{device_backend<D>::template fetch<T>(st_, v)};
-    } else {
-      tensor<T> t(tensor<T>::uninitialized, v.dims.vec());
-      if (t.size() > 0)
-        std::memcpy(t.data(), v.data, sizeof(T) * t.size());
-      return std::tuple<tensor<T>>{std::move(t)};
-    }
   }
 
-  /// A fetched value as a tensor: the run's own host buffer, when nothing else holds it, is
-  /// handed over rather than copied, and goes back to the pool when the tensor dies. (A second
-  /// fetch of the same value then finds no owner, and copies.)
-  template <class T, class D>
-  auto fetch_value(value& v) {
-    if constexpr (!std::is_void_v<T> && D::is_cpu) {
-      if (v.owner && v.owner.use_count() == 1)
-        return std::tuple<tensor<T>>{
-            tensor<T>(v.dims.vec(), std::move(v.owner), static_cast<T*>(v.data))};
-    }
-    return fetch_value<T, D>(std::as_const(v));
+  /// What this session's CPU kernels get (its pool, buffers, statistics, oneDNN primitives):
+  /// for the host-side work of loops and replication.
+  cpu_backend::context cpu_context() { return device_backend<cpu<0>>::context(st_); }
+
+  /// Binds plan P's variables to their storage on their devices (a GPU's copy uploaded when the
+  /// host's is newer): what a captured run (graph_replay.hpp) does outside its capture.
+  template <class P>
+  void bind_variables(value* vals) {
+    const step_fn* table = step_table<P>(std::make_index_sequence<P::size>{});
+    for (std::size_t i = 0; i < P::size; ++i)
+      if (P::layout.step[i] == graph::step_kind::variable)
+        run_step<P>(table, vals, i);
   }
 
-  /// What this session's CPU kernels get (its pool, buffers, statistics, oneDNN primitives).
-  cpu_backend::context cpu_context() {
-    return cpu_backend::context{*pool_, *st_.host_mem, st_.stats, *dnnl_, st_.runs, dying_};
+  /// Runs a loop body's plan P (runtime/loops.hpp) on the bound values for layer `layer`:
+  /// untraced, with the layer's run salt (random ops draw per layer, and the gradient's
+  /// recomputation draws as the forward did).
+  template <class P>
+  void run_body(std::vector<value>& v, std::int64_t layer) {
+    const auto traced = tr_.run;
+    const std::uint64_t runs = st_.runs;
+    tr_.run.reset();
+    st_.runs = runs ^ (static_cast<std::uint64_t>(layer + 1) * 0x9E3779B97F4A7C15ull);
+    try {
+      run_steps<P, 0>(v.data(), std::make_index_sequence<P::size>{});
+    } catch (...) {
+      tr_.run = traced;
+      st_.runs = runs;
+      throw;
+    }
+    tr_.run = traced;
+    st_.runs = runs;
   }
 
   void trace_start(std::optional<std::uint64_t> run) {
@@ -389,7 +405,7 @@ public:
 
   void trace_push(trace_event::type what, std::size_t node, device_id d, double start) {
     const double end = opts_.trace->now();
-    if (own_devices_ && what == trace_event::type::step && d.is_cpu)
+    if (own_devices_ && what == trace_event::type::step)
       d = own_devices_[node];
     tr_.events.push_back(trace_event{what, tr_.plan, static_cast<std::uint32_t>(node), d,
                                      trace_recorder::thread_index(), *tr_.run, start, end - start,
@@ -403,7 +419,7 @@ public:
     tr_.flops = flops;
   }
   /// The devices that this executor's trace events and placement log name for the running
-  /// plan's CPU nodes (null: the plan's own); see own_devices_.
+  /// plan's nodes (null: the plan's own); see own_devices_.
   void name_devices(const device_id* d) { own_devices_ = d; }
 
 private:
@@ -432,10 +448,7 @@ private:
         if (const auto x = static_cast<compute_of<T>>(p[e]); !std::isfinite(x))
           detail::not_finite(static_cast<double>(x), e, v.dims, self, name);
     };
-    if constexpr (D::is_cpu)
-      scan(static_cast<const T*>(v.data));
-    else
-      scan(device_backend<D>::template fetch<T>(s.st_, v).data());
+    device_backend<D>::template read<T>(s.st_, v, scan);
   }
   /// What check_numerics runs on a node of device D and dtype T: check_finite where Checked
   /// (the node is fetched or assigned, and of a floating dtype), else nothing.
@@ -509,161 +522,6 @@ private:
     table[i](*this, vals, &P::frames.slot[P::frames.begin[i]], &P::node_string);
   }
 
-  // ---- a run as one CUDA graph -----------------------------------------------------------------
-  //
-  // A plan whose every step runs on one GPU, fed only from placeholders, is captured the second
-  // time it runs with given feed extents (the first warms up kernel by kernel: libraries load
-  // their kernels and convolutions time their algorithms, neither of which a capture allows):
-  // the steps and the assignments are recorded as one CUDA graph, its buffers held for it; later
-  // runs with the same extents upload the feeds into the graph's buffers and launch it once. No
-  // step waits for the host: device-side checks are read after the launch, and the assignments are
-  // skipped on the device when one failed.
-
-  template <class P>
-  static consteval bool graph_capturable() {
-    if constexpr (P::size == 0) {
-      return false;
-    } else {
-      const bool per_run = [&]<std::size_t... I>(std::index_sequence<I...>) {
-        const bool draws[] = {op_traits<typename P::template node<I>::op>::draws..., false};
-        for (bool d : draws)
-          if (d)
-            return true;
-        return false;
-      }
-      (std::make_index_sequence<P::size>{});
-      if (per_run)
-        return false;
-      const auto& f = P::fact;
-      const auto& pl = P::placement;
-      int gpu = -1;
-      for (std::size_t i = 0; i < P::size; ++i) {
-        const auto k = P::layout.step[i];
-        if (f.placeholder[i] || k == graph::step_kind::group ||
-            k == graph::step_kind::fused_member || k == graph::step_kind::inline_constant)
-          continue;
-        if (k == graph::step_kind::constant || (f.fetched[i] && k == graph::step_kind::variable))
-          return false; // a host constant; a variable fetched as the run assigns it
-        if (pl.device[i].is_cpu || (gpu >= 0 && pl.device[i].index != gpu))
-          return false;
-        gpu = pl.device[i].index;
-      }
-      for (std::size_t t = 0; t < pl.transfers; ++t)
-        if (!f.placeholder[pl.transfer_source[t]] || pl.transfer_device[t].is_cpu ||
-            pl.transfer_device[t].index != gpu)
-          return false;
-      return gpu >= 0;
-    }
-  }
-  /// Whether this plan ran before with these feed extents (else they are noted, and the run
-  /// goes kernel by kernel).
-  template <class P>
-  bool warmed_up(const value* vals) {
-    std::vector<std::int64_t> key;
-    for (std::size_t i = 0; i < P::size; ++i)
-      if (P::fact.placeholder[i]) {
-        key.push_back(static_cast<std::int64_t>(vals[i].dims.rank));
-        key.insert(key.end(), vals[i].dims.d.begin(), vals[i].dims.d.begin() + vals[i].dims.rank);
-      }
-    static char plan_key; // one per plan type (its address)
-    return !warmed_[&plan_key].insert(std::move(key)).second;
-  }
-  template <class P>
-  static constexpr int graph_gpu() {
-    for (std::size_t i = 0; i < P::size; ++i)
-      if (!P::placement.device[i].is_cpu)
-        return P::placement.device[i].index;
-    return 0;
-  }
-
-  /// A captured run: the graph, the feed extents and variable buffers it was captured with,
-  /// every value's buffer and extents (not owned: the graph holds the buffers), its statistics.
-  struct graph_record {
-    std::shared_ptr<void> graph;
-    std::vector<std::int64_t> key;
-    std::vector<value> vals;
-    run_stats stats;
-  };
-
-  template <class P, class... F>
-  auto run_graph(value* vals) {
-    using D = gpu<graph_gpu<P>()>;
-    constexpr auto& f = P::fact;
-    constexpr auto& pl = P::placement;
-    // The variables on the GPU (uploaded when the host copy is newer), outside any capture.
-    {
-      const step_fn* table = step_table<P>(std::make_index_sequence<P::size>{});
-      for (std::size_t i = 0; i < P::size; ++i)
-        if (P::layout.step[i] == graph::step_kind::variable)
-          run_step<P>(table, vals, i);
-    }
-    std::vector<std::int64_t> key;
-    for (std::size_t i = 0; i < P::size; ++i)
-      if (f.placeholder[i]) {
-        key.push_back(static_cast<std::int64_t>(vals[i].dims.rank));
-        key.insert(key.end(), vals[i].dims.d.begin(), vals[i].dims.d.begin() + vals[i].dims.rank);
-      } else if (P::layout.step[i] == graph::step_kind::variable) {
-        key.push_back(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(vals[i].data)));
-      }
-    static char plan_key; // one per plan type (its address)
-    graph_record& rec = graphs_[&plan_key];
-    const bool capture = !rec.graph || rec.key != key;
-    if (capture) {
-      rec = graph_record{};
-      device_backend<D>::begin_capture(st_);
-      st_.capturing = true;
-      try {
-        run_steps<P, 0>(vals, std::make_index_sequence<P::size>{});
-        commit_steps<P>(vals, std::make_index_sequence<P::size>{});
-        backend::end_commits(st_);
-      } catch (...) {
-        // The graph keeps the capture's buffers until the next capture replaces it: values of
-        // this run still hold some, and give them back as they go.
-        st_.capturing = false;
-        rec.graph = device_backend<D>::end_capture(st_, false);
-        throw;
-      }
-      st_.capturing = false;
-      rec.graph = device_backend<D>::end_capture(st_, true);
-      rec.key = std::move(key);
-      rec.vals.assign(vals, vals + P::slots);
-      for (auto& v : rec.vals)
-        v.owner.reset(); // the graph holds the buffers
-      rec.stats = st_.stats;
-    } else {
-      st_.replaying = true;
-      commit_steps<P>(vals, std::make_index_sequence<P::size>{}); // the variables' flags only
-      st_.replaying = false;
-    }
-    st_.stats = rec.stats;
-    st_.stats.graph_captures = capture ? 1 : 0;
-    st_.stats.graph_launches = 1;
-    for (std::size_t t = 0; t < pl.transfers; ++t) {
-      const value& src = vals[pl.transfer_source[t]];
-      device_backend<D>::upload(st_, rec.vals[P::size + t].data, src.data,
-                                feed_bytes<P>(pl.transfer_source[t], src));
-    }
-    device_backend<D>::launch(st_, rec.graph.get());
-    for (std::size_t i = 0; i < P::slots; ++i)
-      if (i >= P::size || !f.placeholder[i])
-        vals[i] = rec.vals[i];
-    backend::end_steps(st_); // throws what a device-side check found (the commits were skipped)
-    return fetch_all<P, F...>(vals);
-  }
-  template <class P>
-  static std::size_t feed_bytes(std::size_t node, const value& v) {
-    return value_bytes_of<P>(node) * static_cast<std::size_t>(v.dims.numel());
-  }
-  template <class P>
-  static std::size_t value_bytes_of(std::size_t node) {
-    static constexpr auto table = []<std::size_t... I>(std::index_sequence<I...>) {
-      return std::array<std::size_t, P::size>{
-          value_bytes<typename P::template node<I>::value_type>()...};
-    }
-    (std::make_index_sequence<P::size>{});
-    return table[node];
-  }
-
   // The steps run from a table of member-function pointers, one per node: a single fold
   // expression over hundreds of steps made g++'s call-graph construction quadratic.
   // Phase 0 runs every step. A replicated session (device/replication.hpp) runs phase 1 in each
@@ -684,15 +542,8 @@ private:
     s.step<D>(static_cast<Flat*>(nullptr), vals, frame, name, static_cast<Region>(nullptr));
   }
 
-  /// Sends node `from`'s value to device `to` into slot `slot`. Between CPU devices (one host
-  /// memory) the transfer shares the buffer; the CUDA backend copies.
-  template <class T>
-  static constexpr std::size_t value_bytes() {
-    if constexpr (std::is_void_v<T>)
-      return 0;
-    else
-      return sizeof(T);
-  }
+  /// Sends node `from`'s value to device `to` into slot `slot`: the destination's backend
+  /// receives it (between CPU devices, one host memory, the buffer is shared).
   using transfer_fn = void (*)(executor&, value*, std::size_t, std::size_t, std::size_t, name_fn);
   /// One function per transfer of plan P, instantiated from its (source, destination) devices.
   template <class P, std::size_t... T>
@@ -712,22 +563,13 @@ private:
   template <class Src, class Dst>
   void transfer(value* vals, std::size_t from, std::size_t slot, std::size_t elem_bytes, name_fn) {
     const double t0 = tr_.run ? opts_.trace->now() : 0;
-    if constexpr (Src::is_cpu && Dst::is_cpu)
-      vals[slot] = vals[from];
-    else if constexpr (Src::is_cpu)
-      device_backend<Dst>::to_device(st_, vals[from], vals[slot], elem_bytes);
-    else if constexpr (Dst::is_cpu)
-      device_backend<Src>::to_host(st_, vals[from], vals[slot], elem_bytes);
-    else
-      device_backend<Dst>::from_device(st_, Src::index, vals[from], vals[slot], elem_bytes);
+    device_backend<Dst>::template receive<Src>(st_, vals[from], vals[slot], elem_bytes);
     const std::size_t bytes = elem_bytes * static_cast<std::size_t>(vals[from].dims.numel());
     ++st_.stats.transfers;
     st_.stats.transfer_bytes += bytes;
     if (tr_.run) {
-      if constexpr (!Dst::is_cpu)
-        device_backend<Dst>::synchronize(st_);
-      else if constexpr (!Src::is_cpu)
-        device_backend<Src>::synchronize(st_);
+      device_backend<Dst>::synchronize(st_); // the transfer's time is the devices'
+      device_backend<Src>::synchronize(st_);
       tr_.bytes = bytes;
       tr_.flops = 0;
       trace_push(trace_event::type::transfer, from, id_of<Dst>, t0);
@@ -781,12 +623,7 @@ private:
       // bound before the steps run
     } else if constexpr (K == step_kind::variable) {
       var_record* rec = &vars_.template record<expr<Op>>();
-      if constexpr (D::is_cpu) {
-        backend::sync_host(*rec);
-        v.data = rec->data.get();
-      } else {
-        v.data = device_backend<D>::bind_variable(st_, *rec);
-      }
+      v.data = device_backend<D>::bind_variable(st_, *rec);
       v.variable = rec;
       v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
     } else if constexpr (K == step_kind::inline_constant) {
@@ -813,127 +650,6 @@ private:
         run_kernel<D, K, Op, T, Refs...>(vals, frame, self, name, region);
     }
   }
-  // ---- loops (ops/repeat.hpp) ----------------------------------------------------------
-  //
-  // A repeat runs its body's own plan once per layer, on cpu<0>: the carried value and the
-  // layer's slice of each stacked variable are bound to the body's placeholders (no copy), the
-  // body's steps run as any plan's, and its value becomes the next layer's input. The body's
-  // plan is one type whatever the layer count. Its steps count in the run's statistics; a
-  // traced run records the loop as one step. Each layer runs with its own run salt, so random
-  // ops (dropout) draw per layer, and the gradient's recomputation draws as the forward did.
-
-  /// A plan of a loop's body.
-  template <class... Fetches>
-  using body_plan = compile::plan<type_list<Fetches...>, on<cpu<0>>>;
-
-  template <class P, class Ph>
-  static void bind_body(std::vector<value>& v, const void* data, const backend::rt_dims& dims) {
-    if constexpr (P::template contains_c<Ph>::value) {
-      value& slot = v[P::template index_c<Ph>::value];
-      slot.data = const_cast<void*>(data);
-      slot.dims = dims;
-    }
-  }
-  /// Layer `layer` of stacked variable value `s` as the body's placeholder Ph.
-  template <class P, class Ph>
-  static void bind_layer(std::vector<value>& v, const value& s, std::int64_t layer) {
-    using T = typename Ph::value_type;
-    constexpr std::int64_t n = numel(Ph::shape_type::dims);
-    bind_body<P, Ph>(v, static_cast<const T*>(s.data) + layer * n,
-                     backend::rt_dims::from(Ph::shape_type::dims));
-  }
-  /// Runs body plan P on the bound values for layer `layer`: untraced, with the layer's salt.
-  template <class P>
-  void run_body(std::vector<value>& v, std::int64_t layer) {
-    const auto traced = tr_.run;
-    const std::uint64_t runs = st_.runs;
-    tr_.run.reset();
-    st_.runs = runs ^ (static_cast<std::uint64_t>(layer + 1) * 0x9E3779B97F4A7C15ull);
-    try {
-      run_steps<P, 0>(v.data(), std::make_index_sequence<P::size>{});
-    } catch (...) {
-      tr_.run = traced;
-      st_.runs = runs;
-      throw;
-    }
-    tr_.run = traced;
-    st_.runs = runs;
-  }
-  static void check_carry(const value& out, const value& in, std::int64_t layer) {
-    if (out.dims.rank != in.dims.rank ||
-        !std::equal(in.dims.d.begin(), in.dims.d.begin() + in.dims.rank, out.dims.d.begin()))
-      throw error("repeat: layer " + std::to_string(layer) + " returned " + out.dims.str() +
-                  " for a carried value of " + in.dims.str() +
-                  " (a body must keep its argument's shape)");
-  }
-  /// Layer `layer` of a repeat: the body on carry `h`, its value (owned).
-  template <class Body, class Carry, class... Params, class... S>
-  value run_layer(const value& h, std::int64_t layer, [[maybe_unused]] const value* fr,
-                  type_list<S...>) {
-    using P = body_plan<Body>;
-    using T = typename Body::value_type;
-    std::vector<value> v(P::slots);
-    bind_body<P, Carry>(v, h.data, h.dims);
-    (bind_layer<P, Params>(v, fr[S::index], layer), ...);
-    run_body<P>(v, layer);
-    value out = std::move(v[P::template index_c<Body>::value]);
-    check_carry(out, h, layer);
-    auto ctx = cpu_context();
-    return cpu_backend::owned_copy<T>(ctx, std::move(out));
-  }
-
-  template <std::int64_t N, class Body, class Carry, class... Params, class X, class... S>
-  void run_loop(ops::repeat<N, Body, Carry, Params...>*, value* fr, X*, S*...) {
-    value h = fr[X::index];
-    for (std::int64_t i = 0; i < N; ++i)
-      h = run_layer<Body, Carry, Params...>(h, i, fr, type_list<S...>{});
-    fr[0].owner = h.owner;
-    fr[0].data = h.data;
-    fr[0].dims = h.dims;
-  }
-
-  template <std::int64_t N, class Body, class Carry, class Seed, class... G, class... Params,
-            class GX, class X, class... S>
-  void run_loop(ops::repeat_vjp<N, Body, Carry, Seed, type_list<G...>, Params...>*, value* fr, GX*,
-                X*, S*...) {
-    using T = typename X::value_type;
-    using Q = body_plan<G...>;
-    static_assert(sizeof...(G) == 1 + sizeof...(Params), "repeat_grad: one gradient per input");
-    // the layers' inputs, recomputed
-    std::vector<value> hs(static_cast<std::size_t>(N));
-    hs[0] = fr[X::index];
-    for (std::int64_t i = 0; i + 1 < N; ++i)
-      hs[static_cast<std::size_t>(i + 1)] = run_layer<Body, Carry, Params...>(
-          hs[static_cast<std::size_t>(i)], i, fr, type_list<S...>{});
-    T* out = allocate<T>(fr[0]);
-    constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
-    constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
-    value g = fr[GX::index];
-    for (std::int64_t i = N; i-- > 0;) {
-      const value& h = hs[static_cast<std::size_t>(i)];
-      std::vector<value> v(Q::slots);
-      bind_body<Q, Carry>(v, h.data, h.dims);
-      bind_body<Q, Seed>(v, g.data, g.dims);
-      (bind_layer<Q, Params>(v, fr[S::index], i), ...);
-      run_body<Q>(v, i);
-      std::int64_t at = 0;
-      for (std::size_t j = 0; j < sizeof...(Params); ++j) {
-        cpu_backend::write_slice<T>(out, at + i * sizes[j], v[grad_slot[j + 1]].data, sizes[j]);
-        at += N * sizes[j];
-      }
-      value next = std::move(v[grad_slot[0]]);
-      check_carry(next, h, i);
-      auto ctx = cpu_context();
-      g = cpu_backend::owned_copy<T>(ctx, std::move(next));
-      hs[static_cast<std::size_t>(i)] = value{}; // this layer's input is no longer needed
-    }
-    std::int64_t at = 0;
-    for (std::int64_t n : sizes)
-      at += N * n;
-    check_carry(g, fr[X::index], 0);
-    cpu_backend::write_slice<T>(out, at, g.data, g.dims.numel());
-  }
-
   /// A step that runs a kernel: on a frame gathered from the values (see step).
   template <class D, graph::step_kind K, class Op, class T, class... Refs, class Region>
   void run_kernel(value* vals, const std::size_t* frame, std::size_t self, name_fn name,
@@ -944,42 +660,19 @@ private:
       local[k] = vals[frame[k]];
     local[0] = std::move(vals[self]);
     value* fr = local.data();
-    if constexpr (K == step_kind::epilogue) {
-      static_assert(D::is_cpu, "epilogues are folded on the CPU only");
-      auto ctx = cpu_context();
-      cpu_backend::epilogue_kernel<0>(ctx, fr, region);
-    } else if constexpr (K == step_kind::chained) {
-      static_assert(D::is_cpu, "chains are folded on the CPU only");
-      auto ctx = cpu_context();
-      ctx.frame = fr, ctx.frame_size = local.size();
-      cpu_backend::chained_kernel<0>(ctx, fr, region);
-    } else if constexpr (K == step_kind::prologue) {
-      static_assert(D::is_cpu, "prologues are folded on the CPU only");
-      static_assert(cpu_backend::has_prologue_kernel<0, Op, T, Region, Refs...>,
-                    "a reduction that reads_fused_input needs a CPU kernel taking a prologue");
-      auto ctx = cpu_context();
-      cpu_backend::kernel<0>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), fr, Region{},
-                             static_cast<Refs*>(nullptr)...);
+    using B = device_backend<D>;
+    if constexpr (K == step_kind::kernel && control_flow_op<Op>) {
+      static_assert(B::host_memory, "repeat: its loops run on the CPU");
+      loop_interpreter<executor>::run(*this, static_cast<Op*>(nullptr), fr,
+                                      static_cast<Refs*>(nullptr)...);
+    } else if constexpr (!B::template has_kernel<K, Op, T, Region, Refs...>) {
+      using invalid [[maybe_unused]] = detail::reject<detail::no_cpu_kernel_message<Op>>;
     } else {
-      static_assert(K == step_kind::kernel);
-      if constexpr (control_flow_op<Op>) {
-        static_assert(D::is_cpu, "repeat: its loops run on the CPU");
-        run_loop(static_cast<Op*>(nullptr), fr, static_cast<Refs*>(nullptr)...);
-      } else if constexpr (D::is_cpu && !cpu_backend::has_kernel<0, Op, T, Region, Refs...>) {
-        using invalid [[maybe_unused]] = detail::reject<detail::no_cpu_kernel_message<Op>>;
-      } else if constexpr (D::is_cpu) {
-        auto ctx = cpu_context();
-        ctx.frame = fr, ctx.frame_size = local.size();
-        cpu_backend::kernel<0>(ctx, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), fr, region,
-                               static_cast<Refs*>(nullptr)...);
-      } else
-        device_backend<D>::template kernel<0>(st_, static_cast<Op*>(nullptr),
-                                              static_cast<T*>(nullptr), fr, region,
-                                              static_cast<Refs*>(nullptr)...);
+      B::template step<K>(st_, static_cast<Op*>(nullptr), static_cast<T*>(nullptr), fr,
+                          local.size(), region, static_cast<Refs*>(nullptr)...);
     }
     if (tr_.run) {
-      if constexpr (!D::is_cpu)
-        device_backend<D>::synchronize(st_); // the step's time is the GPU's
+      B::synchronize(st_); // the step's time is the device's
       using cost = backend::step_cost<Op, T, Region, Refs...>;
       static_assert(cost::size == local.size(), "typeflow internal error: a step's cost model "
                                                 "and its frame disagree");
@@ -1011,7 +704,8 @@ private:
   /// memory: checked before its kernel allocates anything.
   template <class D, class Op, class T>
   static void check_size(const backend::rt_dims& d, std::size_t self, name_fn name) {
-    detail::check_result_size(d, sizeof(T), D::is_cpu, Op::name, dtype_name<T>, self, name);
+    detail::check_result_size(d, sizeof(T), device_backend<D>::host_memory, Op::name, dtype_name<T>,
+                              self, name);
   }
 
   void note_step(std::size_t, name_fn) { ++st_.stats.steps; }
@@ -1025,26 +719,13 @@ private:
   }
 
   using commit_fn = void (*)(executor&, value*, std::size_t self, std::size_t var);
-  /// An assignment runs on its variable's device, so both buffers are there. On the host, a
-  /// value buffer that nothing else holds (not fetched, read by no other step kept to the end)
-  /// becomes the variable's storage, and the old storage goes to the pool: no copy.
+  /// An assignment runs on its variable's device, so both buffers are there: that device's
+  /// backend makes the new value the variable's (keeping the value's own buffer when fetched).
   template <class D, bool Fetched, class T>
   static void commit_assignment(executor& s, value* vals, std::size_t self, std::size_t var) {
     const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(vals[self].dims.numel());
     auto* rec = static_cast<var_record*>(vals[var].variable);
-    if constexpr (D::is_cpu) {
-      if (Fetched || bytes != rec->bytes ||
-          !backend::buffer_pool::adopt(vals[self].owner, rec->data, rec->bytes))
-        std::memmove(vals[var].data, vals[self].data, bytes);
-      else
-        vals[self].data = nullptr;
-      vals[var].data = rec->data.get();
-      rec->device_valid = false;
-    } else {
-      if (!s.st_.replaying) // a replayed graph makes its own commits
-        device_backend<D>::commit(s.st_, vals[var].data, vals[self].data, bytes);
-      rec->host_valid = false;
-    }
+    device_backend<D>::commit(s.st_, vals[var], vals[self], *rec, Fetched, bytes);
   }
   /// The commit function of a node: commit_assignment for an assignment, else nullptr.
   template <class D, class T, bool Fetched, bool State>
@@ -1102,8 +783,6 @@ private:
   }
 
   trace_state tr_;
-  /// The running step's layout.dying (0 outside run_steps): see cpu_context().
-  std::uint64_t dying_ = 0;
   std::set<const void*> logged_; ///< plans whose placement was logged
   /// The device of each node of the running plan as this session's trace events and placement
   /// log name a CPU node (null: the plan's own): a replicated session's CPU tower running tower
@@ -1111,13 +790,13 @@ private:
   const device_id* own_devices_ = nullptr;
   session_options opts_;
   variable_set vars_;
-  std::unique_ptr<cpu_backend::thread_pool> pool_;
-  std::unique_ptr<cpu_backend::onednn_cache> dnnl_;
-  /// What the backends of its devices see (host buffers, statistics, the run counter, GPU
-  /// state): a backend gets this, never the session.
+  /// What the backends of its devices see (host buffers, statistics, the run counter, the
+  /// CPU's threads and oneDNN primitives, GPU state): a backend gets this, never the session.
   backend::session_state st_;
-  std::map<const void*, graph_record> graphs_;                        ///< captured runs, by plan
-  std::map<const void*, std::set<std::vector<std::int64_t>>> warmed_; ///< feed extents run, by plan
+  graph_replay<executor> replay_; ///< the runs captured as CUDA graphs (after st_: they hold its
+                                  ///< GPUs' buffers)
+
+  const cpu_backend::host_state& host() const { return cpu_backend::host_of(st_); }
 };
 
 } // namespace typeflow

@@ -108,11 +108,10 @@ inline std::mutex& placement_log_mutex() {
 
 /// TensorFlow's log_device_placement lines for a plan: `%7 conv2d(%3, conv1/weights): (conv2d):
 /// /job:localhost/replica:0/task:0/device:CPU:0`, and each transfer's send and receive. A node
-/// on a CPU is named by `own[node]` where given (a CPU tower running tower 0's plan).
+/// is named by `own[node]` where given (a CPU tower running tower 0's plan names its own plan's
+/// devices, which differ from tower 0's only in which CPU).
 inline std::string placement_log(const compile::plan_view& v, const device_id* own = nullptr) {
-  const auto node_device = [&](std::size_t i) {
-    return (own && v.device[i].is_cpu ? own[i] : v.device[i]).name();
-  };
+  const auto node_device = [&](std::size_t i) { return (own ? own[i] : v.device[i]).name(); };
   std::string out;
   for (std::size_t i = 0; i < v.size; ++i) {
     const std::string node = std::to_string(i);

@@ -1,14 +1,20 @@
 // What an executor and the backends of its devices share, below both: the session's state that
 // backends may touch (host buffers, statistics, the run counter, one state slot per accelerator)
-// and the backend interface of a device other than the CPU, `device_backend<D>`, which each such
-// backend specializes. A backend never sees the session; it gets a `session_state&`.
+// and the backend interface of a device, `device_backend<D>`, which each backend specializes
+// (the CPU's in backend/cpu/backend.hpp, CUDA's in backend/cuda/backend.cuh). A backend never
+// sees the session; it gets a `session_state&`.
 //
-// The interface of device_backend<D> (the CUDA backend's is in backend/cuda/backend.cuh):
-//   kernel<I>(session_state&, Op*, T*, rt_value* values, Region*, Operands*...)  one step
-//   bind_variable(session_state&, variable_record&) -> void*    a variable's device copy
-//   commit(session_state&, void* dst, const void* src, bytes)    an assignment's new value
-//   to_device / to_host / from_device(session_state&, ...)       transfers (Send/Recv)
-//   fetch<T>(session_state&, const rt_value&) -> tensor<T>       a fetched value, on the host
+// The interface of device_backend<D>, the same for every device:
+//   host_memory                        whether the device's memory is the host's
+//   has_kernel<K, Op, T, Region, Operands...>   whether a step of kind K has a kernel here
+//   vector_form<Region>                what a fused region needs (::missing, ::op)
+//   step<K>(session_state&, Op*, T*, rt_value* frame, n, Region*, Operands*...)  one step
+//   bind_variable(session_state&, variable_record&) -> void*    a variable's storage here
+//   commit(session_state&, var, value, variable_record&, keep_source, bytes)  an assignment
+//   receive<Src>(session_state&, src, dst, elem_bytes)           a transfer from device Src
+//   synchronize(session_state&)                                  wait for the device's work
+//   fetch<T>(session_state&, rt_value&) -> tensor<T>             a fetched value, on the host
+//   read<T>(session_state&, const rt_value&, f)                  f(const T*) on a host copy
 // and, where the device can capture a run's work as a graph (CUDA graphs):
 //   begin_capture / end_capture(session_state&, ok) -> shared_ptr<void> / launch(state&, graph)
 //   reserve(session_state&, src, dst, elem_bytes)   a transfer's buffer, without the copy
@@ -35,6 +41,12 @@ struct session_state {
   std::shared_ptr<buffer_pool> host_mem = std::make_shared<buffer_pool>(); ///< host buffers
   run_stats stats;        ///< the current run's statistics
   std::uint64_t runs = 0; ///< runs started so far (seeds dropout masks)
+  /// The CPU backend's state (its threads and oneDNN primitives, backend/cpu/backend.hpp),
+  /// type-erased like an accelerator's slot.
+  std::shared_ptr<void> host;
+  /// What the running step's CPU kernel may write over (compile::plan's layout.dying; 0 outside
+  /// a run's steps).
+  std::uint64_t dying = 0;
   bool allow_tf32 = false;
   gpu_convolutions convolutions = gpu_convolutions::fastest; ///< session_options::convolutions
   /// session_options::precision: what a GPU's float32 convolutions and matrix products read
@@ -80,14 +92,15 @@ inline void sync_host(variable_record& rec) {
 
 namespace typeflow {
 
-/// Whether device D (other than the CPU) has a backend in this translation unit: the CUDA backend
-/// sets it for gpu<N>. A plan that places a step on a device without one is rejected.
+/// Whether device D has a backend in this translation unit: the CPU backend sets it for
+/// `cpu<I>`, the CUDA backend for `gpu<N>`. A plan that places a step on a device without one is
+/// rejected.
 template <class D>
 inline constexpr bool has_device_backend = false;
 
-/// The backend of a device other than the CPU: specialized by that device's backend (the CUDA
-/// backend specializes it for gpu<N>). Without one, nothing can run there: the primary template
-/// says which header to include.
+/// The backend of a device: specialized by that device's backend (backend/cpu/backend.hpp for
+/// `cpu<I>`, backend/cuda/backend.cuh for `gpu<N>`). Without one, nothing can run there: the
+/// primary template says which header to include.
 template <class D>
 struct device_backend {
   static_assert(!sizeof(D*), "session: no backend for this device: the CUDA backend comes with "

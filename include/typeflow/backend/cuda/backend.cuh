@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "../../core/tensor.hpp"
+#include "../../graph/flat.hpp"
 #include "../common/backend.hpp"
 #include "context.cuh"
 #include "fused.cuh"
@@ -35,13 +36,34 @@ struct device_backend<gpu<N>> {
   using state = backend::session_state;
   using value = backend::rt_value;
 
+  /// A GPU's memory is its own: values reach the host by fetch, read or a transfer.
+  static constexpr bool host_memory = false;
+
   static cuda_backend::context context(state& s) { return cuda_backend::context::of(s, N); }
+
+  /// The compiler places a step on a GPU only where kernels.hpp declares its kernel, and folds
+  /// (epilogues, chains, prologues) on the CPU only.
+  template <graph::step_kind K, class Op, class T, class Region, class... Refs>
+  static constexpr bool has_kernel = K == graph::step_kind::kernel;
+  /// A fused region here is one generated kernel (fused.cuh): no vector form is needed.
+  template <class Region>
+  struct vector_form {
+    static constexpr bool missing = false;
+    using op = void;
+  };
 
   /// One step: the op's kernel (kernels.hpp), given this GPU's context.
   template <std::size_t I, class Op, class T, class Region, class... Refs>
   static void kernel(state& s, Op* op, T* t, value* vals, Region* region, Refs*... refs) {
     auto ctx = context(s);
     cuda_backend::kernel<I>(ctx, op, t, vals, region, refs...);
+  }
+  /// One step of kind K on its frame (the executor's interface; only kernel steps come here).
+  template <graph::step_kind K, class Op, class T, class Region, class... Refs>
+  static void step(state& s, Op* op, T* t, value* frame, std::size_t, Region* region,
+                   Refs*... refs) {
+    static_assert(K == graph::step_kind::kernel, "folds are made on the CPU only");
+    kernel<0>(s, op, t, frame, region, refs...);
   }
 
   // ---- variables: kept on this GPU between runs -------------------------------------------
@@ -74,6 +96,14 @@ struct device_backend<gpu<N>> {
   static void commit(state& s, void* dst, const void* src, std::size_t bytes) {
     if (bytes && dst != src)
       context(s).gpu.commits.push_back({dst, src, bytes});
+  }
+  /// An assignment's new value `v` becomes variable `var`'s (the executor's interface): queued
+  /// as above, unless a replayed graph makes its own commits; the host copy is then stale.
+  static void commit(state& s, value& var, value& v, backend::variable_record& rec, bool,
+                     std::size_t bytes) {
+    if (!s.replaying)
+      commit(s, var.data, v.data, bytes);
+    rec.host_valid = false;
   }
 
   // ---- a run's work as one CUDA graph ----------------------------------------------------------
@@ -187,11 +217,25 @@ struct device_backend<gpu<N>> {
       TYPEFLOW_CUDA_CHECK(cudaMemcpyPeerAsync(p, N, src.data, src_device, bytes, ctx.stream()));
   }
 
+  /// A value sent here from device Src: uploaded from the host, or copied from another GPU.
+  template <class Src>
+  static void receive(state& s, const value& src, value& dst, std::size_t elem_bytes) {
+    if constexpr (Src::is_cpu)
+      to_device(s, src, dst, elem_bytes);
+    else
+      from_device(s, Src::index, src, dst, elem_bytes);
+  }
+
   template <class T>
   static tensor<T> fetch(state& s, const value& v) {
     tensor<T> t(v.dims.vec());
     download_into(context(s).gpu, t.data(), v.data, sizeof(T) * static_cast<std::size_t>(t.size()));
     return t;
+  }
+  /// f(const T*) on a host copy of v's elements.
+  template <class T, class F>
+  static void read(state& s, const value& v, F&& f) {
+    f(fetch<T>(s, v).data());
   }
 };
 
