@@ -6,6 +6,8 @@ the file it names; both files are mapped to their layer (the longest layer name 
 is the file's path or one of its directories) and the include must stay inside one layer, go to a
 layer the table allows, or be listed as a named exception. Exceptions record today's violations:
 one that no longer matches a forbidden include is stale and fails too, so the list only shrinks.
+A `forbid LAYER: WORD...` line names identifiers that the code of that layer (comments aside)
+must not use: `forbid runtime: is_cpu` keeps the executor from asking which device it runs on.
 
 Usage: python3 scripts/check_layers.py [--root DIR] [--table FILE]
   --root   the headers' directory (default: include/typeflow next to this script)
@@ -29,9 +31,10 @@ class TableError(Exception):
 
 
 def parse_table(path):
-    """Returns (layers, exceptions): layers maps name -> (allowed list or None for any, note);
-    exceptions maps (from, to) -> (line number, note)."""
-    layers, exceptions = {}, {}
+    """Returns (layers, exceptions, forbidden): layers maps name -> (allowed list or None for
+    any, note); exceptions maps (from, to) -> (line number, note); forbidden maps a layer name
+    -> [(word, note)]."""
+    layers, exceptions, forbidden = {}, {}, {}
     with open(path, encoding="utf-8") as f:
         for number, raw in enumerate(f, 1):
             text, _, note = raw.partition("#")
@@ -49,6 +52,15 @@ def parse_table(path):
                 deps = deps.split()
                 allowed = None if deps == ["*"] else [d.strip("/") for d in deps]
                 layers[name] = (allowed, note)
+            elif text.startswith("forbid "):
+                name, colon, words = text[len("forbid "):].partition(":")
+                name = name.strip().strip("/")
+                if not colon or not name or not words.split():
+                    raise TableError(f"{where}: expected 'forbid LAYER: WORD...', got '{text}'")
+                for word in words.split():
+                    if not re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", word):
+                        raise TableError(f"{where}: forbid takes identifiers, got '{word}'")
+                    forbidden.setdefault(name, []).append((word, note))
             elif text.startswith("exception "):
                 source, arrow, target = text[len("exception "):].partition("->")
                 source, target = source.strip(), target.strip()
@@ -60,12 +72,16 @@ def parse_table(path):
                     raise TableError(f"{where}: exception {source} -> {target} is listed twice")
                 exceptions[(source, target)] = (number, note)
             else:
-                raise TableError(f"{where}: a line is 'layer ...', 'exception ...' or a comment")
+                raise TableError(f"{where}: a line is 'layer ...', 'exception ...', 'forbid ...' "
+                                 "or a comment")
     for name, (allowed, _) in layers.items():
         for dep in allowed or ():
             if dep not in layers:
                 raise TableError(f"{path}: layer {name} allows {dep}, which is no layer")
-    return layers, exceptions
+    for name in forbidden:
+        if name not in layers:
+            raise TableError(f"{path}: forbid names {name}, which is no layer")
+    return layers, exceptions, forbidden
 
 
 def layer_of(rel, layers):
@@ -110,7 +126,7 @@ def main(argv):
     root = os.path.relpath(args.root)  # printed relative to the working directory
     table = os.path.relpath(args.table)
     try:
-        layers, exceptions = parse_table(table)
+        layers, exceptions, forbidden = parse_table(table)
     except (TableError, OSError) as e:
         print(f"check_layers: {e}", file=sys.stderr)
         return 2
@@ -135,8 +151,16 @@ def main(argv):
                 problems.append(f"{shown}: no layer in {table} holds {rel}: add one")
                 continue
             allowed, note = layers[source_layer]
+            words = [(re.compile(rf"\b{w}\b"), w, why)
+                     for name, ws in forbidden.items() if within(source_layer, name)
+                     for w, why in ws]
             with open(path, encoding="utf-8", errors="replace") as f:
                 for number, line in enumerate(f, 1):
+                    code = line.split("//", 1)[0]
+                    for word_re, word, why in words:
+                        if word_re.search(code):
+                            problems.append(f"{shown}:{number}: uses {word}, which "
+                                            f"{source_layer} may not" + (f" ({why})" if why else ""))
                     m = INCLUDE_RE.match(line)
                     if not m:
                         continue

@@ -1,6 +1,6 @@
 # scripts.check_layers: scripts/check_layers.py on a fake tree: a clean tree passes, an upward
-# include fails naming file:line and the rule, a named exception excuses it, and an exception
-# that matches nothing any more (stale) fails.
+# include fails naming file:line and the rule, a named exception excuses it, an exception
+# that matches nothing any more (stale) fails, and a forbidden word in a layer's code fails.
 # Usage: cmake -DPYTHON=<python3> -DCHECKER=<check_layers.py> -DWORK=<scratch dir> -P this file
 file(REMOVE_RECURSE "${WORK}")
 set(root "${WORK}/typeflow")
@@ -54,5 +54,12 @@ file(WRITE "${root}/backend/cpu/decl.hpp" "#pragma once\n#include \"add.hpp\"\n"
 check(1 "backend/cpu/decl.hpp:2: backend/cpu/decl.hpp -> backend/cpu \\(#include of backend/cpu/add.hpp\\)"
       "a file layer including its directory")
 
+# A forbidden word: used in code it fails, in a comment it does not.
+file(WRITE "${root}/backend/cpu/decl.hpp" "#pragma once\n// is_cpu in a comment\n")
+file(APPEND "${WORK}/layers.txt" "forbid ops: is_cpu  # ask the backend\n")
+check(0 "5 files under .* follow" "a forbidden word in a comment")
+file(WRITE "${root}/ops/mul.hpp" "#pragma once\nconstexpr bool b = D::is_cpu;\n")
+check(1 "ops/mul.hpp:2: uses is_cpu, which ops may not \\(ask the backend\\)" "a forbidden word")
+
 file(REMOVE_RECURSE "${WORK}")
-message(STATUS "check_layers: violation, missing layer, exception, stale exception and file layers OK")
+message(STATUS "check_layers: violation, missing layer, exception, stale exception, file layers and forbidden words OK")

@@ -100,6 +100,10 @@ public:
   /// The device tag node I runs on.
   template <std::size_t I>
   using device = typeflow::device_of<placement.device[I].is_cpu, placement.device[I].index>;
+  /// The device tag transfer T brings its value to.
+  template <std::size_t T>
+  using transfer_device =
+      typeflow::device_of<placement.transfer_device[T].is_cpu, placement.transfer_device[T].index>;
 
   /// fuse and schedule: regions, steps, the execution order and the memory plan, all indices
   /// into `nodes`.

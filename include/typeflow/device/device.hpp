@@ -59,6 +59,10 @@ struct device_id {
 };
 template <device_tag D>
 inline constexpr device_id id_of = {D::is_cpu, D::index};
+/// Whether two devices share one memory: every CPU of a process has the host's.
+constexpr bool shares_memory(device_id a, device_id b) {
+  return (a.is_cpu && b.is_cpu) || a == b;
+}
 
 /// The device tag of (is_cpu, index).
 template <bool IsCpu, int Index>

@@ -550,8 +550,7 @@ private:
   static const transfer_fn* transfers(std::index_sequence<T...>) {
     static constexpr transfer_fn table[] = {
         &executor::transfer_entry<typename P::template device<P::placement.transfer_source[T]>,
-                                  device_of<P::placement.transfer_device[T].is_cpu,
-                                            P::placement.transfer_device[T].index>>...,
+                                  typename P::template transfer_device<T>>...,
         nullptr};
     return table;
   }

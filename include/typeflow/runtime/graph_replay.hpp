@@ -44,43 +44,15 @@ class graph_replay {
   using value = backend::rt_value;
 
 public:
-  /// Whether plan P can run as one CUDA graph: every step on one GPU, fed only from
-  /// placeholders, no host constant, no random draws (a graph would replay the same mask).
+  /// Whether plan P can run as one graph: every step on one device whose backend captures runs
+  /// (a GPU), fed only from placeholders, no host constant, no random draws (a replayed graph
+  /// would draw the same mask every run).
   template <class P>
   static consteval bool capturable() {
-    if constexpr (P::size == 0) {
+    if constexpr (P::size == 0 || !one_device<P>())
       return false;
-    } else {
-      const bool per_run = [&]<std::size_t... I>(std::index_sequence<I...>) {
-        const bool draws[] = {op_traits<typename P::template node<I>::op>::draws..., false};
-        for (bool d : draws)
-          if (d)
-            return true;
-        return false;
-      }
-      (std::make_index_sequence<P::size>{});
-      if (per_run)
-        return false;
-      const auto& f = P::fact;
-      const auto& pl = P::placement;
-      int gpu = -1;
-      for (std::size_t i = 0; i < P::size; ++i) {
-        const auto k = P::layout.step[i];
-        if (f.placeholder[i] || k == graph::step_kind::group ||
-            k == graph::step_kind::fused_member || k == graph::step_kind::inline_constant)
-          continue;
-        if (k == graph::step_kind::constant || (f.fetched[i] && k == graph::step_kind::variable))
-          return false; // a host constant; a variable fetched as the run assigns it
-        if (pl.device[i].is_cpu || (gpu >= 0 && pl.device[i].index != gpu))
-          return false;
-        gpu = pl.device[i].index;
-      }
-      for (std::size_t t = 0; t < pl.transfers; ++t)
-        if (!f.placeholder[pl.transfer_source[t]] || pl.transfer_device[t].is_cpu ||
-            pl.transfer_device[t].index != gpu)
-          return false;
-      return gpu >= 0;
-    }
+    else
+      return captures_runs<typename P::template device<first_step<P>()>>() && !draws<P>();
   }
   /// Whether this plan ran before with these feed extents (else they are noted, and the run
   /// goes kernel by kernel).
@@ -97,12 +69,57 @@ public:
   }
 
 private:
+  /// Whether node i of plan P is a step the device runs (not a placeholder, a group, a fused
+  /// region's member or a constant inlined into its readers).
   template <class P>
-  static constexpr int graph_gpu() {
+  static constexpr bool is_step(std::size_t i) {
+    const auto k = P::layout.step[i];
+    return !P::fact.placeholder[i] && k != graph::step_kind::group &&
+           k != graph::step_kind::fused_member && k != graph::step_kind::inline_constant;
+  }
+  /// The first of plan P's steps (P::size: none).
+  template <class P>
+  static consteval std::size_t first_step() {
     for (std::size_t i = 0; i < P::size; ++i)
-      if (!P::placement.device[i].is_cpu)
-        return P::placement.device[i].index;
-    return 0;
+      if (is_step<P>(i))
+        return i;
+    return P::size;
+  }
+  /// Whether every step of plan P is on the first step's device, with no host constant and no
+  /// variable fetched as the run assigns it, and every transfer brings a fed value there.
+  template <class P>
+  static consteval bool one_device() {
+    constexpr std::size_t first = first_step<P>();
+    if (first == P::size)
+      return false;
+    const auto& pl = P::placement;
+    const device_id d = pl.device[first];
+    for (std::size_t i = 0; i < P::size; ++i) {
+      if (!is_step<P>(i))
+        continue;
+      const auto k = P::layout.step[i];
+      if (k == graph::step_kind::constant ||
+          (P::fact.fetched[i] && k == graph::step_kind::variable))
+        return false; // a host constant; a variable fetched as the run assigns it
+      if (pl.device[i] != d)
+        return false;
+    }
+    for (std::size_t t = 0; t < pl.transfers; ++t)
+      if (!P::fact.placeholder[pl.transfer_source[t]] || pl.transfer_device[t] != d)
+        return false;
+    return true;
+  }
+  /// Whether an op of plan P draws random numbers per run.
+  template <class P>
+  static consteval bool draws() {
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      const bool d[] = {op_traits<typename P::template node<I>::op>::draws..., false};
+      for (bool b : d)
+        if (b)
+          return true;
+      return false;
+    }
+    (std::make_index_sequence<P::size>{});
   }
 
   /// A captured run: the graph, the feed extents and variable buffers it was captured with,
@@ -121,7 +138,7 @@ public:
   template <class P>
   void run(Ex& ex, value* vals) {
     backend::session_state& st = ex.state();
-    using D = gpu<graph_gpu<P>()>;
+    using D = typename P::template device<first_step<P>()>;
     constexpr auto& f = P::fact;
     constexpr auto& pl = P::placement;
     // The variables on the GPU (uploaded when the host copy is newer), outside any capture.

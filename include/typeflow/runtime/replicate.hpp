@@ -85,15 +85,14 @@ struct batch_axis_message {
 template <class Reducer, template <class> class Tower, class... D>
 class session<replicate_policy<Reducer, Tower, D...>> {
   using first_device = std::tuple_element_t<0, std::tuple<D...>>;
-  /// Whether plans A and B put every node on the same device, counting all CPUs as one.
+  /// Whether plans A and B put every node on the same device, counting all CPUs as one (they
+  /// share the host's memory).
   template <class A, class B>
   static consteval bool same_but_cpu() {
     static_assert(A::size == B::size);
-    for (std::size_t i = 0; i < A::size; ++i) {
-      const auto a = A::placement.device[i], b = B::placement.device[i];
-      if (a.is_cpu != b.is_cpu || (!a.is_cpu && a.index != b.index))
+    for (std::size_t i = 0; i < A::size; ++i)
+      if (!shares_memory(A::placement.device[i], B::placement.device[i]))
         return false;
-    }
     return true;
   }
   template <class Fs>
@@ -107,7 +106,7 @@ public:
   /// Whether every tower is on a CPU. CPU towers share one session type: they differ only in
   /// their threads (each has its own pool) and in the device their trace events and placement
   /// log name, so they need not compile their steps once per tower.
-  static constexpr bool cpu_towers = (D::is_cpu && ...);
+  static constexpr bool cpu_towers = (on_host_memory<D>() && ...);
   /// Whether the towers run the fetches F... with tower 0's plan: CPU towers whose plans place
   /// every node alike, up to which CPU (a GPU node on the same GPU in every tower). Then the
   /// step functions exist once, not once per tower; the seed's tower on CPUs (variables on
@@ -356,7 +355,7 @@ private:
             using T = typename P::template node<I>::value_type;
             static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                           "replicate: gradients are float32 or float64");
-            if constexpr (P::template device<I>::is_cpu) {
+            if constexpr (on_host_memory<typename P::template device<I>>()) {
               average_one<T>(tv, parts, batch, I);
               out.push_back({tv[0][I].data, tv[0][I].dims.numel(), std::is_same_v<T, double>});
             } else {
@@ -378,8 +377,9 @@ private:
     (
         [&] {
           using Dev = typename tower_plan<K, Fs>::template device<I>;
-          static_assert(!Dev::is_cpu, "replicate: a gradient is on a GPU in tower 0 but on the "
-                                      "CPU in another tower");
+          static_assert(!on_host_memory<Dev>(),
+                        "replicate: a gradient is on a GPU in tower 0 but on the "
+                        "CPU in another tower");
           auto ctx = device_backend<Dev>::context(std::get<K>(towers_).state());
           reps.push_back({Dev::index, parts[K].rows > 0 ? tv[K][I].data : nullptr, &ctx.gpu,
                           static_cast<double>(parts[K].rows) / static_cast<double>(batch)});

@@ -107,4 +107,22 @@ struct device_backend {
                              "typeflow/typeflow.hpp in a translation unit compiled by nvcc");
 };
 
+/// Whether device D's memory is the host's, as its backend says (false without a backend).
+template <class D>
+consteval bool on_host_memory() {
+  if constexpr (has_device_backend<D>)
+    return device_backend<D>::host_memory;
+  else
+    return false;
+}
+/// Whether device D's backend can capture a run's work as one graph and replay it (CUDA
+/// graphs; false without a backend).
+template <class D>
+consteval bool captures_runs() {
+  if constexpr (has_device_backend<D>)
+    return device_backend<D>::captures_runs;
+  else
+    return false;
+}
+
 } // namespace typeflow

@@ -72,6 +72,8 @@ struct device_backend<cpu<I>> {
   /// The device's memory is the host's: the executor's loops read its values in place, and a
   /// step's result must fit in the machine's memory.
   static constexpr bool host_memory = true;
+  /// A CPU run is not captured: its steps are calls already.
+  static constexpr bool captures_runs = false;
 
   /// What a CPU kernel gets: the session's threads, host buffers, statistics and oneDNN
   /// primitives, and the running step's dying inputs (compile::plan's layout.dying).

@@ -38,6 +38,9 @@ struct device_backend<gpu<N>> {
 
   /// A GPU's memory is its own: values reach the host by fetch, read or a transfer.
   static constexpr bool host_memory = false;
+  /// A run whose every step is on this GPU can be captured as one CUDA graph and replayed
+  /// (begin_capture, end_capture, launch, reserve, upload).
+  static constexpr bool captures_runs = true;
 
   static cuda_backend::context context(state& s) { return cuda_backend::context::of(s, N); }
 
