@@ -284,7 +284,7 @@ public:
     const step_fn* table = step_table<P>(seq);
     constexpr auto& L = P::layout;
     static constexpr std::size_t elem_bytes[] = {
-        detail::value_bytes<typename P::template node<I>::value_type>()..., 0};
+        backend::value_bytes<typename P::template node<I>::value_type>()..., 0};
     for (std::size_t q = 0; q < P::size; ++q) {
       const std::size_t i = L.order[q]; // node order, but for the moves of compile::plan::schedule
       if constexpr (Phase != 0) {

@@ -27,17 +27,6 @@
 
 namespace typeflow {
 
-namespace detail {
-/// The bytes of one element of dtype T (0 for a group, which has no value).
-template <class T>
-constexpr std::size_t value_bytes() {
-  if constexpr (std::is_void_v<T>)
-    return 0;
-  else
-    return sizeof(T);
-}
-} // namespace detail
-
 /// The CUDA graphs of an executor `Ex`'s plans: see above.
 template <class Ex>
 class graph_replay {
@@ -206,7 +195,7 @@ private:
   static std::size_t value_bytes_of(std::size_t node) {
     static constexpr auto table = []<std::size_t... I>(std::index_sequence<I...>) {
       return std::array<std::size_t, P::size>{
-          detail::value_bytes<typename P::template node<I>::value_type>()...};
+          backend::value_bytes<typename P::template node<I>::value_type>()...};
     }
     (std::make_index_sequence<P::size>{});
     return table[node];

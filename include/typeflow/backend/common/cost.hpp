@@ -79,13 +79,6 @@ struct op_cost<ops::pool_grad<K, P, KH, KW, SH, SW>> { // (x, dy): each dy's win
 };
 
 namespace cost_detail {
-template <class T>
-constexpr std::size_t elem_size() {
-  if constexpr (std::is_void_v<T>)
-    return 0;
-  else
-    return sizeof(T);
-}
 template <class Region>
 struct frame_tail {
   static constexpr std::array<std::size_t, 0> sizes{};
@@ -98,11 +91,11 @@ struct frame_tail<
   static constexpr std::array<std::size_t, sizeof...(Ins) + sizeof...(S) / 2> sizes = [] {
     std::array<std::size_t, sizeof...(Ins) + sizeof...(S) / 2> s{};
     std::size_t n = 0;
-    for (std::size_t e : {elem_size<Ins>()..., std::size_t{0}})
+    for (std::size_t e : {value_bytes<Ins>()..., std::size_t{0}})
       if (n < sizeof...(Ins))
         s[n++] = e;
     for (; n < s.size(); ++n)
-      s[n] = elem_size<Out>();
+      s[n] = value_bytes<Out>();
     return s;
   }();
   static constexpr std::size_t members = Members::size;
@@ -110,7 +103,7 @@ struct frame_tail<
 template <graph::step_kind K, class Op, class T, std::size_t R, class... PRefs, class B, bool Relu>
 struct frame_tail<graph::epilogue<graph::flat_node<K, Op, T, R, PRefs...>, B, Relu>> {
   static constexpr std::array<std::size_t, sizeof...(PRefs) + 1> sizes{
-      elem_size<typename PRefs::value_type>()..., elem_size<typename B::value_type>()};
+      value_bytes<typename PRefs::value_type>()..., value_bytes<typename B::value_type>()};
   static constexpr std::size_t members = 0;
 };
 template <class Region>
@@ -124,7 +117,7 @@ struct frame_tail<graph::chained<graph::flat_node<K, Op, T, R, PRefs...>, Region
         std::size_t n = 0;
         for (std::size_t e : frame_tail<Region>::sizes)
           s[n++] = e;
-        for (std::size_t e : {elem_size<typename PRefs::value_type>()..., std::size_t{0}})
+        for (std::size_t e : {value_bytes<typename PRefs::value_type>()..., std::size_t{0}})
           if (n < s.size())
             s[n++] = e;
         return s;
@@ -140,8 +133,7 @@ struct step_cost {
   using tail = cost_detail::frame_tail<Region>;
   static constexpr std::size_t size = 1 + sizeof...(Refs) + tail::sizes.size();
   static constexpr std::array<std::size_t, size> elem = [] {
-    std::array<std::size_t, size> e{cost_detail::elem_size<T>(),
-                                    cost_detail::elem_size<typename Refs::value_type>()...};
+    std::array<std::size_t, size> e{value_bytes<T>(), value_bytes<typename Refs::value_type>()...};
     for (std::size_t k = 0; k < tail::sizes.size(); ++k)
       e[1 + sizeof...(Refs) + k] = tail::sizes[k];
     return e;

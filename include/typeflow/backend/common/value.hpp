@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <unistd.h>
@@ -19,6 +20,15 @@
 #include "../../core/tensor.hpp"
 
 namespace typeflow::backend {
+
+/// The bytes of one element of a value of dtype T (0 for void: a group has no value).
+template <class T>
+constexpr std::size_t value_bytes() {
+  if constexpr (std::is_void_v<T>)
+    return 0;
+  else
+    return sizeof(T);
+}
 
 /// Run-time extents of a node (rank fixed by its type).
 struct rt_dims {
