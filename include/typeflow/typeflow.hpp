@@ -34,6 +34,7 @@
 #include "ops/debug.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/fold.hpp"
+#include "ops/index.hpp"
 #include "ops/layout.hpp"
 #include "ops/leaves.hpp"
 #include "ops/matmul.hpp"

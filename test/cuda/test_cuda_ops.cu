@@ -382,12 +382,19 @@ void unary_case(T) {
           at("grad sin", ty::grad(ty::sum(ty::sin(x) * w), x), transc),
           at("grad cos", ty::grad(ty::sum(ty::cos(x) * w), x), transc),
           at("grad tanh", ty::grad(ty::sum(ty::tanh(x) * w), x), transc),
-          at("grad sigmoid", ty::grad(ty::sum(ty::sigmoid(x) * w), x), transc));
+          at("grad sigmoid", ty::grad(ty::sum(ty::sigmoid(x) * w), x), transc),
+          at("erf", ty::erf(x), transc), at("gelu", ty::gelu(x), transc),
+          at("gelu_tanh", ty::gelu_tanh(x), transc),
+          at("grad erf", ty::grad(ty::sum(ty::erf(x) * w), x), transc),
+          at("grad gelu", ty::grad(ty::sum(ty::gelu(x) * w), x), transc),
+          at("grad gelu_tanh", ty::grad(ty::sum(ty::gelu_tanh(x) * w), x), transc));
   else
     check(group, feeds, at("rsqrt", ty::rsqrt(p), transc), at("exp", ty::exp(x), transc),
           at("log", ty::log(p), transc), at("sin", ty::sin(x), transc),
           at("tanh", ty::tanh(x), transc), at("sigmoid", ty::sigmoid(x), transc),
-          at("grad tanh", ty::grad(ty::sum(ty::tanh(x) * w), x), transc));
+          at("grad tanh", ty::grad(ty::sum(ty::tanh(x) * w), x), transc),
+          at("gelu", ty::gelu(x), transc),
+          at("grad gelu", ty::grad(ty::sum(ty::gelu(x) * w), x), transc));
 }
 
 // Binary ops with NumPy broadcasting ([4,1,5] with [3,5] gives [4,3,5]), comparisons, where,
@@ -779,6 +786,30 @@ void softmax_case(T, L) {
   run(group + "/large", make(logits, wave(0.2, 1000.0)));
 }
 
+// gather (an embedding lookup) of a [6, 2, 5] table by [3, 4] indices with repeats (row 2 three
+// times, row 5 twice, row 0 once at each end), its gradient (a scatter-add: up to 3 terms per
+// element, in any order on the GPU), and one_hot at depth 6 with indices outside [0, 6) (rows
+// of zeros).
+template <class T, class L>
+void index_case(T, L) {
+  constexpr auto table = ty::placeholder<"table", T, ty::shape<6, 2, 5>>;
+  constexpr auto ix = ty::placeholder<"ix", L, ty::shape<3, 4>>;
+  constexpr auto w = ty::placeholder<"w", T, ty::shape<3, 4, 2, 5>>;
+  constexpr auto oh = ty::placeholder<"oh", L, ty::shape<7>>;
+  const std::vector<int> rows{0, 2, 5, 2, 1, 2, 3, 5, 4, 0, 3, 1};
+  const auto ixv = make(ix, [&](std::int64_t i) { return rows[static_cast<std::size_t>(i)]; });
+  const std::vector<int> hot{0, 5, -1, 6, 3, 3, 100};
+  const auto ohv = make(oh, [&](std::int64_t i) { return hot[static_cast<std::size_t>(i)]; });
+  const auto feeds = std::make_tuple(ty::feed(table, make(table, wave(0.6))), ty::feed(ix, ixv),
+                                     ty::feed(w, make(w, wave(1.7))), ty::feed(oh, ohv));
+  std::string group = dtype_group<T>("index");
+  group += "/indices ";
+  group += ty::dtype_name<L>;
+  check(group, feeds, at("gather", ty::gather(table, ix), exact),
+        at("grad gather", ty::grad(ty::sum(ty::gather(table, ix) * w), table), accum(3)),
+        at("one_hot", ty::one_hot<6, T>(oh), exact));
+}
+
 // Layout ops on a GPU-computed tensor h = -x: reshape, expand_dims, transpose, slice, concat
 // and their gradients (all exact); argmax along each axis, on smooth values and on ties (the
 // first index wins).
@@ -841,6 +872,8 @@ int main() {
   pool_case<8>(float{});
   softmax_case(float{}, std::int32_t{});
   softmax_case(double{}, std::int64_t{});
+  index_case(float{}, std::int32_t{});
+  index_case(double{}, std::int64_t{});
   layout_case(float{});
   if (!tally.device) {
     std::printf("placement checked on the host: %d cases, %d failed\n", tally.cases, tally.failed);

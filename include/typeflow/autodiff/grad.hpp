@@ -13,6 +13,7 @@
 #include "../graph/table.hpp"
 #include "../ops/elementwise_grad.hpp"
 #include "../ops/fold.hpp"
+#include "../ops/index_grad.hpp"
 #include "../ops/layout_grad.hpp"
 #include "../ops/matmul_grad.hpp"
 #include "../ops/nn_grad.hpp"

@@ -10,6 +10,15 @@
 
 namespace typeflow {
 
+namespace detail {
+/// gelu_tanh's derivative at x, given t = tanh(sqrt(2/pi) (x + 0.044715 x^3)).
+template <class C>
+TYPEFLOW_HD constexpr C gelu_tanh_slope(C x, C t) {
+  return C(0.5) * (C(1) + t) +
+         C(0.5) * x * (C(1) - t * t) * C(0.79788456080286535588) * (C(1) + C(0.134145) * x * x);
+}
+} // namespace detail
+
 namespace ops {
 
 /// Shared by all elementwise ops: NumPy broadcasting of the children's shapes.
@@ -87,6 +96,16 @@ TYPEFLOW_UNARY(sin, float_base, std::sin(x))
 TYPEFLOW_UNARY(cos, float_base, std::cos(x))
 TYPEFLOW_UNARY(tanh, float_base, std::tanh(x))
 TYPEFLOW_UNARY(sigmoid, float_base, C(1) / (C(1) + std::exp(-x)))
+TYPEFLOW_UNARY(erf, float_base, std::erf(x))
+/// gelu(x) = x * Phi(x), Phi the standard normal CDF (the exact form, PyTorch's
+/// approximate='none'), computed as 0.5 x erfc(-x / sqrt 2): 1 + erf(x / sqrt 2) would cancel in
+/// the negative tail.
+TYPEFLOW_UNARY(gelu, float_base, C(0.5) * x * std::erfc(x * C(-0.70710678118654752440)))
+/// The tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GPT-2's;
+/// PyTorch's approximate='tanh').
+TYPEFLOW_UNARY(gelu_tanh, float_base,
+               C(0.5) * x *
+                   (C(1) + std::tanh(C(0.79788456080286535588) * (x + C(0.044715) * x * x * x))))
 #undef TYPEFLOW_UNARY
 
 /// A selection by value (maximum, minimum): its gradient reads its operands exactly (a 16-bit
@@ -111,6 +130,14 @@ TYPEFLOW_BINARY(mul, arith_base, C, a* b)
 // Integer division truncates toward zero; an integer divided by zero gives 0 (no trap).
 TYPEFLOW_BINARY(div, arith_base, C, (std::is_integral_v<C> && b == C(0)) ? C(0) : C(a / b))
 TYPEFLOW_BINARY(pow, float_base, C, std::pow(a, b))
+// The gradients of gelu and gelu_tanh: gelu_grad(x, g) = g * gelu'(x), one functor each (one
+// node in a gradient graph instead of about ten).
+TYPEFLOW_BINARY(gelu_grad, float_base, C,
+                b*(C(0.5) * (C(1) + std::erf(a * C(0.70710678118654752440))) +
+                   a * C(0.39894228040143267794) * std::exp(C(-0.5) * a * a)))
+TYPEFLOW_BINARY(gelu_tanh_grad, float_base, C,
+                b* detail::gelu_tanh_slope(a, std::tanh(C(0.79788456080286535588) *
+                                                        (a + C(0.044715) * a * a * a))))
 // Ties go to the first operand (documented for the gradient).
 TYPEFLOW_BINARY(maximum, select_base, C, a < b ? b : a)
 TYPEFLOW_BINARY(minimum, select_base, C, b < a ? b : a)
@@ -337,6 +364,9 @@ TYPEFLOW_UNARY_FN(sin)
 TYPEFLOW_UNARY_FN(cos)
 TYPEFLOW_UNARY_FN(tanh)
 TYPEFLOW_UNARY_FN(sigmoid)
+TYPEFLOW_UNARY_FN(erf)
+TYPEFLOW_UNARY_FN(gelu)
+TYPEFLOW_UNARY_FN(gelu_tanh)
 #undef TYPEFLOW_UNARY_FN
 
 #define TYPEFLOW_BINARY_FN(NAME)                                                                   \
@@ -349,6 +379,8 @@ TYPEFLOW_BINARY_FN(sub)
 TYPEFLOW_BINARY_FN(mul)
 TYPEFLOW_BINARY_FN(div)
 TYPEFLOW_BINARY_FN(pow)
+TYPEFLOW_BINARY_FN(gelu_grad) // gelu_grad(x, g) = g * gelu'(x)
+TYPEFLOW_BINARY_FN(gelu_tanh_grad)
 TYPEFLOW_BINARY_FN(maximum)
 TYPEFLOW_BINARY_FN(minimum)
 TYPEFLOW_BINARY_FN(equal)

@@ -38,6 +38,12 @@ TYPEFLOW_UNARY_GRAD(sin, ad::mul(g, typeflow::cos(x)))
 TYPEFLOW_UNARY_GRAD(cos, ad::neg(ad::mul(g, typeflow::sin(x))))
 TYPEFLOW_UNARY_GRAD(tanh, ad::mul(g, typeflow::sub(constant<1>, typeflow::mul(y, y))))
 TYPEFLOW_UNARY_GRAD(sigmoid, ad::mul(g, typeflow::mul(y, typeflow::sub(constant<1>, y))))
+// erf'(x) = 2/sqrt(pi) exp(-x^2)
+TYPEFLOW_UNARY_GRAD(erf,
+                    ad::mul(g, typeflow::mul(typeflow::exp(typeflow::negate(typeflow::square(x))),
+                                             constant<1.12837916709551257390>)))
+TYPEFLOW_UNARY_GRAD(gelu, typeflow::gelu_grad(x, g))
+TYPEFLOW_UNARY_GRAD(gelu_tanh, typeflow::gelu_tanh_grad(x, g))
 #undef TYPEFLOW_UNARY_GRAD
 
 /// Binary ops: the contribution before unbroadcasting, per slot.

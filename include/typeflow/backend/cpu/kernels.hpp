@@ -7,6 +7,7 @@
 #include "../../graph/flat.hpp"
 #include "context.hpp"
 #include "kernels/elementwise.hpp"
+#include "kernels/index.hpp"
 #include "kernels/layout.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/nn.hpp"

@@ -14,6 +14,7 @@
 
 #include "../../core/shape.hpp"
 #include "../../graph/flat.hpp"
+#include "../../ops/index.hpp"
 #include "../../ops/layout.hpp"
 #include "../../ops/leaves.hpp"
 #include "../../ops/matmul.hpp"
@@ -70,6 +71,17 @@ template <std::size_t I, class T, class L, class Y>
 void kernel(context&, ops::sparse_softmax_xent*, T*, value*, void*, L*, Y*);
 template <std::size_t I, class T, class L, class Y>
 void kernel(context&, ops::sparse_softmax_xent_grad*, T*, value*, void*, L*, Y*);
+
+// ---- index.cuh (atomicAdd: the scatter-add in float32 and float64 only) ----------------------
+template <std::size_t I, class T, class P, class Ix>
+void kernel(context&, ops::gather*, T*, value*, void*, P*, Ix*);
+template <std::size_t I, class T, class P, class Ix, class G>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::gather_grad*, T*, value*, void*, P*,
+                                                Ix*, G*);
+template <std::size_t I, std::int64_t Depth, dtype U, class T, class Ix>
+requires std::is_arithmetic_v<T>
+void kernel(context&, ops::one_hot<Depth, U>*, T*, value*, void*, Ix*);
 
 // ---- layout.cuh ------------------------------------------------------------------------------
 template <std::size_t I, std::int64_t... D, class T, class A>

@@ -1,0 +1,103 @@
+// CUDA kernels of the index ops: gather (one thread per output element), its gradient (zeros,
+// then one atomicAdd per upstream element: float32 and float64; the order of the additions into
+// a repeated row is not fixed, so those sums may differ in the last bits between runs), and
+// one_hot. An index out of range sets a flag that the run reads after all its work
+// (gpu_context::end_run): the step never waits for the host.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "../../ops/index.hpp"
+#include "../common/index.hpp"
+#include "context.cuh"
+#include "nn.cuh"
+#include "runtime.hpp"
+
+namespace typeflow::cuda_backend {
+
+template <class T, class Ix>
+__global__ void gather_rows_kernel(const T* params, const Ix* ix, std::int64_t rows,
+                                   std::int64_t row, std::int64_t total, T* out, int* bad) {
+  TYPEFLOW_GRID_STRIDE(e, total) {
+    const std::int64_t i = e / row;
+    const auto r = static_cast<std::int64_t>(ix[i]);
+    if (r < 0 || r >= rows) {
+      *bad = 1;
+      out[e] = T{};
+      continue;
+    }
+    out[e] = params[r * row + (e - i * row)];
+  }
+}
+
+template <class T, class Ix>
+__global__ void scatter_add_rows_kernel(const T* up, const Ix* ix, std::int64_t rows,
+                                        std::int64_t row, std::int64_t total, T* out, int* bad) {
+  TYPEFLOW_GRID_STRIDE(e, total) {
+    const std::int64_t i = e / row;
+    const auto r = static_cast<std::int64_t>(ix[i]);
+    if (r < 0 || r >= rows) {
+      *bad = 1;
+      continue;
+    }
+    atomicAdd(out + r * row + (e - i * row), up[e]);
+  }
+}
+
+template <class T, class Ix>
+__global__ void one_hot_kernel(const Ix* ix, std::int64_t depth, std::int64_t total, T* out) {
+  TYPEFLOW_GRID_STRIDE(e, total) {
+    const std::int64_t i = e / depth;
+    out[e] = static_cast<std::int64_t>(ix[i]) == e - i * depth ? T(1) : T(0);
+  }
+}
+
+template <std::size_t I, class T, class P, class Ix>
+void kernel(context& ctx, ops::gather*, T*, value* vals, void*, P*, Ix*) {
+  const auto g = backend::gather_geometry::of(vals[P::index].dims, vals[Ix::index].dims);
+  T* out = ctx.output<T>(vals[I]);
+  const std::int64_t total = g.n * g.row;
+  if (total == 0)
+    return;
+  int* bad = ctx.gpu.check_flag("gather: an index is outside [0, " + std::to_string(g.rows) + ")");
+  gather_rows_kernel<T><<<grid_for(total), 256, 0, ctx.stream()>>>(
+      static_cast<const T*>(vals[P::index].data),
+      static_cast<const typename Ix::value_type*>(vals[Ix::index].data), g.rows, g.row, total, out,
+      bad);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, class T, class P, class Ix, class G>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context& ctx, ops::gather_grad*, T*, value* vals,
+                                                void*, P*, Ix*, G*) {
+  const auto g = backend::gather_geometry::of(vals[I].dims, vals[Ix::index].dims);
+  T* out = ctx.output<T>(vals[I]);
+  TYPEFLOW_CUDA_CHECK(cudaMemsetAsync(
+      out, 0, sizeof(T) * static_cast<std::size_t>(vals[I].dims.numel()), ctx.stream()));
+  const std::int64_t total = g.n * g.row;
+  if (total == 0)
+    return;
+  int* bad =
+      ctx.gpu.check_flag("gather_grad: an index is outside [0, " + std::to_string(g.rows) + ")");
+  scatter_add_rows_kernel<T><<<grid_for(total), 256, 0, ctx.stream()>>>(
+      static_cast<const T*>(vals[G::index].data),
+      static_cast<const typename Ix::value_type*>(vals[Ix::index].data), g.rows, g.row, total, out,
+      bad);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, std::int64_t Depth, dtype U, class T, class Ix>
+requires std::is_arithmetic_v<T>
+void kernel(context& ctx, ops::one_hot<Depth, U>*, T*, value* vals, void*, Ix*) {
+  const std::int64_t total = vals[I].dims.numel();
+  T* out = ctx.output<T>(vals[I]);
+  if (total == 0)
+    return;
+  one_hot_kernel<T><<<grid_for(total), 256, 0, ctx.stream()>>>(
+      static_cast<const typename Ix::value_type*>(vals[Ix::index].data), Depth, total, out);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+} // namespace typeflow::cuda_backend
