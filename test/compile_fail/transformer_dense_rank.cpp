@@ -1,9 +1,9 @@
-// expect: matmul: ranks differ: \[2,8,64\] x \[64,64\]
+// expect: matmul: operands must have rank 2 or more: \[1024\] x \[1024,64\]
 // frames: 1 (block<"b1">, the user's own template)
 // Inside a model of realistic size, then trained in a session: a two-block pre-norm transformer
 // (layer norm from mean and rsqrt, attention as a softmax over matmuls, residual additions, an
-// MLP), its loss minimised by Adam and run. The second block's query projection is fed a rank-3
-// tensor: one error, naming matmul and both shapes, and nothing after it.
+// MLP), its loss minimised by Adam and run. The second block's query projection is fed a rank-1
+// tensor (its [16, 64] flattened): one error, naming matmul and both shapes, and nothing after it.
 #include <typeflow/typeflow.hpp>
 
 namespace ty = typeflow;
@@ -22,7 +22,7 @@ template <ty::fixed_string Name, class X>
 consteval auto block(X h) {
   auto n = layer_norm(h);
 #ifndef TYPEFLOW_COMPILE_FAIL_CONTROL
-  auto wrong = ty::reshape<2, 8, 64>(n);
+  auto wrong = ty::reshape<1024>(n);
   auto q = ty::dense<Name + ty::fixed_string("/q"), 64>(
       std::conditional_t<Name == ty::fixed_string("b1"), decltype(wrong), decltype(n)>{});
 #else

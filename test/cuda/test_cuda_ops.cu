@@ -585,6 +585,8 @@ void matmul_case(T, const char* name = "matmul") {
   constexpr auto tt = ty::matmul<true, true>(a_t, b_t);
   constexpr auto bnn = ty::matmul<false, false>(ba, bb);
   constexpr auto btt = ty::matmul<true, true>(ba_t, bb_t);
+  constexpr auto bxm = ty::matmul<false, false>(ba, b); // a batch times one matrix
+  constexpr auto bxmt = ty::matmul<false, true>(ba, b_t);
   const auto feeds =
       std::make_tuple(ty::feed(a, av), ty::feed(a_t, atv), ty::feed(b, bv), ty::feed(b_t, btv),
                       ty::feed(w, wv), ty::feed(ba, bav), ty::feed(bb, bbv), ty::feed(ba_t, batv),
@@ -599,7 +601,11 @@ void matmul_case(T, const char* name = "matmul") {
           at("grad tt a", ty::grad(ty::sum(tt * w), a_t), accum(19)),
           at("grad tt b", ty::grad(ty::sum(tt * w), b_t), accum(37)),
           at("grad batched nn a", ty::grad(ty::sum(bnn * bw), ba), accum(19)),
-          at("grad batched tt b", ty::grad(ty::sum(btt * bw), bb_t), accum(37)));
+          at("grad batched tt b", ty::grad(ty::sum(btt * bw), bb_t), accum(37)),
+          at("batch x matrix", bxm, accum(53)), at("batch x matrix^T", bxmt, accum(53)),
+          at("grad batch x matrix a", ty::grad(ty::sum(bxm * bw), ba), accum(19)),
+          at("grad batch x matrix b", ty::grad(ty::sum(bxm * bw), b), accum(3 * 37)),
+          at("grad batch x matrix^T b", ty::grad(ty::sum(bxmt * bw), b_t), accum(3 * 37)));
   else
     check(group, feeds, at("nn", nn, accum(53)), at("tt", tt, accum(53)),
           at("batched nn", bnn, accum(53)));

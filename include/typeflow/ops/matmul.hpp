@@ -1,4 +1,5 @@
-// matmul: 2-D and batched (equal leading batch extents), with transpose flags.
+// matmul: 2-D, batched (equal leading batch extents), and a batch times one matrix
+// ([..., m, k] x [k, n], np.matmul's broadcast), with transpose flags.
 #pragma once
 #include <string>
 
@@ -29,6 +30,22 @@ struct matmul {
     rule_result<RA> r;
     if (RA < 2 || RB < 2) {
       r.error = "operands must have rank 2 or more";
+      return r;
+    }
+    if (RB == 2 && RA > 2 && !TA) {
+      // [..., m, k] x [k, n]: the leading extents of a fold into the rows (np.matmul's
+      // broadcast of a matrix over a batch); the matrix's extents must be static, so that the
+      // gradient can fold the batch away (matmul_grad.hpp)
+      if (b[0] == dyn || b[1] == dyn) {
+        r.error = "broadcasting a matrix over a batch needs its extents static";
+        return r;
+      }
+      for (std::size_t i = 0; i + 1 < RA; ++i)
+        r.dims[i] = a[i];
+      const std::int64_t ka = a[RA - 1], kb = TB ? b[1] : b[0];
+      if (ka != kb && ka != dyn)
+        r.error = "inner dimensions differ";
+      r.dims[RA - 1] = TB ? b[0] : b[1];
       return r;
     }
     if (RA != RB) {
@@ -64,7 +81,9 @@ struct matmul {
 
 } // namespace ops
 
-/// matmul<transpose_a, transpose_b>(a, b): [..., m, k] x [..., k, n] -> [..., m, n].
+/// matmul<transpose_a, transpose_b>(a, b): [..., m, k] x [..., k, n] -> [..., m, n] (equal batch
+/// extents), or [..., k] x [k, n] -> [..., n] (a matrix with static extents applied to every row
+/// of a batch, as np.matmul and tf.matmul broadcast it; a not transposed).
 template <bool TA = false, bool TB = false, expression A, expression B>
 consteval auto matmul(A, B) {
   return make_node<ops::matmul<TA, TB>, A, B>();

@@ -36,7 +36,7 @@ struct op_cost {
 template <bool TA, bool TB>
 struct op_cost<ops::matmul<TA, TB>> {
   static double flops(const rt_dims* const* d) {
-    const auto e = matmul_extents::of(*d[1], *d[0], TA);
+    const auto e = matmul_extents::of(*d[1], *d[2], *d[0], TA);
     return 2.0 * static_cast<double>(e.m) * static_cast<double>(e.n) * static_cast<double>(e.k) *
            static_cast<double>(e.batch);
   }

@@ -107,9 +107,16 @@ std::array<bool, R> sum_to_mask(const rt_dims& in, const rt_dims& out) {
 /// A (batched) matmul's extents: out[batch] (m x n) = op(a) (m x k) op(b) (k x n).
 struct matmul_extents {
   std::int64_t m, n, k, batch;
-  /// From the output's dims and a's, a transposed when TA.
-  static matmul_extents of(const rt_dims& a, const rt_dims& out, bool ta) {
+  /// From the output's dims and the operands', a transposed when TA. A batch times one matrix
+  /// (b of rank 2, a of a higher rank) is one product whose rows are the batch's rows.
+  static matmul_extents of(const rt_dims& a, const rt_dims& b, const rt_dims& out, bool ta) {
     const std::size_t r = out.rank;
+    if (b.rank == 2 && r > 2) {
+      std::int64_t rows = 1;
+      for (std::size_t i = 0; i + 1 < r; ++i)
+        rows *= out.d[i];
+      return {rows, out.d[r - 1], a.d[r - 1], 1};
+    }
     std::int64_t batch = 1;
     for (std::size_t i = 0; i + 2 < r; ++i)
       batch *= out.d[i];

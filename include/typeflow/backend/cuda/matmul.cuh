@@ -148,7 +148,7 @@ template <std::size_t I, bool TA, bool TB, class T, class A, class B>
 void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) {
   const value &a = vals[A::index], &b = vals[B::index];
   value& o = vals[I];
-  const auto [m, n, k, batch] = backend::matmul_extents::of(a.dims, o.dims, TA);
+  const auto [m, n, k, batch] = backend::matmul_extents::of(a.dims, b.dims, o.dims, TA);
   T* out = ctx.output<T>(o);
   if (o.dims.numel() == 0)
     return;

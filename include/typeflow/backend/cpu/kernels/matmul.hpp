@@ -48,7 +48,7 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
   const value &a = vals[A::index], &b = vals[B::index];
   value& o = vals[I];
   T* out = ctx.allocate<T>(o);
-  const auto [m, n, k, batch] = backend::matmul_extents::of(a.dims, o.dims, TA);
+  const auto [m, n, k, batch] = backend::matmul_extents::of(a.dims, b.dims, o.dims, TA);
   const T* pa = static_cast<const T*>(a.data);
   const T* pb = static_cast<const T*>(b.data);
 #if defined(TYPEFLOW_HAS_ONEDNN)
@@ -97,7 +97,7 @@ bool kernel(context& ctx, ops::matmul<TA, TB>*, float*, value* vals,
             const graph::epilogue<F, B, Relu>&, A*, Bm*) {
   const value &a = vals[A::index], &b = vals[Bm::index];
   value& o = vals[I];
-  const auto [m, n, k, batch] = backend::matmul_extents::of(a.dims, o.dims, TA);
+  const auto [m, n, k, batch] = backend::matmul_extents::of(a.dims, b.dims, o.dims, TA);
   if (k <= 0 || m == 0 || n == 0)
     return false;
   float* out = ctx.allocate<float>(o);
