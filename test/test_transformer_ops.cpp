@@ -207,6 +207,48 @@ TEST_SUITE("transformer ops") {
           fx::gelu_tanh_dx_shape, "gelu_tanh");
   }
 
+  TEST_CASE("softmax, log_softmax and logsumexp over any axis against PyTorch float64") {
+    constexpr auto z = ty::variable<"z", double, ty::shape<3, 4, 5>>;
+    constexpr auto u0 = ty::placeholder<"u0", double, ty::shape<3, 4, 5>>;
+    constexpr auto u1 = ty::placeholder<"u1", double, ty::shape<3, 4, 5>>;
+    constexpr auto u2 = ty::placeholder<"u2", double, ty::shape<3, 5>>;
+    constexpr auto u3 = ty::placeholder<"u3", double, ty::shape<3, 4, 1>>;
+    constexpr auto sm0 = ty::softmax<0>(z);
+    constexpr auto lsm1 = ty::log_softmax<1>(z);
+    constexpr auto lse1 = ty::logsumexp<1>(z);
+    constexpr auto lse_keep = ty::logsumexp<-1>(z, ty::keepdims);
+    static_assert(std::is_same_v<decltype(lse1)::shape_type, ty::shape<3, 5>>);
+    static_assert(std::is_same_v<decltype(lse_keep)::shape_type, ty::shape<3, 4, 1>>);
+    session_t s;
+    s.write(z, fixture<double>(fx::soft_z, fx::soft_z_shape));
+    // (the fed tensors are named: a feed points into its tensor)
+    const auto t0 = fixture<double>(fx::softmax0_up, fx::softmax0_up_shape);
+    const auto t1 = fixture<double>(fx::log_softmax1_up, fx::log_softmax1_up_shape);
+    const auto t2 = fixture<double>(fx::logsumexp1_up, fx::logsumexp1_up_shape);
+    const auto t3 = fixture<double>(fx::logsumexp_last_keep_up, fx::logsumexp_last_keep_up_shape);
+    const auto f0 = ty::feed(u0, t0);
+    const auto f1 = ty::feed(u1, t1);
+    const auto f2 = ty::feed(u2, t2);
+    const auto f3 = ty::feed(u3, t3);
+    auto [a, b, c, d, da, db, dc, dd] =
+        s.run(ty::fetch(sm0, lsm1, lse1, lse_keep, ty::grad(ty::sum(sm0 * u0), z),
+                        ty::grad(ty::sum(lsm1 * u1), z), ty::grad(ty::sum(lse1 * u2), z),
+                        ty::grad(ty::sum(lse_keep * u3), z)),
+              f0, f1, f2, f3);
+    // one slice holds values near 1000: absolute errors of a few ulps of 1000
+    check_close("softmax<0>", a, fx::softmax0_y, fx::softmax0_y_shape, 1e-13, 1e-15);
+    check_close("log_softmax<1>", b, fx::log_softmax1_y, fx::log_softmax1_y_shape, 1e-13, 1e-12);
+    check_close("logsumexp<1>", c, fx::logsumexp1_y, fx::logsumexp1_y_shape, 1e-15, 1e-12);
+    check_close("logsumexp<-1> keepdims", d, fx::logsumexp_last_keep_y,
+                fx::logsumexp_last_keep_y_shape, 1e-15, 1e-12);
+    check_close("d softmax<0>", da, fx::softmax0_dz, fx::softmax0_dz_shape, 1e-13, 1e-15);
+    check_close("d log_softmax<1>", db, fx::log_softmax1_dz, fx::log_softmax1_dz_shape, 1e-13,
+                1e-15);
+    check_close("d logsumexp<1>", dc, fx::logsumexp1_dz, fx::logsumexp1_dz_shape, 1e-13, 1e-15);
+    check_close("d logsumexp<-1> keepdims", dd, fx::logsumexp_last_keep_dz,
+                fx::logsumexp_last_keep_dz_shape, 1e-13, 1e-15);
+  }
+
   TEST_CASE("gelu's gradient is one node; erf rejects integers at compile time") {
     constexpr auto dx = ty::grad(ty::sum(ty::gelu(ax)), ax);
     static_assert(std::is_same_v<decltype(dx)::op, ty::ops::gelu_grad>);

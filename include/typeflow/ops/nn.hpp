@@ -1,5 +1,6 @@
 // Neural-network ops in TensorFlow's layouts: conv2d (NHWC input, HWIO filter), max/avg pooling,
-// bias_add, softmax, log_softmax, the fused sparse softmax cross-entropy, l2_loss and dropout.
+// bias_add, softmax, log_softmax and logsumexp over any axis, the fused sparse softmax
+// cross-entropy, l2_loss and dropout.
 //
 // Window geometry follows TensorFlow exactly: with SAME padding out = ceil(in / stride) and the
 // padding total = max((out - 1) * stride + (k - 1) * dilation + 1 - in, 0), of which the smaller
@@ -365,18 +366,34 @@ consteval auto sparse_softmax_cross_entropy_with_logits(L, Y) {
   return make_node<ops::sparse_softmax_xent, L, Y>();
 }
 
-/// log_softmax over the last axis: x - max - log(sum(exp(x - max))), stable for large logits.
-template <expression X>
+/// log_softmax<axis = -1>(x): x - max - log(sum(exp(x - max))) along one axis (negative from
+/// the end), stable for large logits.
+template <std::int64_t Axis = -1, expression X>
 consteval auto log_softmax(X x) {
-  auto shifted = x - stop_gradient(typeflow::max<-1>(x, keepdims));
-  return shifted - typeflow::log(typeflow::sum<-1>(typeflow::exp(shifted), keepdims));
+  auto shifted = x - stop_gradient(typeflow::max<Axis>(x, keepdims));
+  return shifted - typeflow::log(typeflow::sum<Axis>(typeflow::exp(shifted), keepdims));
 }
 
-/// softmax over the last axis.
-template <expression X>
+/// softmax<axis = -1>(x) along one axis (negative from the end).
+template <std::int64_t Axis = -1, expression X>
 consteval auto softmax(X x) {
-  auto e = typeflow::exp(x - stop_gradient(typeflow::max<-1>(x, keepdims)));
-  return e / typeflow::sum<-1>(e, keepdims);
+  auto e = typeflow::exp(x - stop_gradient(typeflow::max<Axis>(x, keepdims)));
+  return e / typeflow::sum<Axis>(e, keepdims);
+}
+
+/// logsumexp<axis = -1>(x[, keepdims]): log(sum(exp(x))) along one axis, shifted by the
+/// maximum so that large values neither overflow nor lose precision (tf.reduce_logsumexp,
+/// torch.logsumexp). Its gradient is softmax<axis>(x) times the upstream gradient.
+template <std::int64_t Axis = -1, expression X>
+consteval auto logsumexp(X x, keepdims_t) {
+  auto m = stop_gradient(typeflow::max<Axis>(x, keepdims));
+  return typeflow::log(typeflow::sum<Axis>(typeflow::exp(x - m), keepdims)) + m;
+}
+template <std::int64_t Axis = -1, expression X>
+consteval auto logsumexp(X x) {
+  auto m = stop_gradient(typeflow::max<Axis>(x, keepdims));
+  return typeflow::log(typeflow::sum<Axis>(typeflow::exp(x - m))) +
+         stop_gradient(typeflow::max<Axis>(x));
 }
 
 /// l2_loss(x) = sum(x^2) / 2, as TensorFlow's.
