@@ -795,7 +795,7 @@ void softmax_case(T, L) {
 // gather (an embedding lookup) of a [6, 2, 5] table by [3, 4] indices with repeats (row 2 three
 // times, row 5 twice, row 0 once at each end), its gradient (a scatter-add: up to 3 terms per
 // element, in any order on the GPU), and one_hot at depth 6 with indices outside [0, 6) (rows
-// of zeros).
+// of zeros); causal_mask and band_part on [2, 5, 5] scores, and a causal softmax's gradient.
 template <class T, class L>
 void index_case(T, L) {
   constexpr auto table = ty::placeholder<"table", T, ty::shape<6, 2, 5>>;
@@ -811,6 +811,15 @@ void index_case(T, L) {
   std::string group = dtype_group<T>("index");
   group += "/indices ";
   group += ty::dtype_name<L>;
+  constexpr auto sc = ty::placeholder<"sc", T, ty::shape<2, 5, 5>>;
+  constexpr auto sw = ty::placeholder<"sw", T, ty::shape<2, 5, 5>>;
+  const auto more = std::tuple_cat(feeds, std::make_tuple(ty::feed(sc, make(sc, wave(0.9, 2.0))),
+                                                          ty::feed(sw, make(sw, wave(2.3)))));
+  check(group + "/bands", more, at("causal_mask", ty::causal_mask(sc), exact),
+        at("band_part", ty::band_part<1, 2>(sc), exact),
+        at("softmax causal", ty::softmax(ty::causal_mask(sc)), accum_transc(5)),
+        at("grad softmax causal", ty::grad(ty::sum(ty::softmax(ty::causal_mask(sc)) * sw), sc),
+           accum_transc(5)));
   check(group, feeds, at("gather", ty::gather(table, ix), exact),
         at("grad gather", ty::grad(ty::sum(ty::gather(table, ix) * w), table), accum(3)),
         at("one_hot", ty::one_hot<6, T>(oh), exact));

@@ -1,5 +1,6 @@
-// Ops that read by integer index: gather (an embedding lookup) with its gradient, a scatter-add,
-// and one_hot. Their kernels are backend/cpu/kernels/index.hpp and backend/cuda/index.cuh.
+// Ops that read by integer index or by an element's coordinates: gather (an embedding lookup)
+// with its gradient, a scatter-add; one_hot; band_part and causal_mask. Their kernels are
+// backend/cpu/kernels/index.hpp and backend/cuda/index.cuh.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -109,7 +110,57 @@ struct one_hot : nn_base {
   }
 };
 
+/// What band<> writes outside its band: zeros (tf.linalg.band_part) or -infinity (an attention
+/// mask: softmax then gives those positions exactly 0).
+enum class band_fill { zero, minus_infinity };
+
+/// Keeps the elements of each matrix (the last two axes) with i - j <= Lower and j - i <= Upper
+/// (a negative bound: unbounded on that side), and writes Fill elsewhere.
+template <std::int64_t Lower, std::int64_t Upper, band_fill Fill>
+struct band : nn_base {
+  static constexpr std::string_view name =
+      Fill == band_fill::zero ? std::string_view{"band_part"} : std::string_view{"causal_mask"};
+  static std::string attrs() {
+    return "lower " + std::to_string(Lower) + ", upper " + std::to_string(Upper);
+  }
+  template <class X>
+  using value_type = typename X::value_type;
+  template <class X>
+  static constexpr std::string_view dtype_error() {
+    if (Fill == band_fill::minus_infinity && !detail::floating_operand<X>)
+      return "requires a floating-point dtype";
+    return {};
+  }
+  template <std::size_t R>
+  static constexpr rule_result<R> rule(const dims_t<R>& x) {
+    rule_result<R> r{{}, x};
+    if (R < 2)
+      r.error = "needs rank 2 or more (it masks the last two axes)";
+    return r;
+  }
+  /// Whether element (i, j) of a matrix lies in the band.
+  TYPEFLOW_HD static constexpr bool keeps(std::int64_t i, std::int64_t j) {
+    return (Lower < 0 || i - j <= Lower) && (Upper < 0 || j - i <= Upper);
+  }
+};
+
 } // namespace ops
+
+/// band_part<lower, upper>(x): the band of each matrix of x (its last two axes), zeros elsewhere,
+/// as tf.linalg.band_part; a negative bound keeps that whole triangle (band_part<-1, 0> is the
+/// lower triangle).
+template <std::int64_t Lower, std::int64_t Upper, expression X>
+consteval auto band_part(X) {
+  return make_node<ops::band<Lower, Upper, ops::band_fill::zero>, X>();
+}
+
+/// causal_mask(scores): scores [..., T, S] with -infinity where j > i (a position attends to
+/// itself and to earlier ones), so that a softmax over the last axis gives those 0. Its
+/// gradient is the upstream gradient's lower triangle.
+template <expression X>
+consteval auto causal_mask(X) {
+  return make_node<ops::band<-1, 0, ops::band_fill::minus_infinity>, X>();
+}
 
 /// gather(params, indices): rows of params [V, D...] picked by integer indices [I...], giving
 /// [I..., D...]. Its gradient with respect to params is a scatter-add (repeated indices add up);

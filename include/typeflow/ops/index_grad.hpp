@@ -1,6 +1,7 @@
 // Gradient rules of the index ops: gather's is a scatter-add into zeros shaped as params;
 // gather_grad's (with respect to its upstream gradient) is gather again, so second derivatives
-// through an embedding lookup work; indices and one_hot have none (integers).
+// through an embedding lookup work; indices and one_hot have none (integers); a band's is the
+// upstream gradient's band.
 #pragma once
 #include "fold.hpp"
 #include "index.hpp"
@@ -31,5 +32,13 @@ struct grad_rule<ops::gather_grad> {
 
 template <std::int64_t Depth, dtype T>
 struct grad_rule<ops::one_hot<Depth, T>> : no_gradient {};
+
+template <std::int64_t Lower, std::int64_t Upper, ops::band_fill Fill>
+struct grad_rule<ops::band<Lower, Upper, Fill>> {
+  template <std::size_t, class Y, class G, class X>
+  static consteval auto vjp(Y, G g, X) {
+    return typeflow::band_part<Lower, Upper>(g);
+  }
+};
 
 } // namespace typeflow

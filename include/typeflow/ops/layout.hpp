@@ -1,6 +1,8 @@
 // Layout ops (region boundaries): reshape, transpose, concat, slice.
 #pragma once
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "../graph/node.hpp"
 
@@ -378,6 +380,34 @@ consteval auto concat(A...) {
 template <class Begin, class Size, expression A>
 consteval auto slice(A) {
   return make_node<ops::slice<Begin, Size>, A>();
+}
+
+namespace detail {
+template <std::int64_t Ax, std::int64_t At, std::int64_t Sz, class A, std::size_t... I>
+consteval auto split_piece(A a, std::index_sequence<I...>) {
+  return typeflow::slice<ints<(static_cast<std::int64_t>(I) == Ax ? At : 0)...>,
+                         ints<(static_cast<std::int64_t>(I) == Ax ? Sz : -1)...>>(a);
+}
+} // namespace detail
+
+/// split<axis, n>(x): n equal slices of x along axis (negative from the end), as a std::tuple:
+/// `auto [q, k, v] = ty::split<-1, 3>(qkv);`. The extent along the axis must be static and
+/// divisible by n.
+template <std::int64_t Axis, std::int64_t N, expression A>
+consteval auto split(A a) {
+  constexpr auto r = static_cast<std::int64_t>(A::shape_type::rank);
+  constexpr std::int64_t ax = Axis < 0 ? Axis + r : Axis;
+  static_assert(ax >= 0 && ax < r, "split: the axis is out of range");
+  static_assert(N >= 1, "split: the number of pieces must be at least 1");
+  constexpr std::int64_t extent = A::shape_type::dims[static_cast<std::size_t>(ax)];
+  static_assert(extent != dyn, "split: the extent along the axis must be static");
+  static_assert(extent % N == 0, "split: the extent along the axis is not divisible by n");
+  constexpr std::int64_t size = extent / N;
+  return [a]<std::size_t... P>(std::index_sequence<P...>) {
+    return std::tuple{detail::split_piece<ax, static_cast<std::int64_t>(P) * size, size>(
+        a, std::make_index_sequence<static_cast<std::size_t>(r)>{})...};
+  }
+  (std::make_index_sequence<static_cast<std::size_t>(N)>{});
 }
 
 } // namespace typeflow

@@ -1,10 +1,11 @@
 // CUDA kernels of the index ops: gather (one thread per output element), its gradient (zeros,
 // then one atomicAdd per upstream element: float32 and float64; the order of the additions into
 // a repeated row is not fixed, so those sums may differ in the last bits between runs), and
-// one_hot. An index out of range sets a flag that the run reads after all its work
+// one_hot and the bands. An index out of range sets a flag that the run reads after all its work
 // (gpu_context::end_run): the step never waits for the host.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -53,6 +54,15 @@ __global__ void one_hot_kernel(const Ix* ix, std::int64_t depth, std::int64_t to
   }
 }
 
+template <class Band, class T>
+__global__ void band_kernel(const T* in, std::int64_t rows, std::int64_t cols, std::int64_t total,
+                            T fill, T* out) {
+  TYPEFLOW_GRID_STRIDE(e, total) {
+    const std::int64_t r = e / cols;
+    out[e] = Band::keeps(r % rows, e - r * cols) ? in[e] : fill;
+  }
+}
+
 template <std::size_t I, class T, class P, class Ix>
 void kernel(context& ctx, ops::gather*, T*, value* vals, void*, P*, Ix*) {
   const auto g = backend::gather_geometry::of(vals[P::index].dims, vals[Ix::index].dims);
@@ -97,6 +107,22 @@ void kernel(context& ctx, ops::one_hot<Depth, U>*, T*, value* vals, void*, Ix*) 
     return;
   one_hot_kernel<T><<<grid_for(total), 256, 0, ctx.stream()>>>(
       static_cast<const typename Ix::value_type*>(vals[Ix::index].data), Depth, total, out);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, std::int64_t L, std::int64_t U, ops::band_fill F, class T, class X>
+requires std::is_arithmetic_v<T>
+void kernel(context& ctx, ops::band<L, U, F>*, T*, value* vals, void*, X*) {
+  const auto& d = vals[X::index].dims;
+  const std::int64_t total = d.numel();
+  T* out = ctx.output<T>(vals[I]);
+  if (total == 0)
+    return;
+  const T fill =
+      F == ops::band_fill::zero ? T(0) : static_cast<T>(-std::numeric_limits<double>::infinity());
+  band_kernel<ops::band<L, U, F>, T><<<grid_for(total), 256, 0, ctx.stream()>>>(
+      static_cast<const T*>(vals[X::index].data), d.d[d.rank - 2], d.d[d.rank - 1], total, fill,
+      out);
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -82,6 +82,9 @@ requires(std::is_same_v<T, float> ||
 template <std::size_t I, std::int64_t Depth, dtype U, class T, class Ix>
 requires std::is_arithmetic_v<T>
 void kernel(context&, ops::one_hot<Depth, U>*, T*, value*, void*, Ix*);
+template <std::size_t I, std::int64_t L, std::int64_t U, ops::band_fill F, class T, class X>
+requires std::is_arithmetic_v<T>
+void kernel(context&, ops::band<L, U, F>*, T*, value*, void*, X*);
 
 // ---- layout.cuh ------------------------------------------------------------------------------
 template <std::size_t I, std::int64_t... D, class T, class A>

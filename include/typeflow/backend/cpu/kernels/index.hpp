@@ -1,9 +1,10 @@
 // CPU kernels of the index ops: gather copies rows, its gradient adds rows into zeros (each
 // thread owns a range of output rows and scans the indices in order, so the sums are
-// deterministic and need no atomics), one_hot writes ones into zeros.
+// deterministic and need no atomics), one_hot writes ones into zeros, a band copies or fills.
 #pragma once
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "../../../graph/flat.hpp"
 #include "../../../ops/index.hpp"
@@ -70,6 +71,26 @@ void kernel(context& ctx, ops::one_hot<Depth, U>*, T*, value* vals, void*, Ix*) 
                               out[i * Depth + k] = T(1);
                           }
                         });
+}
+
+template <std::size_t I, std::int64_t L, std::int64_t U, ops::band_fill F, class T, class X>
+void kernel(context& ctx, ops::band<L, U, F>*, T*, value* vals, void*, X*) {
+  const auto& d = vals[X::index].dims;
+  const std::int64_t rows = d.d[d.rank - 2], cols = d.d[d.rank - 1];
+  const std::int64_t all_rows = rows == 0 ? 0 : d.numel() / cols;
+  const T* in = static_cast<const T*>(vals[X::index].data);
+  T* out = ctx.allocate<T>(vals[I]);
+  const T fill =
+      F == ops::band_fill::zero ? T(0) : static_cast<T>(-std::numeric_limits<double>::infinity());
+  ctx.pool.parallel_for(
+      all_rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(cols, 1)),
+      [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const std::int64_t i = r % rows;
+          for (std::int64_t j = 0; j < cols; ++j)
+            out[r * cols + j] = ops::band<L, U, F>::keeps(i, j) ? in[r * cols + j] : fill;
+        }
+      });
 }
 
 } // namespace typeflow::cpu_backend
