@@ -39,6 +39,7 @@
 #include "ops/leaves.hpp"
 #include "ops/matmul.hpp"
 #include "ops/nn.hpp"
+#include "ops/norm.hpp"
 #include "ops/reduce.hpp"
 #include "ops/repeat.hpp"
 #include "ops/state.hpp"

@@ -825,6 +825,24 @@ void index_case(T, L) {
         at("one_hot", ty::one_hot<6, T>(oh), exact));
 }
 
+// layer_norm over the last axis of [5, 3, 37] (37: rows longer than a warp, not a multiple of
+// it) and the gradients of its input, scale and shift.
+template <class T>
+void norm_case(T) {
+  constexpr auto x = ty::placeholder<"x", T, ty::shape<5, 3, 37>>;
+  constexpr auto g = ty::placeholder<"g", T, ty::shape<37>>;
+  constexpr auto b = ty::placeholder<"b", T, ty::shape<37>>;
+  constexpr auto w = ty::placeholder<"w", T, ty::shape<5, 3, 37>>;
+  const auto feeds =
+      std::make_tuple(ty::feed(x, make(x, wave(0.3, 2.0))), ty::feed(g, make(g, positive(0.1))),
+                      ty::feed(b, make(b, wave(0.5))), ty::feed(w, make(w, wave(1.9))));
+  constexpr auto y = ty::layer_norm(x, g, b);
+  check(dtype_group<T>("layer_norm"), feeds, at("layer_norm", y, accum_transc(37)),
+        at("grad x", ty::grad(ty::sum(y * w), x), accum_transc(37)),
+        at("grad gamma", ty::grad(ty::sum(y * w), g), accum_transc(15 * 37)),
+        at("grad beta", ty::grad(ty::sum(y * w), b), accum(15)));
+}
+
 // Layout ops on a GPU-computed tensor h = -x: reshape, expand_dims, transpose, slice, concat
 // and their gradients (all exact); argmax along each axis, on smooth values and on ties (the
 // first index wins).
@@ -889,6 +907,8 @@ int main() {
   softmax_case(double{}, std::int64_t{});
   index_case(float{}, std::int32_t{});
   index_case(double{}, std::int64_t{});
+  norm_case(float{});
+  norm_case(double{});
   layout_case(float{});
   if (!tally.device) {
     std::printf("placement checked on the host: %d cases, %d failed\n", tally.cases, tally.failed);

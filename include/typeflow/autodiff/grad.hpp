@@ -17,6 +17,7 @@
 #include "../ops/layout_grad.hpp"
 #include "../ops/matmul_grad.hpp"
 #include "../ops/nn_grad.hpp"
+#include "../ops/norm_grad.hpp"
 #include "../ops/reduce_grad.hpp"
 #include "../ops/scope.hpp"
 

@@ -4,6 +4,7 @@
 #pragma once
 #include "../ops/matmul.hpp"
 #include "../ops/nn.hpp"
+#include "../ops/norm.hpp"
 #include "initializers.hpp"
 
 namespace typeflow {
@@ -63,6 +64,22 @@ consteval auto conv2d_layer(X x) {
         typeflow::conv2d<P, Stride, Stride>(
             x, layer_weights<Name, T, shape<KH, KW, c, Filters>, WInit, Decay>),
         layer_biases<Name, T, Filters, BInit>);
+  }
+}
+
+/// layer_norm_layer<"ln1">(x): layer_norm over the last axis of x [..., D] with `Name/gamma`
+/// (ones) and `Name/beta` (zeros), both [D]; eps as layer_norm's.
+template <fixed_string Name, auto Eps = 1e-5, expression X>
+consteval auto layer_norm_layer(X x) {
+  if constexpr (any_invalid<X>) { // an earlier mistake, reported already
+    return invalid_expr{};
+  } else {
+    using T = typename X::value_type;
+    static_assert(X::shape_type::rank > 0, "layer_norm_layer: the input is a scalar");
+    constexpr std::int64_t d = X::shape_type::dims[X::shape_type::rank - 1];
+    static_assert(d != dyn, "layer_norm_layer: the input's last extent must be static");
+    return typeflow::layer_norm<Eps>(x, variable<Name + fixed_string("/gamma"), T, shape<d>, ones>,
+                                     variable<Name + fixed_string("/beta"), T, shape<d>, zeros>);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/layout.hpp"
 #include "kernels/matmul.hpp"
 #include "kernels/nn.hpp"
+#include "kernels/norm.hpp"
 #include "kernels/reduce.hpp"
 
 namespace typeflow::cpu_backend {

@@ -19,6 +19,7 @@
 #include "../../ops/leaves.hpp"
 #include "../../ops/matmul.hpp"
 #include "../../ops/nn.hpp"
+#include "../../ops/norm.hpp"
 #include "../../ops/reduce.hpp"
 #include "../common/capabilities.hpp"
 #include "../common/value.hpp"
@@ -85,6 +86,20 @@ void kernel(context&, ops::one_hot<Depth, U>*, T*, value*, void*, Ix*);
 template <std::size_t I, std::int64_t L, std::int64_t U, ops::band_fill F, class T, class X>
 requires std::is_arithmetic_v<T>
 void kernel(context&, ops::band<L, U, F>*, T*, value*, void*, X*);
+
+// ---- norm.cuh (float32 and float64) ---------------------------------------------------------
+template <std::size_t I, std::uint64_t E, class T, class X, class G, class B>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::layer_norm<E>*, T*, value*, void*,
+                                                X*, G*, B*);
+template <std::size_t I, std::uint64_t E, class T, class X, class G, class U>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::layer_norm_grad<E>*, T*, value*,
+                                                void*, X*, G*, U*);
+template <std::size_t I, std::uint64_t E, class T, class X, class U>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::layer_norm_grad_gamma<E>*, T*,
+                                                value*, void*, X*, U*);
 
 // ---- layout.cuh ------------------------------------------------------------------------------
 template <std::size_t I, std::int64_t... D, class T, class A>
