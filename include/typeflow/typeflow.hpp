@@ -30,6 +30,7 @@
 #include "nn/optimizers.hpp"
 #include "nn/repeat.hpp"
 #include "nn/variables.hpp"
+#include "ops/attention.hpp"
 #include "ops/contract.hpp"
 #include "ops/debug.hpp"
 #include "ops/elementwise.hpp"

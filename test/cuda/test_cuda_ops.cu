@@ -843,6 +843,32 @@ void norm_case(T) {
         at("grad beta", ty::grad(ty::sum(y * w), b), accum(15)));
 }
 
+// attention on [2, 3, 37, 8] queries over 41 keys (not causal) and 37 keys (causal), and the
+// gradients of q, k and v (sums over the keys, or over the queries for k and v).
+template <class T>
+void attention_case(T) {
+  constexpr auto q = ty::placeholder<"q", T, ty::shape<2, 3, 37, 8>>;
+  constexpr auto k = ty::placeholder<"k", T, ty::shape<2, 3, 41, 8>>;
+  constexpr auto v = ty::placeholder<"v", T, ty::shape<2, 3, 41, 5>>;
+  constexpr auto kc = ty::placeholder<"kc", T, ty::shape<2, 3, 37, 8>>;
+  constexpr auto vc = ty::placeholder<"vc", T, ty::shape<2, 3, 37, 5>>;
+  constexpr auto w = ty::placeholder<"w", T, ty::shape<2, 3, 37, 5>>;
+  const auto feeds =
+      std::make_tuple(ty::feed(q, make(q, wave(0.1, 1.5))), ty::feed(k, make(k, wave(0.7, 1.5))),
+                      ty::feed(v, make(v, wave(1.3))), ty::feed(kc, make(kc, wave(0.4, 1.5))),
+                      ty::feed(vc, make(vc, wave(2.2))), ty::feed(w, make(w, wave(1.1))));
+  constexpr auto y = ty::attention(q, k, v);
+  constexpr auto yc = ty::attention<true>(q, kc, vc);
+  check(dtype_group<T>("attention"), feeds, at("attention", y, accum_transc(41 * 8)),
+        at("causal", yc, accum_transc(37 * 8)),
+        at("grad q", ty::grad(ty::sum(y * w), q), accum_transc(41 * 8)),
+        at("grad k", ty::grad(ty::sum(y * w), k), accum_transc(37 * 8)),
+        at("grad v", ty::grad(ty::sum(y * w), v), accum_transc(37)),
+        at("causal grad q", ty::grad(ty::sum(yc * w), q), accum_transc(37 * 8)),
+        at("causal grad k", ty::grad(ty::sum(yc * w), kc), accum_transc(37 * 8)),
+        at("causal grad v", ty::grad(ty::sum(yc * w), vc), accum_transc(37)));
+}
+
 // Layout ops on a GPU-computed tensor h = -x: reshape, expand_dims, transpose, slice, concat
 // and their gradients (all exact); argmax along each axis, on smooth values and on ties (the
 // first index wins).
@@ -909,6 +935,8 @@ int main() {
   index_case(double{}, std::int64_t{});
   norm_case(float{});
   norm_case(double{});
+  attention_case(float{});
+  attention_case(double{});
   layout_case(float{});
   if (!tally.device) {
     std::printf("placement checked on the host: %d cases, %d failed\n", tally.cases, tally.failed);

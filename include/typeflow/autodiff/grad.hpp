@@ -11,6 +11,7 @@
 
 #include "../core/pack.hpp"
 #include "../graph/table.hpp"
+#include "../ops/attention_grad.hpp"
 #include "../ops/elementwise_grad.hpp"
 #include "../ops/fold.hpp"
 #include "../ops/index_grad.hpp"

@@ -6,6 +6,7 @@
 
 #include "../../graph/flat.hpp"
 #include "context.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/index.hpp"
 #include "kernels/layout.hpp"

@@ -1,7 +1,7 @@
 // The CUDA backend (compiled by nvcc; runtime/session.hpp includes it in every translation unit
 // nvcc compiles): device_backend<gpu<N>>, the interface a session drives (backend/common/
-// backend.hpp), over the kernels of fused.cuh, index.cuh, matmul.cuh, reduce.cuh, nn.cuh, norm.cuh
-// and layout.cuh.
+// backend.hpp), over the kernels of attention.cuh, fused.cuh, index.cuh, matmul.cuh, reduce.cuh,
+// nn.cuh, norm.cuh and layout.cuh.
 //
 // What runs on a GPU is what kernels.hpp declares: fused elementwise regions (assignments
 // included), matmul (cuBLAS), the reductions, conv2d and its gradients (im2col + cuBLAS),
@@ -18,6 +18,7 @@
 #include "../../core/tensor.hpp"
 #include "../../graph/flat.hpp"
 #include "../common/backend.hpp"
+#include "attention.cuh"
 #include "context.cuh"
 #include "fused.cuh"
 #include "index.cuh"

@@ -14,6 +14,7 @@
 
 #include "../../core/shape.hpp"
 #include "../../graph/flat.hpp"
+#include "../../ops/attention.hpp"
 #include "../../ops/index.hpp"
 #include "../../ops/layout.hpp"
 #include "../../ops/leaves.hpp"
@@ -86,6 +87,16 @@ void kernel(context&, ops::one_hot<Depth, U>*, T*, value*, void*, Ix*);
 template <std::size_t I, std::int64_t L, std::int64_t U, ops::band_fill F, class T, class X>
 requires std::is_arithmetic_v<T>
 void kernel(context&, ops::band<L, U, F>*, T*, value*, void*, X*);
+
+// ---- attention.cuh (float32 and float64) ----------------------------------------------------
+template <std::size_t I, bool C, class T, class Q, class K, class V>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::attention<C>*, T*, value*, void*, Q*,
+                                                K*, V*);
+template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class O, class G>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::attention_grad<C, W>*, T*, value*,
+                                                void*, Q*, K*, V*, O*, G*);
 
 // ---- norm.cuh (float32 and float64) ---------------------------------------------------------
 template <std::size_t I, std::uint64_t E, class T, class X, class G, class B>

@@ -1,0 +1,168 @@
+// CUDA kernels of the attention op: the same algorithm as the CPU's (an online softmax per query
+// row, the scores recomputed in the backward pass), in its simplest form: one thread per query
+// row (the forward pass, q's gradient, and each row's log-sum-exp and dO . O) or per key row
+// (k's and v's gradients), accumulating in the output row. Correct, not yet fast: the tiled
+// kernel (FlashAttention's blocks in shared memory) is issue t3-D's work.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "../../ops/attention.hpp"
+#include "../common/attention.hpp"
+#include "context.cuh"
+#include "nn.cuh"
+#include "runtime.hpp"
+
+namespace typeflow::cuda_backend {
+
+template <class T>
+__device__ double attention_dot(const T* a, const T* b, std::int64_t n) {
+  double s = 0;
+  for (std::int64_t c = 0; c < n; ++c)
+    s += static_cast<double>(a[c]) * static_cast<double>(b[c]);
+  return s;
+}
+
+/// Query row r's online softmax: its log-sum-exp, and (out not null) its output row.
+template <bool C, class T>
+__device__ double attention_row_dev(const T* q, const T* k, const T* v,
+                                    backend::attention_geometry g, std::int64_t r, T* out) {
+  const std::int64_t b = r / g.t, i = r % g.t;
+  const T* qi = q + r * g.d;
+  const T* kb = k + b * g.s * g.d;
+  const T* vb = v + b * g.s * g.dv;
+  const std::int64_t keys = C ? (i + 1 < g.s ? i + 1 : g.s) : g.s;
+  double m = -INFINITY, l = 0;
+  if (out)
+    for (std::int64_t c = 0; c < g.dv; ++c)
+      out[c] = T(0);
+  for (std::int64_t j = 0; j < keys; ++j) {
+    const double s = attention_dot(qi, kb + j * g.d, g.d) * g.scale;
+    const double m_new = s > m ? s : m;
+    const double alpha = exp(m - m_new), p = exp(s - m_new);
+    l = l * alpha + p;
+    if (out)
+      for (std::int64_t c = 0; c < g.dv; ++c)
+        out[c] = static_cast<T>(static_cast<double>(out[c]) * alpha +
+                                p * static_cast<double>(vb[j * g.dv + c]));
+    m = m_new;
+  }
+  if (out && l > 0)
+    for (std::int64_t c = 0; c < g.dv; ++c)
+      out[c] = static_cast<T>(static_cast<double>(out[c]) / l);
+  return m + log(l);
+}
+
+template <bool C, class T>
+__global__ void attention_forward_kernel(const T* q, const T* k, const T* v,
+                                         backend::attention_geometry g, T* out) {
+  TYPEFLOW_GRID_STRIDE(r, g.batch * g.t) {
+    attention_row_dev<C>(q, k, v, g, r, out + r * g.dv);
+  }
+}
+
+template <bool C, class T>
+__global__ void attention_stats_kernel(const T* q, const T* k, const T* v, const T* o, const T* up,
+                                       backend::attention_geometry g, double* lse, double* dd) {
+  TYPEFLOW_GRID_STRIDE(r, g.batch * g.t) {
+    lse[r] = attention_row_dev<C>(q, k, v, g, r, static_cast<T*>(nullptr));
+    dd[r] = attention_dot(up + r * g.dv, o + r * g.dv, g.dv);
+  }
+}
+
+template <bool C, class T>
+__global__ void attention_grad_q_kernel(const T* q, const T* k, const T* v, const T* up,
+                                        const double* lse, const double* dd,
+                                        backend::attention_geometry g, T* dq) {
+  TYPEFLOW_GRID_STRIDE(r, g.batch * g.t) {
+    const std::int64_t b = r / g.t, i = r % g.t;
+    const std::int64_t keys = C ? (i + 1 < g.s ? i + 1 : g.s) : g.s;
+    for (std::int64_t c = 0; c < g.d; ++c)
+      dq[r * g.d + c] = T(0);
+    for (std::int64_t j = 0; j < keys; ++j) {
+      const T* kj = k + (b * g.s + j) * g.d;
+      const double p = exp(attention_dot(q + r * g.d, kj, g.d) * g.scale - lse[r]);
+      const double ds =
+          p * (attention_dot(up + r * g.dv, v + (b * g.s + j) * g.dv, g.dv) - dd[r]) * g.scale;
+      for (std::int64_t c = 0; c < g.d; ++c)
+        dq[r * g.d + c] =
+            static_cast<T>(static_cast<double>(dq[r * g.d + c]) + ds * static_cast<double>(kj[c]));
+    }
+  }
+}
+
+template <bool C, int W, class T>
+__global__ void attention_grad_kv_kernel(const T* q, const T* k, const T* v, const T* up,
+                                         const double* lse, const double* dd,
+                                         backend::attention_geometry g, T* out) {
+  const std::int64_t width = W == 1 ? g.d : g.dv;
+  TYPEFLOW_GRID_STRIDE(col, g.batch * g.s) {
+    const std::int64_t b = col / g.s, j = col % g.s;
+    for (std::int64_t c = 0; c < width; ++c)
+      out[col * width + c] = T(0);
+    for (std::int64_t i = C ? j : 0; i < g.t; ++i) {
+      const std::int64_t r = b * g.t + i;
+      const double p = exp(attention_dot(q + r * g.d, k + col * g.d, g.d) * g.scale - lse[r]);
+      if (W == 2) {
+        for (std::int64_t c = 0; c < g.dv; ++c)
+          out[col * width + c] = static_cast<T>(static_cast<double>(out[col * width + c]) +
+                                                p * static_cast<double>(up[r * g.dv + c]));
+      } else {
+        const double ds =
+            p * (attention_dot(up + r * g.dv, v + col * g.dv, g.dv) - dd[r]) * g.scale;
+        for (std::int64_t c = 0; c < g.d; ++c)
+          out[col * width + c] = static_cast<T>(static_cast<double>(out[col * width + c]) +
+                                                ds * static_cast<double>(q[r * g.d + c]));
+      }
+    }
+  }
+}
+
+template <std::size_t I, bool C, class T, class Q, class K, class V>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context& ctx, ops::attention<C>*, T*, value* vals,
+                                                void*, Q*, K*, V*) {
+  const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
+                                                 vals[V::index].dims);
+  T* out = ctx.output<T>(vals[I]);
+  if (g.batch * g.t == 0 || g.dv == 0)
+    return;
+  attention_forward_kernel<C, T><<<grid_for(g.batch * g.t), 128, 0, ctx.stream()>>>(
+      static_cast<const T*>(vals[Q::index].data), static_cast<const T*>(vals[K::index].data),
+      static_cast<const T*>(vals[V::index].data), g, out);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class O, class G>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context& ctx, ops::attention_grad<C, W>*, T*,
+                                                value* vals, void*, Q*, K*, V*, O*, G*) {
+  const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
+                                                 vals[V::index].dims);
+  T* out = ctx.output<T>(vals[I]);
+  if (vals[I].dims.numel() == 0)
+    return;
+  const T* q = static_cast<const T*>(vals[Q::index].data);
+  const T* k = static_cast<const T*>(vals[K::index].data);
+  const T* v = static_cast<const T*>(vals[V::index].data);
+  const T* up = static_cast<const T*>(vals[G::index].data);
+  const std::int64_t rows = g.batch * g.t;
+  backend::rt_value stats; // each query row's L and D
+  double* lse = ctx.scratch<double>(stats, 2 * rows);
+  if (rows > 0) {
+    attention_stats_kernel<C, T><<<grid_for(rows), 128, 0, ctx.stream()>>>(
+        q, k, v, static_cast<const T*>(vals[O::index].data), up, g, lse, lse + rows);
+    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+  }
+  if constexpr (W == 0) {
+    attention_grad_q_kernel<C, T>
+        <<<grid_for(rows), 128, 0, ctx.stream()>>>(q, k, v, up, lse, lse + rows, g, out);
+  } else {
+    attention_grad_kv_kernel<C, W, T>
+        <<<grid_for(g.batch * g.s), 128, 0, ctx.stream()>>>(q, k, v, up, lse, lse + rows, g, out);
+  }
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+} // namespace typeflow::cuda_backend

@@ -1,0 +1,105 @@
+// Scaled dot-product attention as one op: softmax(q k^T / sqrt(D) [+ causal mask]) v, with the
+// FlashAttention algorithm's memory behaviour: the forward pass keeps one running maximum, sum
+// and output row per query (an online softmax over blocks of keys) and never stores the
+// [T, S] scores; the backward pass recomputes them. Its gradients are three ops
+// (attention_grad<Causal, 0/1/2>: q's, k's, v's), each reading q, k, v, the forward output and
+// the upstream gradient. Kernels: backend/cpu/kernels/attention.hpp, backend/cuda/attention.cuh.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "nn.hpp"
+
+namespace typeflow {
+
+namespace detail {
+/// "" when q [..., T, D], k [..., S, D], v [..., S, Dv] agree, else what is wrong.
+template <std::size_t RQ, std::size_t RK, std::size_t RV>
+constexpr std::string_view attention_error(const dims_t<RQ>& q, const dims_t<RK>& k,
+                                           const dims_t<RV>& v) {
+  if constexpr (RQ < 2 || RK != RQ || RV != RQ) {
+    return "q, k and v need one rank, 2 or more: [..., T, D], [..., S, D], [..., S, Dv]";
+  } else {
+    const auto differ = [](std::int64_t a, std::int64_t b) {
+      return a != b && a != dyn && b != dyn;
+    };
+    for (std::size_t i = 0; i + 2 < RQ; ++i)
+      if (differ(q[i], k[i]) || differ(q[i], v[i]))
+        return "the batch extents of q, k and v differ";
+    if (differ(q[RQ - 1], k[RK - 1]))
+      return "q and k differ in their feature extent";
+    if (differ(k[RK - 2], v[RV - 2]))
+      return "k and v differ in their sequence extent";
+    return {};
+  }
+}
+} // namespace detail
+
+namespace ops {
+
+/// attention<Causal>(q, k, v) -> [..., T, Dv]. Causal: query i attends to keys j <= i.
+template <bool Causal>
+struct attention : nn_base {
+  static constexpr std::string_view name = "attention";
+  static constexpr bool causal = Causal;
+  static std::string attrs() { return Causal ? "causal" : ""; }
+  template <class Q, class K, class V>
+  using value_type = typename Q::value_type;
+  template <class Q, class K, class V>
+  static constexpr std::string_view dtype_error() {
+    if (!(detail::floating_operand<Q> && detail::floating_operand<K> &&
+          detail::floating_operand<V>))
+      return "requires a floating-point dtype";
+    if (!same_dtype<Q, K, V>())
+      return "operand dtypes differ";
+    return {};
+  }
+  template <std::size_t RQ, std::size_t RK, std::size_t RV>
+  static constexpr rule_result<RQ> rule(const dims_t<RQ>& q, const dims_t<RK>& k,
+                                        const dims_t<RV>& v) {
+    rule_result<RQ> r{detail::attention_error(q, k, v), q};
+    if constexpr (RQ >= 2 && RV == RQ)
+      r.dims[RQ - 1] = v[RV - 1];
+    return r;
+  }
+};
+
+/// The gradient of attention with respect to operand Which (0: q, 1: k, 2: v), from
+/// (q, k, v, the forward output o, the upstream gradient g).
+template <bool Causal, int Which>
+struct attention_grad : attention<Causal> {
+  static constexpr std::string_view name =
+      Which == 0 ? std::string_view{"attention_grad_q"}
+                 : (Which == 1 ? std::string_view{"attention_grad_k"}
+                               : std::string_view{"attention_grad_v"});
+  static constexpr int which = Which;
+  template <class Q, class K, class V, class O, class G>
+  using value_type = typename Q::value_type;
+  template <class Q, class K, class V, class O, class G>
+  static constexpr std::string_view dtype_error() {
+    return attention<Causal>::template dtype_error<Q, K, V>();
+  }
+  template <std::size_t RQ, std::size_t RK, std::size_t RV, std::size_t RO, std::size_t RG>
+  static constexpr rule_result<(Which == 0 ? RQ : (Which == 1 ? RK : RV))>
+  rule(const dims_t<RQ>& q, const dims_t<RK>& k, const dims_t<RV>& v, const dims_t<RO>&,
+       const dims_t<RG>&) {
+    if constexpr (Which == 0)
+      return {detail::attention_error(q, k, v), q};
+    else if constexpr (Which == 1)
+      return {detail::attention_error(q, k, v), k};
+    else
+      return {detail::attention_error(q, k, v), v};
+  }
+};
+
+} // namespace ops
+
+/// attention(q, k, v) and attention<true>(q, k, v) (causal): softmax(q k^T / sqrt(D)) v over
+/// q [..., T, D], k [..., S, D], v [..., S, Dv], as one op that never stores the [T, S] scores
+/// (PyTorch's scaled_dot_product_attention with is_causal; dropout is not part of it).
+template <bool Causal = false, expression Q, expression K, expression V>
+consteval auto attention(Q, K, V) {
+  return make_node<ops::attention<Causal>, Q, K, V>();
+}
+
+} // namespace typeflow

@@ -1,0 +1,18 @@
+// Gradient rule of the attention op: one attention_grad op per operand, each reading q, k, v,
+// the forward output and the upstream gradient (the scores are recomputed, as FlashAttention's
+// backward pass does). The gradient ops have no rule of their own (no second derivatives).
+#pragma once
+#include "attention.hpp"
+#include "fold.hpp"
+
+namespace typeflow {
+
+template <bool Causal>
+struct grad_rule<ops::attention<Causal>> {
+  template <std::size_t S, class Y, class G, class Q, class K, class V>
+  static consteval auto vjp(Y, G, Q, K, V) {
+    return make_node<ops::attention_grad<Causal, static_cast<int>(S)>, Q, K, V, Y, G>();
+  }
+};
+
+} // namespace typeflow
