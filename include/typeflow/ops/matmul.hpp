@@ -32,7 +32,7 @@ struct matmul {
       r.error = "operands must have rank 2 or more";
       return r;
     }
-    if (RB == 2 && RA > 2 && !TA) {
+    if constexpr (RB == 2 && RA > 2 && !TA) {
       // [..., m, k] x [k, n]: the leading extents of a fold into the rows (np.matmul's
       // broadcast of a matrix over a batch); the matrix's extents must be static, so that the
       // gradient can fold the batch away (matmul_grad.hpp)
@@ -47,11 +47,17 @@ struct matmul {
         r.error = "inner dimensions differ";
       r.dims[RA - 1] = TB ? b[0] : b[1];
       return r;
-    }
-    if (RA != RB) {
+    } else if constexpr (RA != RB) {
       r.error = "ranks differ";
       return r;
+    } else {
+      return same_rank_rule(a, b, r);
     }
+  }
+  template <std::size_t R>
+  static constexpr rule_result<R> same_rank_rule(const dims_t<R>& a, const dims_t<R>& b,
+                                                 rule_result<R> r) {
+    constexpr std::size_t RA = R, RB = R;
     for (std::size_t i = 0; i + 2 < RA; ++i) {
       if (a[i] != b[i] && a[i] != dyn && b[i] != dyn) {
         r.error = "batch dimensions differ";

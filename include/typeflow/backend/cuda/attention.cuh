@@ -40,7 +40,7 @@ __device__ double attention_row_dev(const T* q, const T* k, const T* v,
   for (std::int64_t j = 0; j < keys; ++j) {
     const double s = attention_dot(qi, kb + j * g.d, g.d) * g.scale;
     const double m_new = s > m ? s : m;
-    const double alpha = exp(m - m_new), p = exp(s - m_new);
+    const double alpha = ::exp(m - m_new), p = ::exp(s - m_new);
     l = l * alpha + p;
     if (out)
       for (std::int64_t c = 0; c < g.dv; ++c)
@@ -51,7 +51,7 @@ __device__ double attention_row_dev(const T* q, const T* k, const T* v,
   if (out && l > 0)
     for (std::int64_t c = 0; c < g.dv; ++c)
       out[c] = static_cast<T>(static_cast<double>(out[c]) / l);
-  return m + log(l);
+  return m + ::log(l);
 }
 
 template <bool C, class T>
@@ -82,7 +82,7 @@ __global__ void attention_grad_q_kernel(const T* q, const T* k, const T* v, cons
       dq[r * g.d + c] = T(0);
     for (std::int64_t j = 0; j < keys; ++j) {
       const T* kj = k + (b * g.s + j) * g.d;
-      const double p = exp(attention_dot(q + r * g.d, kj, g.d) * g.scale - lse[r]);
+      const double p = ::exp(attention_dot(q + r * g.d, kj, g.d) * g.scale - lse[r]);
       const double ds =
           p * (attention_dot(up + r * g.dv, v + (b * g.s + j) * g.dv, g.dv) - dd[r]) * g.scale;
       for (std::int64_t c = 0; c < g.d; ++c)
@@ -103,7 +103,7 @@ __global__ void attention_grad_kv_kernel(const T* q, const T* k, const T* v, con
       out[col * width + c] = T(0);
     for (std::int64_t i = C ? j : 0; i < g.t; ++i) {
       const std::int64_t r = b * g.t + i;
-      const double p = exp(attention_dot(q + r * g.d, k + col * g.d, g.d) * g.scale - lse[r]);
+      const double p = ::exp(attention_dot(q + r * g.d, k + col * g.d, g.d) * g.scale - lse[r]);
       if (W == 2) {
         for (std::int64_t c = 0; c < g.dv; ++c)
           out[col * width + c] = static_cast<T>(static_cast<double>(out[col * width + c]) +

@@ -32,7 +32,7 @@ __device__ void warp_row_moments(const T* x, std::int64_t d, double eps, int lan
     const double c = static_cast<double>(x[j]) - mean;
     q += c * c;
   }
-  rstd = rsqrt(warp_sum(q) / static_cast<double>(d) + eps);
+  rstd = ::rsqrt(warp_sum(q) / static_cast<double>(d) + eps);
 }
 
 #define TYPEFLOW_WARP_ROWS(r, rows)                                                                \
