@@ -448,6 +448,64 @@ TEST_SUITE("transformer ops") {
                       .error == "q and k differ in their feature extent");
   }
 
+  TEST_CASE("layers: embedding, multi-head attention against its ops written out, a block") {
+    session_t s;
+    SUBCASE("embedding picks rows of Name/embeddings") {
+      constexpr auto ids = ty::placeholder<"ids", std::int32_t, ty::shape<ty::dyn, 3>>;
+      constexpr auto e = ty::embedding<"tok", 7, 4, double>(ids);
+      static_assert(std::is_same_v<decltype(e)::shape_type, ty::shape<ty::dyn, 3, 4>>);
+      const ty::tensor<std::int32_t> iv({2, 3}, {6, 0, 6, 3, 1, 2});
+      auto [ev, table] =
+          s.run(ty::fetch(e, ty::find_variable<"tok/embeddings">(e)), ty::feed(ids, iv));
+      for (i64 r = 0; r < 6; ++r)
+        for (i64 c = 0; c < 4; ++c)
+          CHECK(ev[r * 4 + c] == table[iv[r] * 4 + c]);
+    }
+    // [B 2, T 3, D 4], 2 heads of 2 features
+    constexpr auto x = ty::variable<"mx", double, ty::shape<2, 3, 4>, ty::normal<0.0, 1.0>>;
+    SUBCASE("multi_head_attention equals matmul, causal_mask and softmax written out") {
+      constexpr auto y = ty::multi_head_attention<"attn", 2>(x);
+      constexpr auto wqkv = ty::find_variable<"attn/qkv/weights">(y);
+      constexpr auto bqkv = ty::find_variable<"attn/qkv/biases">(y);
+      constexpr auto wo = ty::find_variable<"attn/proj/weights">(y);
+      constexpr auto bo = ty::find_variable<"attn/proj/biases">(y);
+      set(s, bqkv, uniform_gen(21, -0.5, 0.5));
+      set(s, bo, uniform_gen(22, -0.5, 0.5));
+      // by hand: one head h reads features [2h, 2h + 2) of q, k and v
+      constexpr auto qkv = ty::matmul(ty::reshape<6, 4>(x), wqkv) + bqkv; // [6, 12]
+      constexpr auto heads = [](auto m) {                                 // [6, 4] -> [2, 2, 3, 2]
+        return ty::transpose<0, 2, 1, 3>(ty::reshape<2, 3, 2, 2>(m));
+      };
+      constexpr auto q = heads(ty::slice<ty::ints<0, 0>, ty::ints<6, 4>>(qkv));
+      constexpr auto k = heads(ty::slice<ty::ints<0, 4>, ty::ints<6, 4>>(qkv));
+      constexpr auto v = heads(ty::slice<ty::ints<0, 8>, ty::ints<6, 4>>(qkv));
+      constexpr auto scores = ty::matmul<false, true>(q, k) * ty::constant<0.70710678118654752440>;
+      constexpr auto o = ty::matmul(ty::softmax(ty::causal_mask(scores)), v); // [2, 2, 3, 2]
+      constexpr auto merged = ty::reshape<6, 4>(ty::transpose<0, 2, 1, 3>(o));
+      constexpr auto want = ty::reshape<2, 3, 4>(ty::matmul(merged, wo) + bo);
+      auto [yv, wv] = s.run(ty::fetch(y, want));
+      REQUIRE(yv.shape() == std::vector<i64>{2, 3, 4});
+      for (i64 i = 0; i < yv.size(); ++i)
+        CHECK(yv[i] == doctest::Approx(wv[i]).epsilon(1e-13));
+    }
+    SUBCASE("transformer_block: gradcheck through every piece") {
+      constexpr auto y = ty::transformer_block<"b1", 2, 8>(x);
+      static_assert(std::is_same_v<decltype(y)::shape_type, ty::shape<2, 3, 4>>);
+      constexpr auto wu = ty::placeholder<"bu", double, ty::shape<2, 3, 4>>;
+      const auto uv = filled({2, 3, 4}, 23);
+      set(s, ty::find_variable<"b1/ln1/gamma">(y), uniform_gen(24, 0.5, 1.5));
+      set(s, ty::find_variable<"b1/fc/biases">(y), uniform_gen(25, -0.5, 0.5));
+      constexpr auto loss = ty::sum(y * wu);
+      expect_gradcheck(s, loss,
+                       ty::wrt(x, ty::find_variable<"b1/ln1/gamma">(y),
+                               ty::find_variable<"b1/attn/qkv/weights">(y),
+                               ty::find_variable<"b1/fc/weights">(y),
+                               ty::find_variable<"b1/fc/biases">(y),
+                               ty::find_variable<"b1/out/weights">(y)),
+                       ty::feed(wu, uv));
+    }
+  }
+
   TEST_CASE("gelu's gradient is one node; erf rejects integers at compile time") {
     constexpr auto dx = ty::grad(ty::sum(ty::gelu(ax)), ax);
     static_assert(std::is_same_v<decltype(dx)::op, ty::ops::gelu_grad>);

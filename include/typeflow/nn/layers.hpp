@@ -2,6 +2,9 @@
 // "conv1" owns "conv1/weights" and "conv1/biases". The variables' types carry their initializer
 // and attributes, so the same layer written twice is the same variable (shared by name).
 #pragma once
+#include "../ops/attention.hpp"
+#include "../ops/index.hpp"
+#include "../ops/layout.hpp"
 #include "../ops/matmul.hpp"
 #include "../ops/nn.hpp"
 #include "../ops/norm.hpp"
@@ -80,6 +83,68 @@ consteval auto layer_norm_layer(X x) {
     static_assert(d != dyn, "layer_norm_layer: the input's last extent must be static");
     return typeflow::layer_norm<Eps>(x, variable<Name + fixed_string("/gamma"), T, shape<d>, ones>,
                                      variable<Name + fixed_string("/beta"), T, shape<d>, zeros>);
+  }
+}
+
+/// embedding<"tok", vocab, dim>(ids): rows of `Name/embeddings` [vocab, dim] picked by integer
+/// ids [...], giving [..., dim] (tf.nn.embedding_lookup); normal(0, 0.02) as GPT-2's.
+template <fixed_string Name, std::int64_t Vocab, std::int64_t Dim, dtype T = float,
+          class Init = normal<0.0, 0.02>, expression Ids>
+consteval auto embedding(Ids ids) {
+  return typeflow::gather(variable<Name + fixed_string("/embeddings"), T, shape<Vocab, Dim>, Init>,
+                          ids);
+}
+
+namespace detail {
+/// [B, T, H * Dh] -> [B, H, T, Dh]
+template <std::int64_t T, std::int64_t H, std::int64_t Dh, expression X>
+consteval auto split_heads(X x) {
+  return typeflow::transpose<0, 2, 1, 3>(typeflow::reshape<-1, T, H, Dh>(x));
+}
+/// [B, H, T, Dh] -> [B, T, H * Dh]
+template <std::int64_t T, std::int64_t H, std::int64_t Dh, expression X>
+consteval auto merge_heads(X x) {
+  return typeflow::reshape<-1, T, H * Dh>(typeflow::transpose<0, 2, 1, 3>(x));
+}
+} // namespace detail
+
+/// multi_head_attention<"attn", heads, causal>(x [B, T, D]): one dense layer `Name/qkv` to
+/// [B, T, 3D], split into q, k, v of `heads` heads each (D / heads features), the attention op
+/// per head, the heads merged and projected by `Name/proj` [D, D]. T and D must be static.
+template <fixed_string Name, std::int64_t Heads, bool Causal = true, expression X>
+consteval auto multi_head_attention(X x) {
+  if constexpr (any_invalid<X>) { // an earlier mistake, reported already
+    return invalid_expr{};
+  } else {
+    static_assert(X::shape_type::rank == 3, "multi_head_attention: the input is not [B, T, D]");
+    constexpr std::int64_t t = X::shape_type::dims[1], d = X::shape_type::dims[2];
+    static_assert(t != dyn && d != dyn, "multi_head_attention: T and D must be static");
+    static_assert(d % Heads == 0, "multi_head_attention: D is not divisible by the heads");
+    constexpr std::int64_t dh = d / Heads;
+    const auto [q, k, v] = typeflow::split<-1, 3>(dense<Name + fixed_string("/qkv"), 3 * d>(x));
+    const auto o = typeflow::attention<Causal>(detail::split_heads<t, Heads, dh>(q),
+                                               detail::split_heads<t, Heads, dh>(k),
+                                               detail::split_heads<t, Heads, dh>(v));
+    return dense<Name + fixed_string("/proj"), d>(detail::merge_heads<t, Heads, dh>(o));
+  }
+}
+
+/// transformer_block<"b1", heads, hidden>(x [B, T, D]): GPT-2's pre-norm block,
+/// h = x + attn(ln1(x)); h + mlp(ln2(h)) with mlp = dense(hidden), gelu, dense(D); causal
+/// attention. Variables under `Name/` (ln1, attn, ln2, fc, out).
+template <fixed_string Name, std::int64_t Heads, std::int64_t Hidden, bool Causal = true,
+          expression X>
+consteval auto transformer_block(X x) {
+  if constexpr (any_invalid<X>) { // an earlier mistake, reported already
+    return invalid_expr{};
+  } else {
+    constexpr std::int64_t d = X::shape_type::dims[X::shape_type::rank - 1];
+    const auto h = x + multi_head_attention<Name + fixed_string("/attn"), Heads, Causal>(
+                           layer_norm_layer<Name + fixed_string("/ln1")>(x));
+    const auto m = dense<Name + fixed_string("/out"), d>(
+        typeflow::gelu(dense<Name + fixed_string("/fc"), Hidden>(
+            layer_norm_layer<Name + fixed_string("/ln2")>(h))));
+    return h + m;
   }
 }
 
