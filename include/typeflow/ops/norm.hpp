@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "nn.hpp"
 
@@ -14,8 +15,9 @@ namespace typeflow {
 namespace detail {
 template <class... X>
 constexpr std::string_view norm_dtype_error() {
-  if (!(floating_operand<X> && ...))
-    return "requires a floating-point dtype";
+  if (!((std::is_same_v<typename X::value_type, float> ||
+         std::is_same_v<typename X::value_type, double>)&&...))
+    return "requires float32 or float64";
   if (!same_dtype<X...>())
     return "operand dtypes differ";
   return {};

@@ -1,8 +1,9 @@
-// CPU kernels of the attention op. The forward pass takes one query row at a time (rows split
-// across the pool) with an online softmax over blocks of 64 keys: a running maximum, sum and
-// output row, so memory is O(D) per thread and the [T, S] scores are never stored. The
-// gradients recompute the scores: q's row by row; k's and v's key by key, after each query
-// row's log-sum-exp L and D = dO . O are computed once. Sums in double.
+// CPU kernels of the attention op, FlashAttention's algorithm in tiles of 64 queries by 64 keys:
+// the forward pass keeps a running maximum, sum and output per query row (an online softmax),
+// so memory is O(64 * (64 + Dv)) per thread and the [T, S] scores are never stored. The
+// gradients recompute each tile's scores from each row's log-sum-exp L (a first pass) and
+// D = dO . O: q's tile row by tile row, k's and v's tile column by tile column (no atomics;
+// each task owns its output rows). Arithmetic in the operands' dtype; products on the BLAS.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -13,61 +14,109 @@
 #include "../../../ops/attention.hpp"
 #include "../../common/attention.hpp"
 #include "../context.hpp"
+#include "../gemm.hpp"
 
 namespace typeflow::cpu_backend {
 
 namespace detail {
+
+/// The tile: 64 queries by 64 keys. Each task owns a tile row of queries (or, for k's and v's
+/// gradients, a tile column of keys) and walks the other side in tiles: the scores of a tile
+/// are one GEMM (gemm_serial: single-threaded BLAS), the softmax runs over the tile in
+/// registers, and the product with v (or the gradients' products) is a second GEMM.
+inline constexpr std::int64_t att_tile = 64;
+
+/// The attention's operands of one batch entry (one head of one sequence).
 template <class T>
-double dot(const T* a, const T* b, std::int64_t n) {
-  double s = 0;
-  for (std::int64_t c = 0; c < n; ++c)
-    s += static_cast<double>(a[c]) * static_cast<double>(b[c]);
-  return s;
+struct att_slice {
+  const T *q, *k, *v;
+};
+
+/// S[nq, nk] = scale * q[i0 .. i0 + nq) k[j0 .. j0 + nk)^T, with -inf above the diagonal when
+/// causal: the scores of one tile.
+template <bool Causal, class T>
+void att_scores(const att_slice<T>& a, const backend::attention_geometry& g, std::int64_t i0,
+                std::int64_t nq, std::int64_t j0, std::int64_t nk, T* sc) {
+  gemm_serial<T>(false, true, nq, nk, g.d, a.q + i0 * g.d, g.d, a.k + j0 * g.d, g.d, sc, att_tile);
+  const T scale = static_cast<T>(g.scale);
+  for (std::int64_t r = 0; r < nq; ++r)
+    for (std::int64_t c = 0; c < nk; ++c) {
+      T& e = sc[r * att_tile + c];
+      e = Causal && j0 + c > i0 + r ? -std::numeric_limits<T>::infinity() : e * scale;
+    }
 }
 
-/// Query row qi's online softmax over its keys: its log-sum-exp, and (when acc is not null)
-/// the unnormalized output sum_j exp(s_j - m) v_j in acc with the sum l: out = acc / l.
-template <class T>
-double attention_row(const T* qi, const T* k, const T* v, std::int64_t keys,
-                     const backend::attention_geometry& g, double* acc) {
-  constexpr std::int64_t block = 64;
-  double sc[block];
-  double m = -std::numeric_limits<double>::infinity(), l = 0;
-  if (acc)
-    std::fill(acc, acc + g.dv, 0.0);
-  for (std::int64_t j0 = 0; j0 < keys; j0 += block) {
-    const std::int64_t n = std::min(block, keys - j0);
-    double bm = -std::numeric_limits<double>::infinity();
-    for (std::int64_t jj = 0; jj < n; ++jj) {
-      sc[jj] = dot(qi, k + (j0 + jj) * g.d, g.d) * g.scale;
-      bm = std::max(bm, sc[jj]);
-    }
-    const double m_new = std::max(m, bm);
-    const double alpha = std::exp(m - m_new); // 0 on the first block (m = -inf)
-    l *= alpha;
-    if (acc)
-      for (std::int64_t c = 0; c < g.dv; ++c)
-        acc[c] *= alpha;
-    for (std::int64_t jj = 0; jj < n; ++jj) {
-      const double p = std::exp(sc[jj] - m_new);
-      l += p;
-      if (acc) {
-        const T* vj = v + (j0 + jj) * g.dv;
-        for (std::int64_t c = 0; c < g.dv; ++c)
-          acc[c] += p * static_cast<double>(vj[c]);
+/// The online softmax over the keys of query rows [i0, i0 + nq): each row's log-sum-exp in
+/// lse, and (o not null) its output rows, [nq, Dv].
+template <bool Causal, class T>
+void att_rows(const att_slice<T>& a, const backend::attention_geometry& g, std::int64_t i0,
+              std::int64_t nq, T* sc, T* lse, T* o) {
+  T m[att_tile], l[att_tile];
+  std::fill(m, m + nq, -std::numeric_limits<T>::infinity());
+  std::fill(l, l + nq, T(0));
+  if (o)
+    std::fill(o, o + nq * g.dv, T(0));
+  const std::int64_t end = Causal ? std::min(g.s, i0 + nq) : g.s;
+  for (std::int64_t j0 = 0; j0 < end; j0 += att_tile) {
+    const std::int64_t nk = std::min(att_tile, end - j0);
+    att_scores<Causal>(a, g, i0, nq, j0, nk, sc);
+    for (std::int64_t r = 0; r < nq; ++r) {
+      T* row = sc + r * att_tile;
+      T bm = m[r];
+      for (std::int64_t c = 0; c < nk; ++c)
+        bm = row[c] > bm ? row[c] : bm;
+      if (bm == -std::numeric_limits<T>::infinity()) { // every key of the tile is masked
+        std::fill(row, row + nk, T(0));
+        continue;
       }
+      const T alpha = std::exp(m[r] - bm); // 0 while m is -inf
+      T sum = 0;
+      for (std::int64_t c = 0; c < nk; ++c) {
+        row[c] = std::exp(row[c] - bm);
+        sum += row[c];
+      }
+      l[r] = l[r] * alpha + sum;
+      m[r] = bm;
+      if (o && alpha != T(1))
+        for (std::int64_t c = 0; c < g.dv; ++c)
+          o[r * g.dv + c] *= alpha;
     }
-    m = m_new;
+    if (o) // o += P v[j0 .. j0 + nk)
+      gemm_serial<T>(false, false, nq, g.dv, nk, sc, att_tile, a.v + j0 * g.dv, g.dv, o, g.dv,
+                     true);
   }
-  if (acc)
-    for (std::int64_t c = 0; c < g.dv; ++c)
-      acc[c] = l > 0 ? acc[c] / l : 0.0;
-  return m + std::log(l);
+  for (std::int64_t r = 0; r < nq; ++r) {
+    lse[r] = m[r] + std::log(l[r]);
+    if (o) {
+      const T inv = l[r] > T(0) ? T(1) / l[r] : T(0);
+      for (std::int64_t c = 0; c < g.dv; ++c)
+        o[r * g.dv + c] *= inv;
+    }
+  }
 }
 
-inline std::int64_t attention_grain(const backend::attention_geometry& g) {
-  return std::max<std::int64_t>(1, 65536 / std::max<std::int64_t>(g.s * (g.d + g.dv), 1));
+/// P = exp(S - L) and dS = P (dO v^T - D) for the tile of query rows [i0, i0 + nq) and keys
+/// [j0, j0 + nk); leaves P in p and dS in ds.
+template <bool Causal, class T>
+void att_grad_tile(const att_slice<T>& a, const T* up, const T* lse, const T* dd,
+                   const backend::attention_geometry& g, std::int64_t i0, std::int64_t nq,
+                   std::int64_t j0, std::int64_t nk, T* p, T* ds) {
+  att_scores<Causal>(a, g, i0, nq, j0, nk, p);
+  gemm_serial<T>(false, true, nq, nk, g.dv, up + i0 * g.dv, g.dv, a.v + j0 * g.dv, g.dv, ds,
+                 att_tile);
+  for (std::int64_t r = 0; r < nq; ++r)
+    for (std::int64_t c = 0; c < nk; ++c) {
+      T& pe = p[r * att_tile + c];
+      pe = std::exp(pe - lse[i0 + r]); // exp(-inf) = 0 where masked
+      T& de = ds[r * att_tile + c];
+      de = pe * (de - dd[i0 + r]);
+    }
 }
+
+inline std::int64_t att_tiles(std::int64_t n) {
+  return (n + att_tile - 1) / att_tile;
+}
+
 } // namespace detail
 
 template <std::size_t I, bool C, class T, class Q, class K, class V>
@@ -78,17 +127,17 @@ void kernel(context& ctx, ops::attention<C>*, T*, value* vals, void*, Q*, K*, V*
   const T* k = static_cast<const T*>(vals[K::index].data);
   const T* v = static_cast<const T*>(vals[V::index].data);
   T* out = ctx.allocate<T>(vals[I]);
-  ctx.pool.parallel_for(g.batch * g.t, detail::attention_grain(g),
-                        [&](std::int64_t r0, std::int64_t r1) {
-                          std::vector<double> acc(static_cast<std::size_t>(g.dv));
-                          for (std::int64_t r = r0; r < r1; ++r) {
-                            const std::int64_t b = r / g.t, i = r % g.t;
-                            detail::attention_row(q + r * g.d, k + b * g.s * g.d,
-                                                  v + b * g.s * g.dv, g.keys(C, i), g, acc.data());
-                            for (std::int64_t c = 0; c < g.dv; ++c)
-                              out[r * g.dv + c] = static_cast<T>(acc[static_cast<std::size_t>(c)]);
-                          }
-                        });
+  const std::int64_t tiles = detail::att_tiles(g.t);
+  ctx.pool.parallel_for(g.batch * tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+    std::vector<T> sc(static_cast<std::size_t>(detail::att_tile * detail::att_tile));
+    T lse[detail::att_tile];
+    for (std::int64_t task = t0; task < t1; ++task) {
+      const std::int64_t b = task / tiles, i0 = (task % tiles) * detail::att_tile;
+      const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
+      detail::att_rows<C>(a, g, i0, std::min(detail::att_tile, g.t - i0), sc.data(), lse,
+                          out + (b * g.t + i0) * g.dv);
+    }
+  });
 }
 
 template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class O, class G>
@@ -101,66 +150,75 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
   const T* o = static_cast<const T*>(vals[O::index].data);
   const T* up = static_cast<const T*>(vals[G::index].data);
   T* out = ctx.allocate<T>(vals[I]);
+  constexpr std::int64_t tile = detail::att_tile;
+  const std::int64_t qtiles = detail::att_tiles(g.t), ktiles = detail::att_tiles(g.s);
   // each query row's log-sum-exp L and D = dO . O
   const std::int64_t rows = g.batch * g.t;
-  std::vector<double> lse(static_cast<std::size_t>(rows)), dd(static_cast<std::size_t>(rows));
-  ctx.pool.parallel_for(rows, detail::attention_grain(g), [&](std::int64_t r0, std::int64_t r1) {
-    for (std::int64_t r = r0; r < r1; ++r) {
-      const std::int64_t b = r / g.t, i = r % g.t;
-      lse[static_cast<std::size_t>(r)] = detail::attention_row(
-          q + r * g.d, k + b * g.s * g.d, v + b * g.s * g.dv, g.keys(C, i), g, nullptr);
-      dd[static_cast<std::size_t>(r)] = detail::dot(up + r * g.dv, o + r * g.dv, g.dv);
+  std::vector<T> lse(static_cast<std::size_t>(rows)), dd(static_cast<std::size_t>(rows));
+  ctx.pool.parallel_for(g.batch * qtiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+    std::vector<T> sc(static_cast<std::size_t>(tile * tile));
+    for (std::int64_t task = t0; task < t1; ++task) {
+      const std::int64_t b = task / qtiles, i0 = (task % qtiles) * tile;
+      const std::int64_t nq = std::min(tile, g.t - i0);
+      const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
+      detail::att_rows<C>(a, g, i0, nq, sc.data(), lse.data() + b * g.t + i0,
+                          static_cast<T*>(nullptr));
+      for (std::int64_t r = b * g.t + i0; r < b * g.t + i0 + nq; ++r) {
+        T s = 0;
+        for (std::int64_t c = 0; c < g.dv; ++c)
+          s += up[r * g.dv + c] * o[r * g.dv + c];
+        dd[static_cast<std::size_t>(r)] = s;
+      }
     }
   });
-  if constexpr (W == 0) { // dq_i = scale * sum_j p_ij (dO_i . v_j - D_i) k_j
-    ctx.pool.parallel_for(rows, detail::attention_grain(g), [&](std::int64_t r0, std::int64_t r1) {
-      std::vector<double> acc(static_cast<std::size_t>(g.d));
-      for (std::int64_t r = r0; r < r1; ++r) {
-        const std::int64_t b = r / g.t, i = r % g.t;
-        const T* kb = k + b * g.s * g.d;
-        const T* vb = v + b * g.s * g.dv;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (std::int64_t j = 0; j < g.keys(C, i); ++j) {
-          const double p = std::exp(detail::dot(q + r * g.d, kb + j * g.d, g.d) * g.scale -
-                                    lse[static_cast<std::size_t>(r)]);
-          const double ds = p * (detail::dot(up + r * g.dv, vb + j * g.dv, g.dv) -
-                                 dd[static_cast<std::size_t>(r)]);
-          for (std::int64_t c = 0; c < g.d; ++c)
-            acc[static_cast<std::size_t>(c)] += ds * static_cast<double>(kb[j * g.d + c]);
+  const T scale = static_cast<T>(g.scale);
+  if constexpr (W == 0) { // dq = scale * dS k, tile row by tile row
+    ctx.pool.parallel_for(g.batch * qtiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+      std::vector<T> p(static_cast<std::size_t>(tile * tile)), ds(p.size());
+      for (std::int64_t task = t0; task < t1; ++task) {
+        const std::int64_t b = task / qtiles, i0 = (task % qtiles) * tile;
+        const std::int64_t nq = std::min(tile, g.t - i0);
+        const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
+        T* dq = out + (b * g.t + i0) * g.d;
+        std::fill(dq, dq + nq * g.d, T(0));
+        const std::int64_t end = C ? std::min(g.s, i0 + nq) : g.s;
+        for (std::int64_t j0 = 0; j0 < end; j0 += tile) {
+          const std::int64_t nk = std::min(tile, end - j0);
+          detail::att_grad_tile<C>(a, up + b * g.t * g.dv, lse.data() + b * g.t,
+                                   dd.data() + b * g.t, g, i0, nq, j0, nk, p.data(), ds.data());
+          gemm_serial<T>(false, false, nq, g.d, nk, ds.data(), tile, a.k + j0 * g.d, g.d, dq, g.d,
+                         true);
         }
-        for (std::int64_t c = 0; c < g.d; ++c)
-          out[r * g.d + c] = static_cast<T>(acc[static_cast<std::size_t>(c)] * g.scale);
+        for (std::int64_t e = 0; e < nq * g.d; ++e)
+          dq[e] *= scale;
       }
     });
-  } else { // key by key: dv_j = sum_i p_ij dO_i; dk_j = scale * sum_i p_ij (dO_i . v_j - D_i) q_i
+  } else { // dv = P^T dO and dk = scale * dS^T q, tile column by tile column
     const std::int64_t width = W == 1 ? g.d : g.dv;
-    ctx.pool.parallel_for(
-        g.batch * g.s, detail::attention_grain(g), [&](std::int64_t c0, std::int64_t c1) {
-          std::vector<double> acc(static_cast<std::size_t>(width));
-          for (std::int64_t col = c0; col < c1; ++col) {
-            const std::int64_t b = col / g.s, j = col % g.s;
-            const T* kj = k + col * g.d;
-            const T* vj = v + col * g.dv;
-            std::fill(acc.begin(), acc.end(), 0.0);
-            for (std::int64_t i = g.first_query(C, j); i < g.t; ++i) {
-              const std::int64_t r = b * g.t + i;
-              const double p = std::exp(detail::dot(q + r * g.d, kj, g.d) * g.scale -
-                                        lse[static_cast<std::size_t>(r)]);
-              if constexpr (W == 2) {
-                for (std::int64_t c = 0; c < g.dv; ++c)
-                  acc[static_cast<std::size_t>(c)] += p * static_cast<double>(up[r * g.dv + c]);
-              } else {
-                const double ds =
-                    p * (detail::dot(up + r * g.dv, vj, g.dv) - dd[static_cast<std::size_t>(r)]);
-                for (std::int64_t c = 0; c < g.d; ++c)
-                  acc[static_cast<std::size_t>(c)] += ds * static_cast<double>(q[r * g.d + c]);
-              }
-            }
-            const double f = W == 1 ? g.scale : 1.0;
-            for (std::int64_t c = 0; c < width; ++c)
-              out[col * width + c] = static_cast<T>(acc[static_cast<std::size_t>(c)] * f);
-          }
-        });
+    ctx.pool.parallel_for(g.batch * ktiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+      std::vector<T> p(static_cast<std::size_t>(tile * tile)), ds(p.size());
+      for (std::int64_t task = t0; task < t1; ++task) {
+        const std::int64_t b = task / ktiles, j0 = (task % ktiles) * tile;
+        const std::int64_t nk = std::min(tile, g.s - j0);
+        const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
+        T* dst = out + (b * g.s + j0) * width;
+        std::fill(dst, dst + nk * width, T(0));
+        for (std::int64_t i0 = C ? j0 / tile * tile : 0; i0 < g.t; i0 += tile) {
+          const std::int64_t nq = std::min(tile, g.t - i0);
+          detail::att_grad_tile<C>(a, up + b * g.t * g.dv, lse.data() + b * g.t,
+                                   dd.data() + b * g.t, g, i0, nq, j0, nk, p.data(), ds.data());
+          if constexpr (W == 2)
+            gemm_serial<T>(true, false, nk, g.dv, nq, p.data(), tile, up + (b * g.t + i0) * g.dv,
+                           g.dv, dst, g.dv, true);
+          else
+            gemm_serial<T>(true, false, nk, g.d, nq, ds.data(), tile, a.q + i0 * g.d, g.d, dst, g.d,
+                           true);
+        }
+        if constexpr (W == 1)
+          for (std::int64_t e = 0; e < nk * g.d; ++e)
+            dst[e] *= scale;
+      }
+    });
   }
 }
 

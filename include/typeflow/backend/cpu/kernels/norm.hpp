@@ -2,7 +2,8 @@
 // time (two passes over a row that stays in cache: its statistics, then its output), rows
 // split across the pool; gamma's gradient sums g * xhat over blocks of rows into per-block
 // partial rows, then adds the blocks in order, so its result does not depend on the thread
-// count. Statistics accumulate in double.
+// count. Arithmetic in the dtype (float sums in vector lanes: about sqrt(D) ulps); gamma's
+// partial sums in double.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -11,24 +12,63 @@
 #include "../../../graph/flat.hpp"
 #include "../../../ops/norm.hpp"
 #include "../context.hpp"
+#include "../simd.hpp"
 
 namespace typeflow::cpu_backend {
 
 namespace detail {
-/// A row's mean and 1 / sqrt(biased variance + eps).
-template <class T>
-std::pair<double, double> row_moments(const T* x, std::int64_t d, double eps) {
-  double sum = 0;
-  for (std::int64_t j = 0; j < d; ++j)
-    sum += static_cast<double>(x[j]);
-  const double mean = d > 0 ? sum / static_cast<double>(d) : 0.0;
-  double sq = 0;
-  for (std::int64_t j = 0; j < d; ++j) {
-    const double c = static_cast<double>(x[j]) - mean;
-    sq += c * c;
+
+/// sum over i in [0, n) of f(i): vf(i) gives a vector of lanes [i, i + width) where xsimd is
+/// available (float and double), sf(i) one element; two vector accumulators, then the tail.
+template <class T, class VF, class SF>
+T row_sum([[maybe_unused]] std::int64_t n, [[maybe_unused]] VF vf, SF sf) {
+  std::int64_t i = 0;
+  T s = 0;
+#if defined(TYPEFLOW_HAS_XSIMD)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    using V = simd::vec<T>;
+    constexpr std::int64_t w = static_cast<std::int64_t>(V::size);
+    V a0(T(0)), a1(T(0));
+    for (; i + 2 * w <= n; i += 2 * w) {
+      a0 += vf(i);
+      a1 += vf(i + w);
+    }
+    s = xsimd::hadd(a0 + a1);
   }
-  const double var = d > 0 ? sq / static_cast<double>(d) : 0.0;
-  return {mean, 1.0 / std::sqrt(var + eps)};
+#endif
+  for (; i < n; ++i)
+    s += sf(i);
+  return s;
+}
+
+template <class T>
+auto load(const T* p) {
+#if defined(TYPEFLOW_HAS_XSIMD)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+    return simd::vec<T>::load_unaligned(p);
+  else
+    return *p;
+#else
+  return *p;
+#endif
+}
+
+/// A row's mean and 1 / sqrt(biased variance + eps), two passes over the row.
+template <class T>
+std::pair<T, T> row_moments(const T* x, std::int64_t d, double eps) {
+  const T mean =
+      row_sum<T>(
+          d, [&](std::int64_t i) { return load(x + i); }, [&](std::int64_t i) { return x[i]; }) /
+      static_cast<T>(d > 0 ? d : 1);
+  const T sq = row_sum<T>(
+      d,
+      [&](std::int64_t i) {
+        const auto c = load(x + i) - mean;
+        return c * c;
+      },
+      [&](std::int64_t i) { return (x[i] - mean) * (x[i] - mean); });
+  const T var = sq / static_cast<T>(d > 0 ? d : 1);
+  return {mean, static_cast<T>(1.0 / std::sqrt(static_cast<double>(var) + eps))};
 }
 inline std::int64_t row_grain(std::int64_t d) {
   return std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(d, 1));
@@ -48,10 +88,8 @@ void kernel(context& ctx, ops::layer_norm<E>*, T*, value* vals, void*, X*, G*, B
       const T* xr = x + r * d;
       T* yr = y + r * d;
       const auto [mean, rstd] = detail::row_moments(xr, d, ops::layer_norm<E>::eps);
-      for (std::int64_t j = 0; j < d; ++j)
-        yr[j] = static_cast<T>((static_cast<double>(xr[j]) - mean) * rstd *
-                                   static_cast<double>(gamma[j]) +
-                               static_cast<double>(beta[j]));
+      for (std::int64_t j = 0; j < d; ++j) // vectorized by the compiler: no reduction
+        yr[j] = (xr[j] - mean) * rstd * gamma[j] + beta[j];
     }
   });
 }
@@ -69,19 +107,23 @@ void kernel(context& ctx, ops::layer_norm_grad<E>*, T*, value* vals, void*, X*, 
       const T* xr = x + r * d;
       const T* ur = up + r * d;
       const auto [mean, rstd] = detail::row_moments(xr, d, ops::layer_norm<E>::eps);
-      double sh = 0, shx = 0; // sums of h = g * gamma and of h * xhat
-      for (std::int64_t j = 0; j < d; ++j) {
-        const double h = static_cast<double>(ur[j]) * static_cast<double>(gamma[j]);
-        sh += h;
-        shx += h * (static_cast<double>(xr[j]) - mean) * rstd;
-      }
-      const double mh = sh / static_cast<double>(d), mhx = shx / static_cast<double>(d);
+      // the means of h = g * gamma and of h * xhat
+      const T mh =
+          detail::row_sum<T>(
+              d, [&](std::int64_t j) { return detail::load(ur + j) * detail::load(gamma + j); },
+              [&](std::int64_t j) { return ur[j] * gamma[j]; }) /
+          static_cast<T>(d);
+      const T mhx = detail::row_sum<T>(
+                        d,
+                        [&](std::int64_t j) {
+                          return detail::load(ur + j) * detail::load(gamma + j) *
+                                 (detail::load(xr + j) - mean);
+                        },
+                        [&](std::int64_t j) { return ur[j] * gamma[j] * (xr[j] - mean); }) *
+                    rstd / static_cast<T>(d);
       T* out = dx + r * d;
-      for (std::int64_t j = 0; j < d; ++j) {
-        const double h = static_cast<double>(ur[j]) * static_cast<double>(gamma[j]);
-        const double xhat = (static_cast<double>(xr[j]) - mean) * rstd;
-        out[j] = static_cast<T>(rstd * (h - mh - xhat * mhx));
-      }
+      for (std::int64_t j = 0; j < d; ++j) // vectorized by the compiler: no reduction
+        out[j] = rstd * (ur[j] * gamma[j] - mh - (xr[j] - mean) * rstd * mhx);
     }
   });
 }
