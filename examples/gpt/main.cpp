@@ -1,0 +1,167 @@
+// examples/gpt: the character-level transformer of model.hpp trained on a text corpus (by
+// default Debian's fortunes, /usr/share/games/fortunes), logging as the main job does:
+//   step N, loss = X.XX (N.N examples/sec; N.NNN sec/batch)
+// then the validation loss and a sample of generated text.
+//   gpt [--steps 2000] [--batch-size 32] [--learning-rate 3e-3] [--data DIR_OR_FILE]
+//       [--seed 1] [--log-every 100] [--threads N] [--sample 300] [--temperature 0.8]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "model.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using gpt::ty::tensor;
+
+struct options {
+  std::int64_t steps = 2000;
+  std::int64_t batch_size = 32;
+  double learning_rate = 3e-3;
+  std::string data = "/usr/share/games/fortunes";
+  std::uint64_t seed = 1;
+  std::int64_t log_every = 100;
+  int threads = 0;
+  std::int64_t sample = 300;
+  double temperature = 0.8;
+};
+
+/// The corpus as bytes 0..127: a file, or every regular file of a directory (sorted by name;
+/// fortune's .dat indexes and .u8 links skipped).
+std::string read_corpus(const std::string& where) {
+  std::vector<fs::path> files;
+  if (fs::is_directory(where)) {
+    for (const auto& e : fs::directory_iterator(where))
+      if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().extension() != ".u8")
+        files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+  } else {
+    files.emplace_back(where);
+  }
+  std::string text;
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in)
+      throw gpt::ty::error("cannot read " + f.string());
+    text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  for (char& c : text)
+    if (static_cast<unsigned char>(c) >= gpt::vocab)
+      c = '?';
+  if (static_cast<std::int64_t>(text.size()) < 4 * (gpt::context + 1))
+    throw gpt::ty::error("the corpus at " + where + " has " + std::to_string(text.size()) +
+                         " bytes; it needs at least " + std::to_string(4 * (gpt::context + 1)));
+  return text;
+}
+
+/// batch windows of context + 1 bytes of `text` from random offsets: tokens and targets.
+void draw(const std::string& text, std::int64_t batch, std::mt19937_64& rng,
+          tensor<std::int32_t>& x, tensor<std::int32_t>& y) {
+  std::uniform_int_distribution<std::int64_t> at(0, static_cast<std::int64_t>(text.size()) -
+                                                        gpt::context - 1);
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t o = at(rng);
+    for (std::int64_t t = 0; t < gpt::context; ++t) {
+      x[b * gpt::context + t] = static_cast<unsigned char>(text[static_cast<std::size_t>(o + t)]);
+      y[b * gpt::context + t] =
+          static_cast<unsigned char>(text[static_cast<std::size_t>(o + t + 1)]);
+    }
+  }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  CLI::App app{"typeflow's character-level transformer (examples/gpt)"};
+  app.add_option("--steps", o.steps, "training steps")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", o.batch_size, "sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--learning-rate", o.learning_rate, "Adam's learning rate")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--data", o.data, "a text file or a directory of them");
+  app.add_option("--seed", o.seed, "the session's and the batches' seed");
+  app.add_option("--log-every", o.log_every, "steps between log lines")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "CPU threads (0: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--sample", o.sample, "bytes of text to generate at the end")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--temperature", o.temperature, "sampling temperature")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const std::string text = read_corpus(o.data);
+    const std::size_t split = text.size() * 9 / 10; // the last tenth validates
+    const std::string train = text.substr(0, split), valid = text.substr(split);
+    std::printf("corpus: %zu bytes (%zu train, %zu validation) from %s\n", text.size(),
+                train.size(), valid.size(), o.data.c_str());
+
+    gpt::ty::session<> s(gpt::ty::session_options{.threads = o.threads, .seed = o.seed});
+    s.initialize(gpt::train_op);
+    tensor<float> lr(std::vector<std::int64_t>{});
+    lr[0] = static_cast<float>(o.learning_rate);
+    s.write(gpt::learning_rate, lr);
+
+    std::mt19937_64 rng(o.seed);
+    tensor<std::int32_t> x({o.batch_size, gpt::context}), y({o.batch_size, gpt::context});
+    auto last = std::chrono::steady_clock::now();
+    for (std::int64_t step = 1; step <= o.steps; ++step) {
+      draw(train, o.batch_size, rng, x, y);
+      auto [l] = s.run(gpt::ty::fetch(gpt::loss, gpt::train_op), gpt::ty::feed(gpt::tokens, x),
+                       gpt::ty::feed(gpt::targets, y));
+      if (step % o.log_every == 0 || step == 1 || step == o.steps) {
+        const auto now = std::chrono::steady_clock::now();
+        const double dt = std::chrono::duration<double>(now - last).count();
+        const std::int64_t n =
+            step == 1 ? 1 : (step % o.log_every == 0 ? o.log_every : step % o.log_every);
+        std::printf("step %lld, loss = %.4f (%.1f examples/sec; %.3f sec/batch)\n",
+                    static_cast<long long>(step), static_cast<double>(l[0]),
+                    static_cast<double>(n * o.batch_size) / dt, dt / static_cast<double>(n));
+        std::fflush(stdout);
+        last = now;
+      }
+    }
+
+    // validation: the mean loss over 20 batches of the held-out tenth
+    std::mt19937_64 vrng(o.seed + 1);
+    double vloss = 0;
+    for (int i = 0; i < 20; ++i) {
+      draw(valid, o.batch_size, vrng, x, y);
+      auto [l] = s.run(gpt::ty::fetch(gpt::loss), gpt::ty::feed(gpt::tokens, x),
+                       gpt::ty::feed(gpt::targets, y));
+      vloss += static_cast<double>(l[0]) / 20;
+    }
+    std::printf("validation loss = %.4f\n", vloss);
+
+    // generation: the last context bytes (spaces before the start) -> the next byte, sampled
+    // from softmax(logits / temperature) at the last position
+    std::string out = "\n";
+    tensor<std::int32_t> ctx({1, gpt::context});
+    for (std::int64_t i = 0; i < o.sample; ++i) {
+      for (std::int64_t t = 0; t < gpt::context; ++t) {
+        const std::int64_t from = static_cast<std::int64_t>(out.size()) - gpt::context + t;
+        ctx[t] = from >= 0 ? static_cast<unsigned char>(out[static_cast<std::size_t>(from)]) : ' ';
+      }
+      auto [lg] = s.run(gpt::ty::fetch(gpt::logits), gpt::ty::feed(gpt::tokens, ctx));
+      const float* row = lg.data() + (gpt::context - 1) * gpt::vocab;
+      std::vector<double> p(gpt::vocab);
+      const float top = *std::max_element(row, row + gpt::vocab);
+      for (std::int64_t c = 0; c < gpt::vocab; ++c)
+        p[static_cast<std::size_t>(c)] = std::exp((row[c] - top) / o.temperature);
+      std::discrete_distribution<int> pick(p.begin(), p.end());
+      out.push_back(static_cast<char>(pick(rng)));
+    }
+    std::printf("sample:%s\n", out.c_str());
+  } catch (const gpt::ty::error& e) {
+    std::fprintf(stderr, "gpt: %s\n", e.what());
+    return 1;
+  }
+}
