@@ -443,6 +443,13 @@ TEST_SUITE("transformer ops") {
                TF_FX(attl_dk), TF_FX(attl_dv));
     }
 #undef TF_FX
+    // its FLOPs, for traces: q k^T and p v, halved when causal
+    const auto dq = ty::backend::rt_dims::from(ty::dims_t<4>{2, 3, 10, 8});
+    const auto dk = ty::backend::rt_dims::from(ty::dims_t<4>{2, 3, 12, 8});
+    const auto dv = ty::backend::rt_dims::from(ty::dims_t<4>{2, 3, 12, 5});
+    const ty::backend::rt_dims* d[] = {&dq, &dq, &dk, &dv};
+    CHECK(ty::backend::op_cost<ty::ops::attention<false>>::flops(d) == 2.0 * 6 * 10 * 12 * (8 + 5));
+    CHECK(ty::backend::op_cost<ty::ops::attention<true>>::flops(d) == 6 * 10 * 12 * (8 + 5));
     static_assert(ty::ops::attention<false>::rule(ty::dims_t<3>{2, 5, 4}, ty::dims_t<3>{2, 6, 8},
                                                   ty::dims_t<3>{2, 6, 3})
                       .error == "q and k differ in their feature extent");

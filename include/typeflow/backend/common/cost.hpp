@@ -9,8 +9,10 @@
 #include <type_traits>
 
 #include "../../graph/flat.hpp"
+#include "../../ops/attention.hpp"
 #include "../../ops/matmul.hpp"
 #include "../../ops/nn.hpp"
+#include "attention.hpp"
 #include "value.hpp"
 
 namespace typeflow::backend {
@@ -75,6 +77,24 @@ template <ops::pool_kind K, padding P, std::int64_t KH, std::int64_t KW, std::in
 struct op_cost<ops::pool_grad<K, P, KH, KW, SH, SW>> { // (x, dy): each dy's window again
   static double flops(const rt_dims* const* d) {
     return static_cast<double>(d[2]->numel()) * static_cast<double>(KH * KW);
+  }
+};
+template <bool C>
+struct op_cost<ops::attention<C>> { // (q, k, v): q k^T and p v, half of them when causal
+  static double flops(const rt_dims* const* d) {
+    const auto g = attention_geometry::of(*d[1], *d[2], *d[3]);
+    return 2.0 * static_cast<double>(g.batch * g.t * g.s) * static_cast<double>(g.d + g.dv) /
+           (C ? 2.0 : 1.0);
+  }
+};
+template <bool C, int W>
+struct op_cost<ops::attention_grad<C, W>> { // the scores twice (L, then the tile), dO v^T, one
+                                            // product
+  static double flops(const rt_dims* const* d) {
+    const auto g = attention_geometry::of(*d[1], *d[2], *d[3]);
+    return 2.0 * static_cast<double>(g.batch * g.t * g.s) *
+           static_cast<double>(2 * g.d + g.dv + (W == 1 ? g.d : (W == 2 ? g.dv : g.d))) /
+           (C ? 2.0 : 1.0);
   }
 };
 
