@@ -37,7 +37,7 @@ message(STATUS "gpt: step 1 loss ${first}, validation loss ${valid}")
 
 execute_process(COMMAND "${EXE}" --data /nonexistent/corpus --steps 1
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-if(rc EQUAL 0 OR NOT err MATCHES "gpt: cannot read /nonexistent/corpus")
+if(rc EQUAL 0 OR NOT err MATCHES "gpt: typeflow: cannot read /nonexistent/corpus")
   message(FATAL_ERROR "a missing corpus: exit ${rc}, stderr:\n${err}")
 endif()
 execute_process(COMMAND "${EXE}" --steps 0 OUTPUT_VARIABLE out ERROR_VARIABLE err
