@@ -3,7 +3,9 @@
 // and output row per query (an online softmax over blocks of keys) and never stores the
 // [T, S] scores; the backward pass recomputes them. Its gradients are three ops
 // (attention_grad<Causal, 0/1/2>: q's, k's, v's), each reading q, k, v, the forward output and
-// the upstream gradient. Kernels: backend/cpu/kernels/attention.hpp, backend/cuda/attention.cuh.
+// the upstream gradient through one attention_stats op (each query row's log-sum-exp and
+// g . o, computed once for the three). Kernels: backend/cpu/kernels/attention.hpp,
+// backend/cuda/attention.cuh.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -64,15 +66,12 @@ struct attention : nn_base {
   }
 };
 
-/// The gradient of attention with respect to operand Which (0: q, 1: k, 2: v), from
-/// (q, k, v, the forward output o, the upstream gradient g).
-template <bool Causal, int Which>
-struct attention_grad : attention<Causal> {
-  static constexpr std::string_view name =
-      Which == 0 ? std::string_view{"attention_grad_q"}
-                 : (Which == 1 ? std::string_view{"attention_grad_k"}
-                               : std::string_view{"attention_grad_v"});
-  static constexpr int which = Which;
+/// What the backward pass needs of each query row, computed once for the three gradients:
+/// [..., T, 2] holding the row's log-sum-exp L of its scores and D = g . o (the upstream
+/// gradient's row times the forward output's), from (q, k, v, o, g).
+template <bool Causal>
+struct attention_stats : attention<Causal> {
+  static constexpr std::string_view name = "attention_stats";
   template <class Q, class K, class V, class O, class G>
   using value_type = typename Q::value_type;
   template <class Q, class K, class V, class O, class G>
@@ -80,9 +79,34 @@ struct attention_grad : attention<Causal> {
     return attention<Causal>::template dtype_error<Q, K, V>();
   }
   template <std::size_t RQ, std::size_t RK, std::size_t RV, std::size_t RO, std::size_t RG>
+  static constexpr rule_result<RQ> rule(const dims_t<RQ>& q, const dims_t<RK>& k,
+                                        const dims_t<RV>& v, const dims_t<RO>&, const dims_t<RG>&) {
+    rule_result<RQ> r{detail::attention_error(q, k, v), q};
+    if constexpr (RQ >= 1)
+      r.dims[RQ - 1] = 2;
+    return r;
+  }
+};
+
+/// The gradient of attention with respect to operand Which (0: q, 1: k, 2: v), from
+/// (q, k, v, the upstream gradient g, attention_stats).
+template <bool Causal, int Which>
+struct attention_grad : attention<Causal> {
+  static constexpr std::string_view name =
+      Which == 0 ? std::string_view{"attention_grad_q"}
+                 : (Which == 1 ? std::string_view{"attention_grad_k"}
+                               : std::string_view{"attention_grad_v"});
+  static constexpr int which = Which;
+  template <class Q, class K, class V, class G, class St>
+  using value_type = typename Q::value_type;
+  template <class Q, class K, class V, class G, class St>
+  static constexpr std::string_view dtype_error() {
+    return attention<Causal>::template dtype_error<Q, K, V>();
+  }
+  template <std::size_t RQ, std::size_t RK, std::size_t RV, std::size_t RG, std::size_t RS>
   static constexpr rule_result<(Which == 0 ? RQ : (Which == 1 ? RK : RV))>
-  rule(const dims_t<RQ>& q, const dims_t<RK>& k, const dims_t<RV>& v, const dims_t<RO>&,
-       const dims_t<RG>&) {
+  rule(const dims_t<RQ>& q, const dims_t<RK>& k, const dims_t<RV>& v, const dims_t<RG>&,
+       const dims_t<RS>&) {
     if constexpr (Which == 0)
       return {detail::attention_error(q, k, v), q};
     else if constexpr (Which == 1)

@@ -87,13 +87,20 @@ struct op_cost<ops::attention<C>> { // (q, k, v): q k^T and p v, half of them wh
            (C ? 2.0 : 1.0);
   }
 };
-template <bool C, int W>
-struct op_cost<ops::attention_grad<C, W>> { // the scores twice (L, then the tile), dO v^T, one
-                                            // product
+template <bool C>
+struct op_cost<ops::attention_stats<C>> { // the scores, for each row's log-sum-exp
   static double flops(const rt_dims* const* d) {
     const auto g = attention_geometry::of(*d[1], *d[2], *d[3]);
-    return 2.0 * static_cast<double>(g.batch * g.t * g.s) *
-           static_cast<double>(2 * g.d + g.dv + (W == 1 ? g.d : (W == 2 ? g.dv : g.d))) /
+    return 2.0 * static_cast<double>(g.batch * g.t * g.s) * static_cast<double>(g.d) /
+           (C ? 2.0 : 1.0);
+  }
+};
+template <bool C, int W>
+struct op_cost<ops::attention_grad<C, W>> { // the scores, dO v^T (not for v's), one product
+  static double flops(const rt_dims* const* d) {
+    const auto g = attention_geometry::of(*d[1], *d[2], *d[3]);
+    const std::int64_t per = W == 2 ? g.d + g.dv : 2 * g.d + g.dv;
+    return 2.0 * static_cast<double>(g.batch * g.t * g.s) * static_cast<double>(per) /
            (C ? 2.0 : 1.0);
   }
 };

@@ -1,6 +1,7 @@
 // CUDA kernels of the attention op: the same algorithm as the CPU's (an online softmax per query
 // row, the scores recomputed in the backward pass), in its simplest form: one thread per query
-// row (the forward pass, q's gradient, and each row's log-sum-exp and dO . O) or per key row
+// row (the forward pass, q's gradient, and attention_stats: each row's log-sum-exp and dO . O)
+// or per key row
 // (k's and v's gradients), accumulating in the output row. Correct, not yet fast: the tiled
 // kernel (FlashAttention's blocks in shared memory) is issue t3-D's work.
 #pragma once
@@ -64,17 +65,16 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v,
 
 template <bool C, class T>
 __global__ void attention_stats_kernel(const T* q, const T* k, const T* v, const T* o, const T* up,
-                                       backend::attention_geometry g, double* lse, double* dd) {
+                                       backend::attention_geometry g, T* st) {
   TYPEFLOW_GRID_STRIDE(r, g.batch * g.t) {
-    lse[r] = attention_row_dev<C>(q, k, v, g, r, static_cast<T*>(nullptr));
-    dd[r] = attention_dot(up + r * g.dv, o + r * g.dv, g.dv);
+    st[2 * r] = static_cast<T>(attention_row_dev<C>(q, k, v, g, r, static_cast<T*>(nullptr)));
+    st[2 * r + 1] = static_cast<T>(attention_dot(up + r * g.dv, o + r * g.dv, g.dv));
   }
 }
 
 template <bool C, class T>
 __global__ void attention_grad_q_kernel(const T* q, const T* k, const T* v, const T* up,
-                                        const double* lse, const double* dd,
-                                        backend::attention_geometry g, T* dq) {
+                                        const T* st, backend::attention_geometry g, T* dq) {
   TYPEFLOW_GRID_STRIDE(r, g.batch * g.t) {
     const std::int64_t b = r / g.t, i = r % g.t;
     const std::int64_t keys = C ? (i + 1 < g.s ? i + 1 : g.s) : g.s;
@@ -82,9 +82,12 @@ __global__ void attention_grad_q_kernel(const T* q, const T* k, const T* v, cons
       dq[r * g.d + c] = T(0);
     for (std::int64_t j = 0; j < keys; ++j) {
       const T* kj = k + (b * g.s + j) * g.d;
-      const double p = ::exp(attention_dot(q + r * g.d, kj, g.d) * g.scale - lse[r]);
-      const double ds =
-          p * (attention_dot(up + r * g.dv, v + (b * g.s + j) * g.dv, g.dv) - dd[r]) * g.scale;
+      const double p =
+          ::exp(attention_dot(q + r * g.d, kj, g.d) * g.scale - static_cast<double>(st[2 * r]));
+      const double ds = p *
+                        (attention_dot(up + r * g.dv, v + (b * g.s + j) * g.dv, g.dv) -
+                         static_cast<double>(st[2 * r + 1])) *
+                        g.scale;
       for (std::int64_t c = 0; c < g.d; ++c)
         dq[r * g.d + c] =
             static_cast<T>(static_cast<double>(dq[r * g.d + c]) + ds * static_cast<double>(kj[c]));
@@ -94,8 +97,7 @@ __global__ void attention_grad_q_kernel(const T* q, const T* k, const T* v, cons
 
 template <bool C, int W, class T>
 __global__ void attention_grad_kv_kernel(const T* q, const T* k, const T* v, const T* up,
-                                         const double* lse, const double* dd,
-                                         backend::attention_geometry g, T* out) {
+                                         const T* st, backend::attention_geometry g, T* out) {
   const std::int64_t width = W == 1 ? g.d : g.dv;
   TYPEFLOW_GRID_STRIDE(col, g.batch * g.s) {
     const std::int64_t b = col / g.s, j = col % g.s;
@@ -103,14 +105,17 @@ __global__ void attention_grad_kv_kernel(const T* q, const T* k, const T* v, con
       out[col * width + c] = T(0);
     for (std::int64_t i = C ? j : 0; i < g.t; ++i) {
       const std::int64_t r = b * g.t + i;
-      const double p = ::exp(attention_dot(q + r * g.d, k + col * g.d, g.d) * g.scale - lse[r]);
+      const double p = ::exp(attention_dot(q + r * g.d, k + col * g.d, g.d) * g.scale -
+                             static_cast<double>(st[2 * r]));
       if (W == 2) {
         for (std::int64_t c = 0; c < g.dv; ++c)
           out[col * width + c] = static_cast<T>(static_cast<double>(out[col * width + c]) +
                                                 p * static_cast<double>(up[r * g.dv + c]));
       } else {
-        const double ds =
-            p * (attention_dot(up + r * g.dv, v + col * g.dv, g.dv) - dd[r]) * g.scale;
+        const double ds = p *
+                          (attention_dot(up + r * g.dv, v + col * g.dv, g.dv) -
+                           static_cast<double>(st[2 * r + 1])) *
+                          g.scale;
         for (std::int64_t c = 0; c < g.d; ++c)
           out[col * width + c] = static_cast<T>(static_cast<double>(out[col * width + c]) +
                                                 ds * static_cast<double>(q[r * g.d + c]));
@@ -134,10 +139,26 @@ requires(std::is_same_v<T, float> ||
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
 }
 
-template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class O, class G>
+template <std::size_t I, bool C, class T, class Q, class K, class V, class O, class G>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context& ctx, ops::attention_stats<C>*, T*,
+                                                value* vals, void*, Q*, K*, V*, O*, G*) {
+  const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
+                                                 vals[V::index].dims);
+  T* st = ctx.output<T>(vals[I]);
+  if (g.batch * g.t == 0)
+    return;
+  attention_stats_kernel<C, T><<<grid_for(g.batch * g.t), 128, 0, ctx.stream()>>>(
+      static_cast<const T*>(vals[Q::index].data), static_cast<const T*>(vals[K::index].data),
+      static_cast<const T*>(vals[V::index].data), static_cast<const T*>(vals[O::index].data),
+      static_cast<const T*>(vals[G::index].data), g, st);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class G, class St>
 requires(std::is_same_v<T, float> ||
          std::is_same_v<T, double>) void kernel(context& ctx, ops::attention_grad<C, W>*, T*,
-                                                value* vals, void*, Q*, K*, V*, O*, G*) {
+                                                value* vals, void*, Q*, K*, V*, G*, St*) {
   const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
                                                  vals[V::index].dims);
   T* out = ctx.output<T>(vals[I]);
@@ -147,20 +168,13 @@ requires(std::is_same_v<T, float> ||
   const T* k = static_cast<const T*>(vals[K::index].data);
   const T* v = static_cast<const T*>(vals[V::index].data);
   const T* up = static_cast<const T*>(vals[G::index].data);
-  const std::int64_t rows = g.batch * g.t;
-  backend::rt_value stats; // each query row's L and D
-  double* lse = ctx.scratch<double>(stats, 2 * rows);
-  if (rows > 0) {
-    attention_stats_kernel<C, T><<<grid_for(rows), 128, 0, ctx.stream()>>>(
-        q, k, v, static_cast<const T*>(vals[O::index].data), up, g, lse, lse + rows);
-    TYPEFLOW_CUDA_CHECK(cudaGetLastError());
-  }
+  const T* st = static_cast<const T*>(vals[St::index].data);
   if constexpr (W == 0) {
     attention_grad_q_kernel<C, T>
-        <<<grid_for(rows), 128, 0, ctx.stream()>>>(q, k, v, up, lse, lse + rows, g, out);
+        <<<grid_for(g.batch * g.t), 128, 0, ctx.stream()>>>(q, k, v, up, st, g, out);
   } else {
     attention_grad_kv_kernel<C, W, T>
-        <<<grid_for(g.batch * g.s), 128, 0, ctx.stream()>>>(q, k, v, up, lse, lse + rows, g, out);
+        <<<grid_for(g.batch * g.s), 128, 0, ctx.stream()>>>(q, k, v, up, st, g, out);
   }
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
 }

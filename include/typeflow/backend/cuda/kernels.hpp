@@ -93,10 +93,14 @@ template <std::size_t I, bool C, class T, class Q, class K, class V>
 requires(std::is_same_v<T, float> ||
          std::is_same_v<T, double>) void kernel(context&, ops::attention<C>*, T*, value*, void*, Q*,
                                                 K*, V*);
-template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class O, class G>
+template <std::size_t I, bool C, class T, class Q, class K, class V, class O, class G>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::attention_stats<C>*, T*, value*,
+                                                void*, Q*, K*, V*, O*, G*);
+template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class G, class St>
 requires(std::is_same_v<T, float> ||
          std::is_same_v<T, double>) void kernel(context&, ops::attention_grad<C, W>*, T*, value*,
-                                                void*, Q*, K*, V*, O*, G*);
+                                                void*, Q*, K*, V*, G*, St*);
 
 // ---- norm.cuh (float32 and float64) ---------------------------------------------------------
 template <std::size_t I, std::uint64_t E, class T, class X, class G, class B>

@@ -1,9 +1,10 @@
 // CPU kernels of the attention op, FlashAttention's algorithm in tiles of 64 queries by 64 keys:
 // the forward pass keeps a running maximum, sum and output per query row (an online softmax),
 // so memory is O(64 * (64 + Dv)) per thread and the [T, S] scores are never stored. The
-// gradients recompute each tile's scores from each row's log-sum-exp L (a first pass) and
-// D = dO . O: q's tile row by tile row, k's and v's tile column by tile column (no atomics;
-// each task owns its output rows). Arithmetic in the operands' dtype; products on the BLAS.
+// gradients recompute each tile's scores from each row's log-sum-exp L and D = dO . O (the
+// attention_stats op, once for the three): q's tile row by tile row, k's and v's tile column by
+// tile column (no atomics; each task owns its output rows). Arithmetic in the operands' dtype;
+// products on the BLAS.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -140,8 +141,8 @@ void kernel(context& ctx, ops::attention<C>*, T*, value* vals, void*, Q*, K*, V*
   });
 }
 
-template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class O, class G>
-void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*, K*, V*, O*, G*) {
+template <std::size_t I, bool C, class T, class Q, class K, class V, class O, class G>
+void kernel(context& ctx, ops::attention_stats<C>*, T*, value* vals, void*, Q*, K*, V*, O*, G*) {
   const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
                                                  vals[V::index].dims);
   const T* q = static_cast<const T*>(vals[Q::index].data);
@@ -149,28 +150,48 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
   const T* v = static_cast<const T*>(vals[V::index].data);
   const T* o = static_cast<const T*>(vals[O::index].data);
   const T* up = static_cast<const T*>(vals[G::index].data);
-  T* out = ctx.allocate<T>(vals[I]);
+  T* st = ctx.allocate<T>(vals[I]); // [rows, 2]: L, D
   constexpr std::int64_t tile = detail::att_tile;
-  const std::int64_t qtiles = detail::att_tiles(g.t), ktiles = detail::att_tiles(g.s);
-  // each query row's log-sum-exp L and D = dO . O
-  const std::int64_t rows = g.batch * g.t;
-  std::vector<T> lse(static_cast<std::size_t>(rows)), dd(static_cast<std::size_t>(rows));
+  const std::int64_t qtiles = detail::att_tiles(g.t);
   ctx.pool.parallel_for(g.batch * qtiles, 1, [&](std::int64_t t0, std::int64_t t1) {
     std::vector<T> sc(static_cast<std::size_t>(tile * tile));
+    T lse[tile];
     for (std::int64_t task = t0; task < t1; ++task) {
       const std::int64_t b = task / qtiles, i0 = (task % qtiles) * tile;
       const std::int64_t nq = std::min(tile, g.t - i0);
       const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
-      detail::att_rows<C>(a, g, i0, nq, sc.data(), lse.data() + b * g.t + i0,
-                          static_cast<T*>(nullptr));
-      for (std::int64_t r = b * g.t + i0; r < b * g.t + i0 + nq; ++r) {
+      detail::att_rows<C>(a, g, i0, nq, sc.data(), lse, static_cast<T*>(nullptr));
+      for (std::int64_t r0 = 0; r0 < nq; ++r0) {
+        const std::int64_t r = b * g.t + i0 + r0;
         T s = 0;
         for (std::int64_t c = 0; c < g.dv; ++c)
           s += up[r * g.dv + c] * o[r * g.dv + c];
-        dd[static_cast<std::size_t>(r)] = s;
+        st[2 * r] = lse[r0];
+        st[2 * r + 1] = s;
       }
     }
   });
+}
+
+template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class G, class St>
+void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*, K*, V*, G*, St*) {
+  const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
+                                                 vals[V::index].dims);
+  const T* q = static_cast<const T*>(vals[Q::index].data);
+  const T* k = static_cast<const T*>(vals[K::index].data);
+  const T* v = static_cast<const T*>(vals[V::index].data);
+  const T* up = static_cast<const T*>(vals[G::index].data);
+  const T* st = static_cast<const T*>(vals[St::index].data);
+  T* out = ctx.allocate<T>(vals[I]);
+  constexpr std::int64_t tile = detail::att_tile;
+  const std::int64_t qtiles = detail::att_tiles(g.t), ktiles = detail::att_tiles(g.s);
+  // each query row's log-sum-exp L and D = dO . O, from attention_stats' [rows, 2]
+  const std::int64_t rows = g.batch * g.t;
+  std::vector<T> lse(static_cast<std::size_t>(rows)), dd(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    lse[static_cast<std::size_t>(r)] = st[2 * r];
+    dd[static_cast<std::size_t>(r)] = st[2 * r + 1];
+  }
   const T scale = static_cast<T>(g.scale);
   if constexpr (W == 0) { // dq = scale * dS k, tile row by tile row
     ctx.pool.parallel_for(g.batch * qtiles, 1, [&](std::int64_t t0, std::int64_t t1) {
