@@ -66,18 +66,23 @@ struct attention : nn_base {
   }
 };
 
+/// What attention_stats and attention_grad share: five operands, the first three q, k, v.
+template <bool Causal>
+struct attention_backward_base : attention<Causal> {
+  template <class Q, class K, class V, class A, class B>
+  using value_type = typename Q::value_type;
+  template <class Q, class K, class V, class A, class B>
+  static constexpr std::string_view dtype_error() {
+    return attention<Causal>::template dtype_error<Q, K, V>();
+  }
+};
+
 /// What the backward pass needs of each query row, computed once for the three gradients:
 /// [..., T, 2] holding the row's log-sum-exp L of its scores and D = g . o (the upstream
 /// gradient's row times the forward output's), from (q, k, v, o, g).
 template <bool Causal>
-struct attention_stats : attention<Causal> {
+struct attention_stats : attention_backward_base<Causal> {
   static constexpr std::string_view name = "attention_stats";
-  template <class Q, class K, class V, class O, class G>
-  using value_type = typename Q::value_type;
-  template <class Q, class K, class V, class O, class G>
-  static constexpr std::string_view dtype_error() {
-    return attention<Causal>::template dtype_error<Q, K, V>();
-  }
   template <std::size_t RQ, std::size_t RK, std::size_t RV, std::size_t RO, std::size_t RG>
   static constexpr rule_result<RQ> rule(const dims_t<RQ>& q, const dims_t<RK>& k,
                                         const dims_t<RV>& v, const dims_t<RO>&, const dims_t<RG>&) {
@@ -91,18 +96,12 @@ struct attention_stats : attention<Causal> {
 /// The gradient of attention with respect to operand Which (0: q, 1: k, 2: v), from
 /// (q, k, v, the upstream gradient g, attention_stats).
 template <bool Causal, int Which>
-struct attention_grad : attention<Causal> {
+struct attention_grad : attention_backward_base<Causal> {
   static constexpr std::string_view name =
       Which == 0 ? std::string_view{"attention_grad_q"}
                  : (Which == 1 ? std::string_view{"attention_grad_k"}
                                : std::string_view{"attention_grad_v"});
   static constexpr int which = Which;
-  template <class Q, class K, class V, class G, class St>
-  using value_type = typename Q::value_type;
-  template <class Q, class K, class V, class G, class St>
-  static constexpr std::string_view dtype_error() {
-    return attention<Causal>::template dtype_error<Q, K, V>();
-  }
   template <std::size_t RQ, std::size_t RK, std::size_t RV, std::size_t RG, std::size_t RS>
   static constexpr rule_result<(Which == 0 ? RQ : (Which == 1 ? RK : RV))>
   rule(const dims_t<RQ>& q, const dims_t<RK>& k, const dims_t<RV>& v, const dims_t<RG>&,

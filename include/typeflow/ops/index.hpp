@@ -10,12 +10,6 @@
 
 namespace typeflow {
 
-namespace detail {
-template <class X>
-constexpr bool index_operand = std::is_same_v<typename X::value_type, std::int32_t> ||
-                               std::is_same_v<typename X::value_type, std::int64_t>;
-} // namespace detail
-
 namespace ops {
 
 /// gather(params [V, D...], indices [I...]) -> [I..., D...]: row indices[i] of params for each

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "elementwise.hpp"
 #include "layout.hpp"
@@ -70,6 +71,11 @@ struct window_attrs {
 
 template <class X>
 constexpr bool floating_operand = is_floating<typename X::value_type>;
+
+/// Indices and labels: int32 or int64.
+template <class X>
+constexpr bool index_operand = std::is_same_v<typename X::value_type, std::int32_t> ||
+                               std::is_same_v<typename X::value_type, std::int64_t>;
 
 } // namespace detail
 
@@ -246,8 +252,7 @@ struct sparse_softmax_xent : nn_base {
   static constexpr std::string_view dtype_error() {
     if (!detail::floating_operand<L>)
       return "logits need a floating-point dtype";
-    if (!std::is_same_v<typename Y::value_type, std::int32_t> &&
-        !std::is_same_v<typename Y::value_type, std::int64_t>)
+    if (!detail::index_operand<Y>)
       return "labels need dtype int32 or int64";
     return {};
   }

@@ -97,9 +97,9 @@ void att_rows(const att_slice<T>& a, const backend::attention_geometry& g, std::
 }
 
 /// P = exp(S - L) and dS = P (dO v^T - D) for the tile of query rows [i0, i0 + nq) and keys
-/// [j0, j0 + nk); leaves P in p and dS in ds.
+/// [j0, j0 + nk), L and D read from attention_stats' [rows, 2] (st); leaves P in p and dS in ds.
 template <bool Causal, class T>
-void att_grad_tile(const att_slice<T>& a, const T* up, const T* lse, const T* dd,
+void att_grad_tile(const att_slice<T>& a, const T* up, const T* st,
                    const backend::attention_geometry& g, std::int64_t i0, std::int64_t nq,
                    std::int64_t j0, std::int64_t nk, T* p, T* ds) {
   att_scores<Causal>(a, g, i0, nq, j0, nk, p);
@@ -108,9 +108,9 @@ void att_grad_tile(const att_slice<T>& a, const T* up, const T* lse, const T* dd
   for (std::int64_t r = 0; r < nq; ++r)
     for (std::int64_t c = 0; c < nk; ++c) {
       T& pe = p[r * att_tile + c];
-      pe = std::exp(pe - lse[i0 + r]); // exp(-inf) = 0 where masked
+      pe = std::exp(pe - st[2 * (i0 + r)]); // exp(-inf) = 0 where masked
       T& de = ds[r * att_tile + c];
-      de = pe * (de - dd[i0 + r]);
+      de = pe * (de - st[2 * (i0 + r) + 1]);
     }
 }
 
@@ -185,13 +185,6 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
   T* out = ctx.allocate<T>(vals[I]);
   constexpr std::int64_t tile = detail::att_tile;
   const std::int64_t qtiles = detail::att_tiles(g.t), ktiles = detail::att_tiles(g.s);
-  // each query row's log-sum-exp L and D = dO . O, from attention_stats' [rows, 2]
-  const std::int64_t rows = g.batch * g.t;
-  std::vector<T> lse(static_cast<std::size_t>(rows)), dd(static_cast<std::size_t>(rows));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    lse[static_cast<std::size_t>(r)] = st[2 * r];
-    dd[static_cast<std::size_t>(r)] = st[2 * r + 1];
-  }
   const T scale = static_cast<T>(g.scale);
   if constexpr (W == 0) { // dq = scale * dS k, tile row by tile row
     ctx.pool.parallel_for(g.batch * qtiles, 1, [&](std::int64_t t0, std::int64_t t1) {
@@ -205,8 +198,8 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
         const std::int64_t end = C ? std::min(g.s, i0 + nq) : g.s;
         for (std::int64_t j0 = 0; j0 < end; j0 += tile) {
           const std::int64_t nk = std::min(tile, end - j0);
-          detail::att_grad_tile<C>(a, up + b * g.t * g.dv, lse.data() + b * g.t,
-                                   dd.data() + b * g.t, g, i0, nq, j0, nk, p.data(), ds.data());
+          detail::att_grad_tile<C>(a, up + b * g.t * g.dv, st + 2 * b * g.t, g, i0, nq, j0, nk,
+                                   p.data(), ds.data());
           gemm_serial<T>(false, false, nq, g.d, nk, ds.data(), tile, a.k + j0 * g.d, g.d, dq, g.d,
                          true);
         }
@@ -226,8 +219,8 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
         std::fill(dst, dst + nk * width, T(0));
         for (std::int64_t i0 = C ? j0 / tile * tile : 0; i0 < g.t; i0 += tile) {
           const std::int64_t nq = std::min(tile, g.t - i0);
-          detail::att_grad_tile<C>(a, up + b * g.t * g.dv, lse.data() + b * g.t,
-                                   dd.data() + b * g.t, g, i0, nq, j0, nk, p.data(), ds.data());
+          detail::att_grad_tile<C>(a, up + b * g.t * g.dv, st + 2 * b * g.t, g, i0, nq, j0, nk,
+                                   p.data(), ds.data());
           if constexpr (W == 2)
             gemm_serial<T>(true, false, nk, g.dv, nq, p.data(), tile, up + (b * g.t + i0) * g.dv,
                            g.dv, dst, g.dv, true);
