@@ -19,11 +19,14 @@ from `nvcc --time`) beside the whole compile: cicc walks the template arguments 
 it instantiates as a tree, which is where sharing costs.
 With --transformer it is issue 43's series: N pre-norm transformer blocks written out (d = 128,
 4 heads, T = 64, layer norm and attention composed from today's ops), gradient and float32 Adam
-(default N: 1 2 4 8 16). Series tables end with each row's cost per layer added since the row
+(default N: 1 2 4 8 16); --transformer-fused is the same model with issue 45's fused ops
+(`ty::transformer_block`: layer_norm, one qkv layer, attention<causal>, a gelu MLP; default N:
+1 2 4 8 12 16). Series tables end with each row's cost per layer added since the row
 before. With --variables: N scalar variables, the sum of their squares minimised by Momentum (a
 training op of 2N + 1 assignments; default N: 50 100 200 300).
 Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --transformer |
-                                      --variables | --quickstart | --mnist] [--nvcc] [N ...]
+                                      --transformer-fused | --variables | --quickstart | --mnist]
+                                      [--nvcc] [N ...]
 (default N: 25 50 100 200).
 """
 import csv
@@ -208,6 +211,36 @@ def transformer_source(n: int, d: int = 128, heads: int = 4, t: int = 64) -> str
     return "\n".join(lines) + "\n"
 
 
+def fused_transformer_source(n: int, d: int = 128, heads: int = 4, t: int = 64) -> str:
+    """The same series with the fused ops of issue 45: n `ty::transformer_block`s (layer_norm,
+    one qkv dense layer, split heads, attention<causal>, merge heads, a gelu MLP of 4d) on
+    [1, T, d], a final layer norm, a 16-class head, the mean cross-entropy and float32 Adam."""
+    lines = [
+        "#include <typeflow/typeflow.hpp>",
+        "namespace ty = typeflow;",
+        f'constexpr auto x = ty::placeholder<"x", float, ty::shape<1, {t}, {d}>>;',
+        f'constexpr auto y = ty::placeholder<"y", std::int32_t, ty::shape<{t}>>;',
+        "constexpr auto h0 = x;",
+    ]
+    lines += [f'constexpr auto h{i} = ty::transformer_block<"b{i}", {heads}, {4 * d}>(h{i - 1});'
+              for i in range(1, n + 1)]
+    lines += [
+        f'constexpr auto logits = ty::dense<"head", 16>(ty::layer_norm_layer<"lnf">(h{n}));',
+        "constexpr auto loss = ty::mean(ty::sparse_softmax_cross_entropy_with_logits(",
+        "    ty::reshape<-1, 16>(logits), y));",
+        "constexpr auto train = ty::adam(ty::constant<0.001>).minimize(loss);",
+        "int main() {",
+        "  ty::session s;",
+        "  s.initialize(train);",
+        f"  ty::tensor<float> in({{1, {t}, {d}}});",
+        f"  ty::tensor<std::int32_t> labels({{{t}}});",
+        "  auto [l] = s.run(ty::fetch(loss, train), ty::feed(x, in), ty::feed(y, labels));",
+        "  return l.item() == l.item() ? 0 : 1;",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def limit_flags(cxx: str) -> list:
     """The constant-evaluation budgets that the CMake target raises (CMakeLists.txt), so that a
     program compiled here is compiled as a user's would be."""
@@ -255,6 +288,7 @@ def measure(n: int, cxx: str, mode: str, nvcc: str = "") -> tuple:
                        residual_source(n) if mode == "residual" else
                        residual_source(n, True) if mode == "repeat" else
                        transformer_source(n) if mode == "transformer" else
+                       fused_transformer_source(n) if mode == "transformer-fused" else
                        variables_source(n) if mode == "variables" else
                        source(n, mode == "grad"))
         if nvcc:
@@ -289,16 +323,19 @@ def main() -> None:
     mode = ("grad" if "--grad" in args else "shared" if "--shared" in args else
             "residual" if "--residual" in args else "repeat" if "--repeat" in args else
             "transformer" if "--transformer" in args else
+            "transformer-fused" if "--transformer-fused" in args else
             "variables" if "--variables" in args else "chain")
     sizes = [int(a) for a in args if not a.startswith("--")] or (
         [2, 4, 8, 12, 16, 20] if mode == "residual" else [2, 50, 1000] if mode == "repeat" else
         [1, 2, 4, 8, 16] if mode == "transformer" else
+        [1, 2, 4, 8, 12, 16] if mode == "transformer-fused" else
         [50, 100, 200, 300] if mode == "variables" else
         [25, 50, 100, 200])
     what = {"grad": "N ops, forward + gradient", "shared": "N shared levels",
             "chain": "N ops", "residual": "residual MLP depth N, gradient + Adam",
             "repeat": "residual MLP, ty::repeat of depth N, gradient + Adam",
             "transformer": "pre-norm transformer, N blocks, gradient + Adam",
+            "transformer-fused": "ty::transformer_block x N, gradient + Adam",
             "variables": "N scalar variables, Momentum"}[mode]
     if "--nvcc" in args:
         nvcc = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
