@@ -10,7 +10,8 @@ set -euo pipefail
 MAIN_PACKAGES=(cmake g++ make libboost-dev zlib1g-dev dataset-fashion-mnist libxsimd-dev nlohmann-json3-dev
                libcli11-dev libdnnl-dev libopenblas-dev)
 PACKAGES=("${MAIN_PACKAGES[@]}" doctest-dev libbenchmark-dev clang-format libopenmpi-dev openmpi-bin libeigen3-dev
-          python3 clang-19 libomp-19-dev libclang-rt-19-dev graphviz doxygen fortunes)
+          python3 clang-19 libomp-19-dev libclang-rt-19-dev graphviz doxygen fortunes
+          python3-numpy python3-torch)
 if [[ "${1:-}" == "--main" ]]; then
   PACKAGES=("${MAIN_PACKAGES[@]}")
 elif [[ $# -gt 0 ]]; then

@@ -4,12 +4,19 @@
 // then the validation loss and a sample of generated text.
 //   gpt [--steps 2000] [--batch-size 32] [--learning-rate 3e-3] [--data DIR_OR_FILE]
 //       [--seed 1] [--log-every 100] [--threads N] [--sample 300] [--temperature 0.8]
+//       [--replay DIR]
+// With --replay DIR it also writes what examples/gpt/replay_torch.py needs to replay the
+// training in PyTorch: DIR/initial.safetensors (the variables before step 1), DIR/batches.bin
+// (each step's tokens and targets, int32 little-endian [steps, 2, batch, context]) and
+// DIR/losses.txt (each step's loss, 9 significant digits).
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +24,7 @@
 #include <CLI/CLI.hpp>
 
 #include "model.hpp"
+#include "typeflow/io/checkpoint.hpp"
 
 namespace {
 
@@ -33,6 +41,29 @@ struct options {
   int threads = 0;
   std::int64_t sample = 300;
   double temperature = 0.8;
+  std::string replay;
+};
+
+/// The files of --replay DIR: the batches and losses, appended step by step.
+struct replay_files {
+  std::ofstream batches, losses;
+  explicit replay_files(const fs::path& dir)
+      : batches(dir / "batches.bin", std::ios::binary), losses(dir / "losses.txt") {
+    if (!batches || !losses)
+      throw gpt::ty::error("cannot write the replay files in " + dir.string());
+  }
+  void step(const tensor<std::int32_t>& x, const tensor<std::int32_t>& y, float loss) {
+    static_assert(std::endian::native == std::endian::little);
+    for (const auto* t : {&x, &y})
+      batches.write(reinterpret_cast<const char*>(t->data()),
+                    static_cast<std::streamsize>(t->size()) *
+                        static_cast<std::streamsize>(sizeof(std::int32_t)));
+    char line[32];
+    std::snprintf(line, sizeof line, "%.9g\n", static_cast<double>(loss));
+    losses << line;
+    if (!batches || !losses)
+      throw gpt::ty::error("writing the replay files failed");
+  }
 };
 
 /// The corpus as bytes 0..127: a file, or every regular file of a directory (sorted by name;
@@ -95,6 +126,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--temperature", o.temperature, "sampling temperature")
       ->check(CLI::PositiveNumber);
+  app.add_option("--replay", o.replay,
+                 "a directory to write the initial variables, batches and losses into "
+                 "(for replay_torch.py)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -109,6 +143,12 @@ int main(int argc, char** argv) {
     tensor<float> lr(std::vector<std::int64_t>{});
     lr[0] = static_cast<float>(o.learning_rate);
     s.write(gpt::learning_rate, lr);
+    std::unique_ptr<replay_files> replay;
+    if (!o.replay.empty()) {
+      fs::create_directories(o.replay);
+      gpt::ty::save_checkpoint(s, fs::path(o.replay) / "initial.safetensors");
+      replay = std::make_unique<replay_files>(o.replay);
+    }
 
     std::mt19937_64 rng(o.seed);
     tensor<std::int32_t> x({o.batch_size, gpt::context}), y({o.batch_size, gpt::context});
@@ -117,6 +157,8 @@ int main(int argc, char** argv) {
       draw(train, o.batch_size, rng, x, y);
       auto [l] = s.run(gpt::ty::fetch(gpt::loss, gpt::train_op), gpt::ty::feed(gpt::tokens, x),
                        gpt::ty::feed(gpt::targets, y));
+      if (replay)
+        replay->step(x, y, l[0]);
       if (step % o.log_every == 0 || step == 1 || step == o.steps) {
         const auto now = std::chrono::steady_clock::now();
         const double dt = std::chrono::duration<double>(now - last).count();

@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""Replays examples/gpt's training in PyTorch and compares the losses (issue 45, item 4).
+
+    gpt --steps 50 --replay DIR [other flags]
+    /usr/bin/python3 examples/gpt/replay_torch.py DIR [--steps 50] [--heads 2]
+
+gpt --replay DIR writes the variables before step 1 (DIR/initial.safetensors, typeflow's
+checkpoint), every step's batch (DIR/batches.bin: int32 [steps, 2, batch, context], the tokens
+and the targets) and every step's loss (DIR/losses.txt). This script builds the same model in
+PyTorch (model.hpp: token and position embeddings, pre-norm blocks of causal multi-head attention
+with one qkv layer and a gelu MLP, a final layer norm, a linear head, the mean cross-entropy),
+loads those weights, and trains it on those batches with TensorFlow's Adam as typeflow writes it
+(nn/optimizers.hpp), twice: in float64 (the reference) and in float32 (float32's own drift from
+it). It passes when typeflow's losses are within float32 noise of the float64 replay: the
+largest difference over the steps at most 4 times PyTorch float32's largest drift from float64
+(and never more than 1e-3), the judgement used for the seed model's comparison with TensorFlow.
+Exit status 0 when it agrees, 1 when it does not, 2 on unusable input.
+
+Needs Debian's python3-torch and python3-numpy (/usr/bin/python3); the model's head count is not
+in the checkpoint, so --heads must match model.hpp (2).
+"""
+import argparse
+import json
+import pathlib
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
+
+
+def read_safetensors(path: pathlib.Path) -> dict:
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        data = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=DTYPES[info["dtype"]])
+        out[name] = data.reshape(info["shape"]).copy()
+    return out
+
+
+def model_loss(p: dict, tokens: torch.Tensor, targets: torch.Tensor, blocks: int,
+               heads: int) -> torch.Tensor:
+    """model.hpp's loss for one batch, with the variables in p (by typeflow's names)."""
+    b, t = tokens.shape
+    h = p["tok/embeddings"][tokens] + p["pos/embeddings"]
+    d = h.shape[-1]
+    dh = d // heads
+
+    def ln(x, name):
+        return F.layer_norm(x, (d,), p[name + "/gamma"], p[name + "/beta"], eps=1e-5)
+
+    def dense(x, name):
+        return x @ p[name + "/weights"] + p[name + "/biases"]
+
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    for i in range(blocks):
+        name = f"block{i}"
+        q, k, v = dense(ln(h, name + "/ln1"), name + "/attn/qkv").split(d, dim=-1)
+        q, k, v = (z.reshape(b, t, heads, dh).transpose(1, 2) for z in (q, k, v))
+        s = (q @ k.transpose(-1, -2)) / dh ** 0.5
+        a = torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1) @ v
+        h = h + dense(a.transpose(1, 2).reshape(b, t, d), name + "/attn/proj")
+        m = F.gelu(dense(ln(h, name + "/ln2"), name + "/fc"))
+        h = h + dense(m, name + "/out")
+    logits = dense(ln(h, "ln_f"), "head")
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def replay(initial: dict, batches: np.ndarray, blocks: int, heads: int, lr: float,
+           dtype: torch.dtype) -> list:
+    """The losses of len(batches) steps of TF-style Adam (b1 0.9, b2 0.999, eps 1e-8)."""
+    trainable = [n for n in initial
+                 if not n.endswith(("/adam_m", "/adam_v")) and initial[n].dtype.kind == "f"
+                 and n != "learning_rate"]
+    p = {n: torch.tensor(initial[n], dtype=dtype, requires_grad=True) for n in trainable}
+    m = {n: torch.zeros_like(p[n]) for n in trainable}
+    v = {n: torch.zeros_like(p[n]) for n in trainable}
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    losses = []
+    for step, (x, y) in enumerate(batches, start=1):
+        loss = model_loss(p, torch.from_numpy(x).long(), torch.from_numpy(y).long(), blocks, heads)
+        grads = torch.autograd.grad(loss, [p[n] for n in trainable])
+        losses.append(loss.item())
+        with torch.no_grad():
+            t = torch.tensor(float(step), dtype=dtype)
+            rate = lr * torch.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+            for n, g in zip(trainable, grads):
+                m[n].mul_(b1).add_(g * (1 - b1))
+                v[n].mul_(b2).add_(g * g * (1 - b2))
+                p[n].sub_(rate * m[n] / (torch.sqrt(v[n]) + eps))
+    return losses
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dir", type=pathlib.Path)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--learning-rate", type=float, default=None,
+                    help="when the checkpoint has no learning_rate")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+
+    initial = read_safetensors(args.dir / "initial.safetensors")
+    ours = [float(line) for line in (args.dir / "losses.txt").read_text().split()]
+    context = initial["pos/embeddings"].shape[0]
+    raw = np.fromfile(args.dir / "batches.bin", dtype="<i4")
+    per_step = raw.size // len(ours) if ours else 0
+    if not ours or raw.size != per_step * len(ours) or per_step % (2 * context):
+        print(f"replay_torch: {args.dir}: batches.bin does not hold {len(ours)} steps of "
+              f"[2, batch, {context}]", file=sys.stderr)
+        return 2
+    steps = min(args.steps, len(ours))
+    batches = raw.reshape(len(ours), 2, -1, context)[:steps]
+    blocks = sum(1 for n in initial if n.startswith("block") and n.endswith("/ln1/gamma"))
+    lr = (float(initial["learning_rate"]) if "learning_rate" in initial else args.learning_rate)
+    if lr is None:
+        print("replay_torch: no learning_rate in the checkpoint; pass --learning-rate",
+              file=sys.stderr)
+        return 2
+
+    ref = replay(initial, batches, blocks, args.heads, lr, torch.float64)
+    f32 = replay(initial, batches, blocks, args.heads, lr, torch.float32)
+    err = [abs(a - r) for a, r in zip(ours, ref)]
+    drift = [abs(a - r) for a, r in zip(f32, ref)]
+    print(f"{steps} steps, batch {batches.shape[2]}, {blocks} blocks, learning rate {lr:g}")
+    print("| step | typeflow | PyTorch float64 | PyTorch float32 | typeflow - f64 | f32 - f64 |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for i in range(steps):
+        if i < 5 or i % 10 == 9:
+            print(f"| {i + 1} | {ours[i]:.7f} | {ref[i]:.7f} | {f32[i]:.7f} | {err[i]:.2e} "
+                  f"| {drift[i]:.2e} |")
+    worst, noise = max(err), max(drift)
+    ok = worst <= 4 * noise and worst <= 1e-3
+    print(f"largest |typeflow - float64| {worst:.3e}; largest |float32 - float64| {noise:.3e}; "
+          f"ratio {worst / noise if noise else float('inf'):.2f} (at most 4): "
+          f"{'agrees' if ok else 'DOES NOT AGREE'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
