@@ -126,6 +126,36 @@ TEST_CASE("loss-scaled training equals plain training over the finite batches, b
   CHECK(scaled.read(biases)[0] != fresh.read(biases)[0]);
 }
 
+TEST_CASE(
+    "loss-scaled adam: an overflowing step keeps the variables and Adam's slots, bit for bit") {
+  // Adam's updates are assignments of their own (adam_m, adam_v, apply_adam); a skipped step
+  // passes them the condition as a last operand.
+  using namespace loss_scale_fixtures;
+  constexpr auto adam_scaled =
+      ty::loss_scaled<ty::loss_scale_params{.initial = 65536.0, .interval = 3}>(
+          ty::adam(ty::constant<0.01>))
+          .minimize(loss);
+  ty::session<> s(ty::session_options{.seed = 3});
+  s.initialize(adam_scaled);
+  std::size_t slots = 0;
+  s.for_each_variable([&](const auto& v) {
+    slots += v.name.rfind("fc/", 0) == 0 && v.name.find("/adam_") != v.name.npos;
+  });
+  CHECK(slots == 4);
+  int k = 0;
+  for (const bool overflow : short_overflow) {
+    const std::string before = bits_of(s);
+    const auto [xv, yv] = batch(k, overflow);
+    (void)s.run(ty::fetch(adam_scaled), ty::feed(x, xv), ty::feed(y, yv));
+    INFO("step " << k << (overflow ? " (overflow)" : ""));
+    if (overflow)
+      CHECK(bits_of(s) == before);
+    else
+      CHECK(bits_of(s) != before);
+    ++k;
+  }
+}
+
 namespace {
 constexpr auto tx = ty::placeholder<"tx", float, ty::shape<8, 4>>;
 // dloss/dpred = 1e-8 / 8 per row: under float16's smallest subnormal (2^-24, about 6e-8).

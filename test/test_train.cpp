@@ -186,6 +186,19 @@ TEST_CASE("adam: three steps against a hand computation (bias-corrected rate)") 
   check_close(s.read(ty::slot_variable<decltype(w), "/adam_v">), v, 1e-12);
 }
 
+TEST_CASE("adam's update is three nodes per variable (adam_m, adam_v, apply_adam)") {
+  // One variable more adds its gradient's nodes under any optimizer; under Adam also its two
+  // slots and three update nodes, where gradient descent's update is one assign_sub.
+  constexpr auto u = ty::variable<"u", double, ty::shape<3>, ty::fill<1.0>>;
+  constexpr auto two = quad + ty::sum(ty::square(u));
+  constexpr auto size_of = [](auto train) { return ty::graph::node_table<decltype(train)>::size; };
+  constexpr std::size_t adam_added =
+      size_of(ty::adam(lr).minimize(two)) - size_of(ty::adam(lr).minimize(quad));
+  constexpr std::size_t sgd_added = size_of(ty::gradient_descent(lr).minimize(two)) -
+                                    size_of(ty::gradient_descent(lr).minimize(quad));
+  CHECK(adam_added - sgd_added == 2 + 3 - 1);
+}
+
 TEST_CASE("literal-only subexpressions are weakly typed: folded, or adopting the dtype they meet") {
   // Folded at construction where the functor is a constant expression ...
   static_assert(std::is_same_v<std::remove_cvref_t<decltype(ty::constant<1> - ty::constant<0.9>)>,

@@ -118,6 +118,10 @@ constexpr auto loss = ty::mean(ty::sparse_softmax_cross_entropy_with_logits(logi
 constexpr auto train =
     ty::momentum(ty::constant<0.1>, ty::constant<0.9>, ty::nesterov).minimize(loss);
 constexpr auto w1 = ty::find_variable<"l1/weights">(loss);
+// Adam's three update ops per variable (adam_m, adam_v, apply_adam: elementwise assignments).
+constexpr auto train_adam = ty::adam(ty::constant<0.01>).minimize(loss);
+using adam_plan =
+    ty::compile::plan<ty::type_list<decltype(loss), decltype(train_adam)>, ty::on<ty::gpu<0>>>;
 using gpu_plan =
     ty::compile::plan<ty::type_list<decltype(loss), decltype(train)>, ty::on<ty::gpu<0>>>;
 using seed_plan = ty::compile::plan<ty::type_list<decltype(loss), decltype(train)>,
@@ -214,15 +218,17 @@ int host_checks() {
       ty::compile::plan<ty::type_list<decltype(conv_model::loss), decltype(conv_model::train)>,
                         ty::on<ty::gpu<0>>>;
   return placement_case<model::gpu_plan>("training on gpu<0>", gpu) +
+         placement_case<model::adam_plan>("adam training on gpu<0>", gpu) +
          placement_case<model::seed_plan>("seed's policy", cpu) +
          placement_case<conv_plan>("conv training on gpu<0>", gpu);
 }
 
 /// k steps on a GPU policy against k steps on the CPU: the variables must agree, read back
 /// through read() and for_each_variable; a host write() must reach the device copy.
-template <class Policy>
+template <class Policy, class Train = decltype(model::train)>
 int training_case(const char* label) {
   using namespace model;
+  constexpr Train train{};
   ty::tensor<float> xv({32, 12});
   ty::tensor<std::int32_t> yv({32});
   for (std::int64_t i = 0; i < xv.size(); ++i)
@@ -542,6 +548,7 @@ int main() {
   failures += training_case<ty::on<ty::gpu<0>>>("training on gpu<0>");
   failures +=
       training_case<ty::variables_on<ty::cpu<0>, ty::compute_on<ty::gpu<0>>>>("seed's policy");
+  failures += training_case<ty::on<ty::gpu<0>>, decltype(model::train_adam)>("adam on gpu<0>");
   failures += capture_case("mlp", model::x, model::y, model::loss, model::train, model::w1, {12});
   failures += capture_case("conv (fastest)", conv_model::x, conv_model::y, conv_model::loss,
                            conv_model::train, conv_model::w1, {8, 8, 3});

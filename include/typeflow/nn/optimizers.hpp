@@ -163,17 +163,12 @@ struct adam_optimizer {
     using T = typename V::value_type;
     constexpr auto m = slot_variable<V, "/adam_m">;
     constexpr auto s = slot_variable<V, "/adam_v">;
-    constexpr auto m_next =
-        typeflow::add(typeflow::mul(m, B1{}), typeflow::mul(g, constant<1> - B1{}));
-    constexpr auto s_next = typeflow::add(typeflow::mul(s, B2{}),
-                                          typeflow::mul(typeflow::square(g), constant<1> - B2{}));
     constexpr auto t = typeflow::cast<T>(global_step + constant<1>);
     constexpr auto rate = LR{} * typeflow::sqrt(constant<1> - typeflow::pow(B2{}, t)) /
                           (constant<1> - typeflow::pow(B1{}, t));
-    return typeflow::group(
-        typeflow::assign(m, m_next), typeflow::assign(s, s_next),
-        typeflow::assign_sub(v, typeflow::div(typeflow::mul(rate, m_next),
-                                              typeflow::add(typeflow::sqrt(s_next), Eps{}))));
+    // Three assignments (adam_m, adam_v, apply_adam), each one node: fourteen nodes per variable
+    // when written with add and mul, most of a transformer's training graph.
+    return typeflow::adam_update(v, m, s, g, rate, B1{}, B2{}, Eps{});
   }
   template <expression Loss>
   consteval auto minimize(Loss loss) const {
@@ -209,6 +204,11 @@ consteval auto guarded(Ok, E) {
   if constexpr (std::is_same_v<Op, ops::group>) {
     return []<class... C>(type_list<C...>) {
       return typeflow::group(detail::guarded(Ok{}, C{})...);
+    }(typename E::children{});
+  } else if constexpr (requires { Op::takes_ok; }) {
+    // Adam's updates take the condition as their last operand (ops/state.hpp).
+    return []<class... C>(type_list<C...>) {
+      return make_node<Op, C..., Ok>();
     }(typename E::children{});
   } else if constexpr (is_state_op<E>) {
     return []<class V, class X>(type_list<V, X>) {

@@ -94,6 +94,12 @@ template <ops::assign_mode M>
 struct grad_rule<ops::assign_op<M>> : no_gradient {};
 template <>
 struct grad_rule<ops::group> : no_gradient {};
+template <>
+struct grad_rule<ops::adam_m> : no_gradient {};
+template <>
+struct grad_rule<ops::adam_v> : no_gradient {};
+template <>
+struct grad_rule<ops::apply_adam> : no_gradient {};
 
 template <>
 struct grad_rule<ops::where> {

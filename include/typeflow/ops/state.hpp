@@ -1,4 +1,5 @@
-// State: assign, assign_add, assign_sub on variables, and group(...) to run several as one step.
+// State: assign, assign_add, assign_sub on variables, Adam's three updates as assignments of
+// their own (adam_m, adam_v, apply_adam), and group(...) to run several as one step.
 //
 // Semantics of one `session::run`: every read of a variable sees its value at the start of the
 // run; each assignment computes its new value from those reads (assign_add: start value + delta)
@@ -56,6 +57,102 @@ struct assign_op : elementwise_base {
   }
 };
 
+/// An assignment whose new value is a function of the variable and Arity - 1 other operands
+/// (Adam's updates below): the variable is operand 0, the others broadcast to its shape, all of
+/// one floating dtype (scalar literals adopt it). An optional last operand, a bool scalar `ok`,
+/// keeps the variable as it is where false (a loss-scaled step that overflowed: nn/optimizers.hpp's
+/// guarded), bit for bit.
+template <std::size_t Arity>
+struct update_base : elementwise_base {
+  static constexpr bool is_state = true;
+  static constexpr bool takes_ok = true; ///< an optional last operand `ok` (see above)
+  template <class V, class... X>
+  using value_type = typename V::value_type;
+  template <class... Cs>
+  static constexpr std::string_view dtype_error() {
+    using V = pack_element_t<0, pack<Cs...>>;
+    if constexpr (sizeof...(Cs) != Arity && sizeof...(Cs) != Arity + 1) {
+      return "wrong number of operands";
+    } else {
+      if (!V::variable)
+        return "the target must be a variable";
+      if (![]<std::size_t... K>(std::index_sequence<K...>) {
+            return same_dtype<pack_element_t<K, pack<Cs...>>...>();
+          }(std::make_index_sequence<Arity>{}))
+        return "operand dtypes differ";
+      if (!is_floating<compute_of<typename V::value_type>>)
+        return "requires a floating-point dtype";
+      if constexpr (sizeof...(Cs) == Arity + 1)
+        if (!std::is_same_v<typename pack_element_t<Arity, pack<Cs...>>::value_type, bool>)
+          return "the last operand (ok) must be bool";
+      return {};
+    }
+  }
+  template <std::size_t RV, std::size_t... RX>
+  static constexpr rule_result<RV> rule(const dims_t<RV>& v, const dims_t<RX>&... x) {
+    rule_result<RV> r{{}, v};
+    auto b = detail::broadcast_rule(v, x...);
+    if (!b.ok() || ((RX > RV) || ...)) {
+      r.error = "an operand's shape does not broadcast to the variable's";
+      return r;
+    }
+    for (std::size_t i = 0; i < RV; ++i)
+      if (b.dims[i] != v[i])
+        r.error = "an operand's shape does not broadcast to the variable's";
+    return r;
+  }
+  /// new where every `ok` (none or one) is true, else the variable's value `old`.
+  template <class C, class... Ok>
+  TYPEFLOW_HD static C keep_unless(C next, C old, Ok... ok) {
+    return (true && ... && static_cast<bool>(ok)) ? next : old;
+  }
+};
+
+/// Adam's first moment, as an assignment of m: m <- b1 m + (1 - b1) g. Operands (m, g, b1[, ok]).
+struct adam_m : update_base<3> {
+  static constexpr std::string_view name = "adam_m";
+  template <class C, class M, class G, class B1>
+  TYPEFLOW_HD static C next(M m, G g, B1 b1) {
+    const C b = static_cast<C>(b1);
+    return static_cast<C>(static_cast<C>(m) * b + static_cast<C>(g) * (C(1) - b));
+  }
+  template <class C, class M, class G, class B1, class... Ok>
+  TYPEFLOW_HD static C eval(M m, G g, B1 b1, Ok... ok) {
+    return keep_unless<C>(next<C>(m, g, b1), static_cast<C>(m), ok...);
+  }
+};
+/// Adam's second moment, as an assignment of v: v <- b2 v + (1 - b2) g^2. Operands
+/// (v, g, b2[, ok]).
+struct adam_v : update_base<3> {
+  static constexpr std::string_view name = "adam_v";
+  template <class C, class V, class G, class B2>
+  TYPEFLOW_HD static C next(V v, G g, B2 b2) {
+    const C b = static_cast<C>(b2);
+    const C x = static_cast<C>(g);
+    return static_cast<C>(static_cast<C>(v) * b + x * x * (C(1) - b));
+  }
+  template <class C, class V, class G, class B2, class... Ok>
+  TYPEFLOW_HD static C eval(V v, G g, B2 b2, Ok... ok) {
+    return keep_unless<C>(next<C>(v, g, b2), static_cast<C>(v), ok...);
+  }
+};
+/// Adam's step of a variable, as an assignment of it: var <- var - rate m' / (sqrt(v') + eps),
+/// with m' and v' the moments that adam_m and adam_v assign in the same run (recomputed from the
+/// values at the start of the run, which every read sees). Operands
+/// (var, m, v, g, rate, b1, b2, eps[, ok]).
+struct apply_adam : update_base<8> {
+  static constexpr std::string_view name = "apply_adam";
+  template <class C, class W, class M, class V, class G, class R, class B1, class B2, class E,
+            class... Ok>
+  TYPEFLOW_HD static C eval(W w, M m, V v, G g, R rate, B1 b1, B2 b2, E eps, Ok... ok) {
+    const C m1 = adam_m::next<C>(m, g, b1);
+    const C v1 = adam_v::next<C>(v, g, b2);
+    const C next = static_cast<C>(static_cast<C>(w) - static_cast<C>(rate) * m1 /
+                                                          (std::sqrt(v1) + static_cast<C>(eps)));
+    return keep_unless<C>(next, static_cast<C>(w), ok...);
+  }
+};
+
 struct group : no_dtype_rule {
   static constexpr node_kind kind = node_kind::group;
   static constexpr std::string_view name = "group";
@@ -95,6 +192,16 @@ template <class... E>
 requires expressions<E...>
 consteval auto group(E...) {
   return make_node<ops::group, E...>();
+}
+
+/// Adam's update of variable v from its gradient g, slots m and s (slot variables of v), the
+/// step's rate and the betas and epsilon, as three assignments (nn/optimizers.hpp's adam): three
+/// nodes where the same update written out with add and mul is fourteen.
+template <expression V, expression M, expression S, expression G, expression R, expression B1,
+          expression B2, expression Eps>
+consteval auto adam_update(V, M, S, G, R, B1, B2, Eps) {
+  return typeflow::group(make_node<ops::adam_m, M, G, B1>(), make_node<ops::adam_v, S, G, B2>(),
+                         make_node<ops::apply_adam, V, M, S, G, R, B1, B2, Eps>());
 }
 
 } // namespace typeflow

@@ -133,6 +133,47 @@ TYPEFLOW_SIMD_BINARY(
                                                         (a + vec<F>(F(0.044715)) * a * a * a))))
 #undef TYPEFLOW_SIMD_BINARY
 
+// Adam's updates (ops/state.hpp), with their optional `ok` mask last.
+template <class F, class... K>
+vec<F> keep_unless(vec<F> next, vec<F> old, K... ok) {
+  if constexpr (sizeof...(K) == 0)
+    return next;
+  else
+    return xsimd::select(ok..., next, old);
+}
+template <class F>
+vec<F> adam_moment(vec<F> m, vec<F> g, vec<F> b) {
+  return m * b + g * (vec<F>(F(1)) - b);
+}
+template <class F>
+vec<F> adam_second_moment(vec<F> v, vec<F> g, vec<F> b) {
+  return v * b + g * g * (vec<F>(F(1)) - b);
+}
+template <>
+struct batch_op<ops::adam_m> {
+  template <class F, class... K>
+  static vec<F> eval(vec<F> m, vec<F> g, vec<F> b1, K... ok) {
+    return simd::keep_unless(adam_moment(m, g, b1), m, ok...);
+  }
+};
+template <>
+struct batch_op<ops::adam_v> {
+  template <class F, class... K>
+  static vec<F> eval(vec<F> v, vec<F> g, vec<F> b2, K... ok) {
+    return simd::keep_unless(adam_second_moment(v, g, b2), v, ok...);
+  }
+};
+template <>
+struct batch_op<ops::apply_adam> {
+  template <class F, class... K>
+  static vec<F> eval(vec<F> w, vec<F> m, vec<F> v, vec<F> g, vec<F> rate, vec<F> b1, vec<F> b2,
+                     vec<F> eps, K... ok) {
+    const vec<F> next =
+        w - rate * adam_moment(m, g, b1) / (xsimd::sqrt(adam_second_moment(v, g, b2)) + eps);
+    return simd::keep_unless(next, w, ok...);
+  }
+};
+
 template <>
 struct batch_op<ops::where> {
   template <class F>
