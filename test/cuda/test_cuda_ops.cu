@@ -795,7 +795,8 @@ void softmax_case(T, L) {
 // gather (an embedding lookup) of a [6, 2, 5] table by [3, 4] indices with repeats (row 2 three
 // times, row 5 twice, row 0 once at each end), its gradient (a scatter-add: up to 3 terms per
 // element, in any order on the GPU), and one_hot at depth 6 with indices outside [0, 6) (rows
-// of zeros); causal_mask and band_part on [2, 5, 5] scores, and a causal softmax's gradient.
+// of zeros); causal_mask and band_part on [2, 5, 5] scores, and a causal softmax's gradient;
+// iota along an inner axis (times a gather, so that the node runs on the device) and range.
 template <class T, class L>
 void index_case(T, L) {
   constexpr auto table = ty::placeholder<"table", T, ty::shape<6, 2, 5>>;
@@ -822,7 +823,9 @@ void index_case(T, L) {
            accum_transc(5)));
   check(group, feeds, at("gather", ty::gather(table, ix), exact),
         at("grad gather", ty::grad(ty::sum(ty::gather(table, ix) * w), table), accum(3)),
-        at("one_hot", ty::one_hot<6, T>(oh), exact));
+        at("one_hot", ty::one_hot<6, T>(oh), exact),
+        at("iota axis 1", ty::iota<T, ty::shape<3, 4, 2, 5>, 1> * ty::gather(table, ix), exact),
+        at("range", ty::range<7, T>, exact));
 }
 
 // layer_norm over the last axis of [5, 3, 37] (37: rows longer than a warp, not a multiple of

@@ -138,6 +138,26 @@ struct band : nn_base {
   }
 };
 
+/// iota<T, Shape, Axis>: a tensor of Shape and dtype T whose every element is its coordinate
+/// along Axis (jax.lax.broadcasted_iota); no operands. Shape is static.
+template <dtype T, class Shape, std::size_t Axis>
+struct iota : nn_base, no_dtype_rule {
+  static_assert(Axis < Shape::rank, "iota: the axis is out of range");
+  static_assert(!std::is_same_v<T, bool>, "iota: bool has no coordinates");
+  static constexpr std::string_view name = "iota";
+  static constexpr std::size_t axis = Axis;
+  static std::string attrs() { return "axis " + std::to_string(Axis); }
+  template <class...>
+  using value_type = T;
+  static constexpr rule_result<Shape::rank> rule() {
+    rule_result<Shape::rank> r{{}, Shape::dims};
+    for (std::size_t k = 0; k < Shape::rank; ++k)
+      if (Shape::dims[k] == dyn)
+        r.error = "its shape must be static";
+    return r;
+  }
+};
+
 } // namespace ops
 
 /// band_part<lower, upper>(x): the band of each matrix of x (its last two axes), zeros elsewhere,
@@ -163,6 +183,14 @@ template <expression P, expression Ix>
 consteval auto gather(P, Ix) {
   return make_node<ops::gather, P, Ix>();
 }
+
+/// iota<T, shape<...>, axis>: each element its coordinate along the axis, of dtype T (a
+/// compile-time shape; jax.lax.broadcasted_iota). range<n> (int32) or range<n, T>: 0, 1, ...,
+/// n - 1 (tf.range(n)), for instance the positions of a sequence: gather(pos_table, range<T>).
+template <dtype T, class Shape, std::size_t Axis = 0>
+inline constexpr auto iota = make_node<ops::iota<T, Shape, Axis>>();
+template <std::int64_t N, dtype T = std::int32_t>
+inline constexpr auto range = iota<T, shape<N>, 0>;
 
 /// one_hot<depth>(indices) (float) or one_hot<depth, T>(indices): [I...] -> [I..., depth].
 template <std::int64_t Depth, dtype T = float, expression Ix>

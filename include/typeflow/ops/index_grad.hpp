@@ -32,6 +32,8 @@ struct grad_rule<ops::gather_grad> {
 
 template <std::int64_t Depth, dtype T>
 struct grad_rule<ops::one_hot<Depth, T>> : no_gradient {};
+template <dtype T, class Shape, std::size_t Axis>
+struct grad_rule<ops::iota<T, Shape, Axis>> : no_gradient {};
 
 template <std::int64_t Lower, std::int64_t Upper, ops::band_fill Fill>
 struct grad_rule<ops::band<Lower, Upper, Fill>> {

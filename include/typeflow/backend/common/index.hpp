@@ -1,5 +1,6 @@
-// What the CPU and CUDA kernels of gather, its scatter-add gradient and one_hot share: the
-// geometry read from the run-time dims, and the message for an index out of range.
+// What the CPU and CUDA kernels of gather, its scatter-add gradient, one_hot and iota share: the
+// geometry read from the run-time dims (iota's from its static shape), and the message for an
+// index out of range.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,6 +23,27 @@ struct gather_geometry {
     for (std::size_t k = 1; k < params.rank; ++k)
       g.row *= params.d[k];
     return g;
+  }
+};
+
+/// iota's `size` elements: element i's coordinate along the axis is (i / inner) % extent.
+struct iota_geometry {
+  std::int64_t size = 1;
+  std::int64_t inner = 1;  ///< elements per step along the axis (the extents after it)
+  std::int64_t extent = 1; ///< the axis' extent
+  template <class Shape, std::size_t Axis>
+  static constexpr iota_geometry of() {
+    iota_geometry g;
+    for (std::size_t k = 0; k < Shape::rank; ++k) {
+      g.size *= Shape::dims[k];
+      if (k > Axis)
+        g.inner *= Shape::dims[k];
+    }
+    g.extent = Shape::dims[Axis];
+    return g;
+  }
+  TYPEFLOW_HD constexpr std::int64_t coordinate(std::int64_t i) const {
+    return (i / inner) % extent;
   }
 };
 

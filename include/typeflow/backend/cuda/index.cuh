@@ -1,8 +1,8 @@
 // CUDA kernels of the index ops: gather (one thread per output element), its gradient (zeros,
 // then one atomicAdd per upstream element: float32 and float64; the order of the additions into
 // a repeated row is not fixed, so those sums may differ in the last bits between runs), and
-// one_hot and the bands. An index out of range sets a flag that the run reads after all its work
-// (gpu_context::end_run): the step never waits for the host.
+// one_hot, the bands and iota. An index out of range sets a flag that the run reads after all its
+// work (gpu_context::end_run): the step never waits for the host.
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -60,6 +60,13 @@ __global__ void band_kernel(const T* in, std::int64_t rows, std::int64_t cols, s
   TYPEFLOW_GRID_STRIDE(e, total) {
     const std::int64_t r = e / cols;
     out[e] = Band::keeps(r % rows, e - r * cols) ? in[e] : fill;
+  }
+}
+
+template <class T>
+__global__ void iota_kernel(backend::iota_geometry g, T* out) {
+  TYPEFLOW_GRID_STRIDE(e, g.size) {
+    out[e] = static_cast<T>(g.coordinate(e));
   }
 }
 
@@ -123,6 +130,17 @@ void kernel(context& ctx, ops::band<L, U, F>*, T*, value* vals, void*, X*) {
   band_kernel<ops::band<L, U, F>, T><<<grid_for(total), 256, 0, ctx.stream()>>>(
       static_cast<const T*>(vals[X::index].data), d.d[d.rank - 2], d.d[d.rank - 1], total, fill,
       out);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, dtype U, class Shape, std::size_t Axis, class T>
+requires std::is_arithmetic_v<T>
+void kernel(context& ctx, ops::iota<U, Shape, Axis>*, T*, value* vals, void*) {
+  constexpr backend::iota_geometry g = backend::iota_geometry::of<Shape, Axis>();
+  T* out = ctx.output<T>(vals[I]);
+  if (g.size == 0)
+    return;
+  iota_kernel<T><<<grid_for(g.size), 256, 0, ctx.stream()>>>(g, out);
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -87,6 +87,9 @@ void kernel(context&, ops::one_hot<Depth, U>*, T*, value*, void*, Ix*);
 template <std::size_t I, std::int64_t L, std::int64_t U, ops::band_fill F, class T, class X>
 requires std::is_arithmetic_v<T>
 void kernel(context&, ops::band<L, U, F>*, T*, value*, void*, X*);
+template <std::size_t I, dtype U, class Shape, std::size_t Axis, class T>
+requires std::is_arithmetic_v<T>
+void kernel(context&, ops::iota<U, Shape, Axis>*, T*, value*, void*);
 
 // ---- attention.cuh (float32 and float64) ----------------------------------------------------
 template <std::size_t I, bool C, class T, class Q, class K, class V>

@@ -1,6 +1,7 @@
 // CPU kernels of the index ops: gather copies rows, its gradient adds rows into zeros (each
 // thread owns a range of output rows and scans the indices in order, so the sums are
-// deterministic and need no atomics), one_hot writes ones into zeros, a band copies or fills.
+// deterministic and need no atomics), one_hot writes ones into zeros, a band copies or fills,
+// iota writes each element's coordinate along its axis.
 #pragma once
 #include <algorithm>
 #include <cstring>
@@ -91,6 +92,16 @@ void kernel(context& ctx, ops::band<L, U, F>*, T*, value* vals, void*, X*) {
             out[r * cols + j] = ops::band<L, U, F>::keeps(i, j) ? in[r * cols + j] : fill;
         }
       });
+}
+
+template <std::size_t I, dtype U, class Shape, std::size_t Axis, class T>
+void kernel(context& ctx, ops::iota<U, Shape, Axis>*, T*, value* vals, void*) {
+  const backend::iota_geometry g = backend::iota_geometry::of<Shape, Axis>();
+  T* out = ctx.allocate<T>(vals[I]);
+  ctx.pool.parallel_for(g.size, 16384, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i)
+      out[i] = static_cast<T>(g.coordinate(i));
+  });
 }
 
 } // namespace typeflow::cpu_backend
