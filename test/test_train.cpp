@@ -197,6 +197,10 @@ TEST_CASE("adam's update is three nodes per variable (adam_m, adam_v, apply_adam
   constexpr std::size_t sgd_added = size_of(ty::gradient_descent(lr).minimize(two)) -
                                     size_of(ty::gradient_descent(lr).minimize(quad));
   CHECK(adam_added - sgd_added == 2 + 3 - 1);
+  // The three run as one loop storing all three values (reading the gradient, the variable and
+  // its slots once): two merged outputs in the variable's loop.
+  using P = ty::compile::plan<ty::type_list<decltype(ty::adam(lr).minimize(quad))>>;
+  CHECK(P::layout.merged_outputs == 2);
 }
 
 TEST_CASE("literal-only subexpressions are weakly typed: folded, or adopting the dtype they meet") {

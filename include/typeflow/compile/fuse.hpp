@@ -52,14 +52,25 @@ consteval std::array<bool, size> read_by_groups_only(const placed<size, n_edges>
 }
 
 /// Merged assignments (a multi-output loop): two regions rooted at elementwise assignments
-/// (`assign`, `assign_add`, `assign_sub`) that would share a member, on one CPU device, of one
-/// dtype and one fully static shape, each read by group nodes only (the optimizer's training
-/// op), in the same phase of a replicated run (both after the all-reduce, or neither), become
-/// one loop that stores both values: the Momentum update of a variable and of its
-/// slot read the gradient and the new slot value once instead of through two stored
-/// intermediates. The loop runs where the later assignment stands; the earlier assignment is
+/// (`assign`, `assign_add`, `assign_sub`, the optimizers' update ops) that would share a member
+/// or read one array whole, on one CPU device, of one dtype and one fully static shape, each
+/// read by group nodes only (the optimizer's training op), in the same phase of a replicated run
+/// (both after the all-reduce, or neither), become one loop that stores both values: the
+/// Momentum update of a variable and of its slot read the gradient and the slot once instead of
+/// twice. The loop runs where the later assignment stands; the earlier assignment is
 /// a `fused_output` step (its shape is checked where it stands) that nothing reads before the
 /// end of the run, when assignments are committed.
+/// Whether two nodes have the same fully static shape.
+template <class Shape>
+consteval bool same_static_shape(const Shape& a, const Shape& b) {
+  if (a.rank != b.rank)
+    return false;
+  for (std::size_t d = 0; d < a.rank; ++d)
+    if (a.d[d] < 0 || a.d[d] != b.d[d])
+      return false;
+  return true;
+}
+
 template <std::size_t size, std::size_t n_edges>
 consteval bool mergeable(const placed<size, n_edges>& g, std::size_t a, std::size_t b,
                          const std::array<bool, size>& groups_only) {
@@ -280,11 +291,13 @@ consteval layout_table<size, slots, n_edges> fuse(const placed<size, n_edges>& g
           consumer_root[k] = mine;
         } else if (consumer_root[k] != conflict && find(consumer_root[k]) != mine) {
           const std::size_t other = find(consumer_root[k]);
-          // Only a node that can become a member of the merged loop merges two assignments
-          // (not a shared constant, leaf or stored value).
+          // A node that can become a member of the merged loop merges two assignments, and so
+          // does an array that both read whole (not a constant, nor a scalar such as a shared
+          // hyper-parameter): Adam's and Momentum's update ops read the gradient and the slots.
           const bool member = f.elementwise[k] && !f.constant[k] && !f.fetched[k] &&
                               !f.force_root[k] && !boundary[k];
-          if (member && members_of[other] + members_of[mine] <= max_region_members &&
+          const bool whole = !f.constant[k] && detail::same_static_shape(f.shape[k], f.shape[mine]);
+          if ((member || whole) && members_of[other] + members_of[mine] <= max_region_members &&
               detail::mergeable(g, other, mine, groups_only)) {
             members_of[std::max(other, mine)] += members_of[std::min(other, mine)];
             merged[std::min(other, mine)] = std::max(other, mine);

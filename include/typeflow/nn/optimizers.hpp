@@ -130,14 +130,8 @@ struct momentum_optimizer {
   template <class V, class G>
   static consteval auto update(V v, G g) {
     constexpr auto accum = slot_variable<V, "/momentum">;
-    constexpr auto next = typeflow::add(typeflow::mul(accum, M{}), g);
-    if constexpr (Nesterov)
-      return typeflow::group(
-          typeflow::assign(accum, next),
-          typeflow::assign_sub(v, typeflow::mul(typeflow::add(g, typeflow::mul(next, M{})), LR{})));
-    else
-      return typeflow::group(typeflow::assign(accum, next),
-                             typeflow::assign_sub(v, typeflow::mul(next, LR{})));
+    // Two assignments (momentum_accum, apply_momentum), one node each: seven with add and mul.
+    return typeflow::momentum_update<Nesterov>(v, accum, g, LR{}, M{});
   }
   template <expression Loss>
   consteval auto minimize(Loss loss) const {

@@ -153,6 +153,34 @@ struct apply_adam : update_base<8> {
   }
 };
 
+/// Momentum's accumulator, as an assignment of it: accum <- accum m + g. Operands
+/// (accum, g, m[, ok]).
+struct momentum_accum : update_base<3> {
+  static constexpr std::string_view name = "momentum_accum";
+  template <class C, class A, class G, class M>
+  TYPEFLOW_HD static C next(A accum, G g, M m) {
+    return static_cast<C>(static_cast<C>(accum) * static_cast<C>(m) + static_cast<C>(g));
+  }
+  template <class C, class A, class G, class M, class... Ok>
+  TYPEFLOW_HD static C eval(A accum, G g, M m, Ok... ok) {
+    return keep_unless<C>(next<C>(accum, g, m), static_cast<C>(accum), ok...);
+  }
+};
+/// Momentum's step of a variable, as an assignment of it, with a' the accumulator that
+/// momentum_accum assigns in the same run: var <- var - a' lr, or with Nesterov
+/// var <- var - (g + a' m) lr. Operands (var, accum, g, lr, m[, ok]).
+template <bool Nesterov>
+struct apply_momentum : update_base<5> {
+  static constexpr std::string_view name = Nesterov ? "apply_nesterov" : "apply_momentum";
+  template <class C, class W, class A, class G, class L, class M, class... Ok>
+  TYPEFLOW_HD static C eval(W w, A accum, G g, L lr, M m, Ok... ok) {
+    const C a = momentum_accum::next<C>(accum, g, m);
+    const C step = Nesterov ? static_cast<C>(static_cast<C>(g) + a * static_cast<C>(m)) : a;
+    return keep_unless<C>(static_cast<C>(static_cast<C>(w) - step * static_cast<C>(lr)),
+                          static_cast<C>(w), ok...);
+  }
+};
+
 struct group : no_dtype_rule {
   static constexpr node_kind kind = node_kind::group;
   static constexpr std::string_view name = "group";
@@ -202,6 +230,14 @@ template <expression V, expression M, expression S, expression G, expression R, 
 consteval auto adam_update(V, M, S, G, R, B1, B2, Eps) {
   return typeflow::group(make_node<ops::adam_m, M, G, B1>(), make_node<ops::adam_v, S, G, B2>(),
                          make_node<ops::apply_adam, V, M, S, G, R, B1, B2, Eps>());
+}
+
+/// Momentum's update of variable v from its gradient g and its slot accum, as two assignments
+/// (nn/optimizers.hpp's momentum): two nodes where written with add and mul it is seven.
+template <bool Nesterov, expression V, expression A, expression G, expression LR, expression M>
+consteval auto momentum_update(V, A, G, LR, M) {
+  return typeflow::group(make_node<ops::momentum_accum, A, G, M>(),
+                         make_node<ops::apply_momentum<Nesterov>, V, A, G, LR, M>());
 }
 
 } // namespace typeflow

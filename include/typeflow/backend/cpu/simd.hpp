@@ -175,6 +175,25 @@ struct batch_op<ops::apply_adam> {
 };
 
 template <>
+struct batch_op<ops::momentum_accum> {
+  template <class F, class... K>
+  static vec<F> eval(vec<F> accum, vec<F> g, vec<F> m, K... ok) {
+    return simd::keep_unless(accum * m + g, accum, ok...);
+  }
+};
+template <bool Nesterov>
+struct batch_op<ops::apply_momentum<Nesterov>> {
+  template <class F, class... K>
+  static vec<F> eval(vec<F> w, vec<F> accum, vec<F> g, vec<F> lr, vec<F> m, K... ok) {
+    const vec<F> a = accum * m + g;
+    if constexpr (Nesterov)
+      return simd::keep_unless(w - (g + a * m) * lr, w, ok...);
+    else
+      return simd::keep_unless(w - a * lr, w, ok...);
+  }
+};
+
+template <>
 struct batch_op<ops::where> {
   template <class F>
   static vec<F> eval(mask<F> c, vec<F> a, vec<F> b) {
