@@ -29,8 +29,10 @@
 //    static std::string attrs();                 attributes for printing
 //    roles:
 //    static constexpr leaf_kind leaf;            a leaf's kind: placeholder, variable, constant
-//    static constexpr bool is_state;             an assignment: runs where its variable is,
-//                                                committed at the end of the run
+//    static constexpr bool is_state;             an assignment: operand 0 is its variable and
+//                                                its value the variable's new one; runs where
+//                                                the variable is, committed at the end of the
+//                                                run (assign, ops/state.hpp's update ops)
 //    static constexpr bool all_reduce;           the all-reduce point of a replicated run
 //                                                (replica_mean)
 //    static constexpr bool draws;                draws anew each run (a dropout mask): not

@@ -9,6 +9,24 @@
 #include "elementwise.hpp"
 
 namespace typeflow {
+namespace detail {
+/// An assignment's shape rule: the variable's shape, every other operand broadcasting to it.
+template <std::size_t RV, std::size_t... RX>
+constexpr rule_result<RV> assignment_rule(std::string_view error, const dims_t<RV>& v,
+                                          const dims_t<RX>&... x) {
+  rule_result<RV> r{{}, v};
+  auto b = broadcast_rule(v, x...);
+  if (!b.ok() || ((RX > RV) || ...)) {
+    r.error = error;
+    return r;
+  }
+  for (std::size_t i = 0; i < RV; ++i)
+    if (b.dims[i] != v[i])
+      r.error = error;
+  return r;
+}
+} // namespace detail
+
 namespace ops {
 
 enum class assign_mode { set, add, sub };
@@ -34,16 +52,7 @@ struct assign_op : elementwise_base {
   }
   template <std::size_t RV, std::size_t RX>
   static constexpr rule_result<RV> rule(const dims_t<RV>& v, const dims_t<RX>& x) {
-    rule_result<RV> r{{}, v};
-    auto b = detail::broadcast_rule(v, x);
-    if (!b.ok() || RX > RV) {
-      r.error = "value shape does not match the variable";
-      return r;
-    }
-    for (std::size_t i = 0; i < RV; ++i)
-      if (b.dims[i] != v[i])
-        r.error = "value shape does not match the variable";
-    return r;
+    return detail::assignment_rule("value shape does not match the variable", v, x);
   }
   /// The new value (what is fetched); for add/sub computed from the value at the start of the run.
   template <class C, class V, class X>
@@ -90,16 +99,8 @@ struct update_base : elementwise_base {
   }
   template <std::size_t RV, std::size_t... RX>
   static constexpr rule_result<RV> rule(const dims_t<RV>& v, const dims_t<RX>&... x) {
-    rule_result<RV> r{{}, v};
-    auto b = detail::broadcast_rule(v, x...);
-    if (!b.ok() || ((RX > RV) || ...)) {
-      r.error = "an operand's shape does not broadcast to the variable's";
-      return r;
-    }
-    for (std::size_t i = 0; i < RV; ++i)
-      if (b.dims[i] != v[i])
-        r.error = "an operand's shape does not broadcast to the variable's";
-    return r;
+    return detail::assignment_rule("an operand's shape does not broadcast to the variable's", v,
+                                   x...);
   }
   /// new where every `ok` (none or one) is true, else the variable's value `old`.
   template <class C, class... Ok>
