@@ -159,8 +159,8 @@ TEST_CASE("the weight decay's gradient is added after the towers' mean, in the u
   CHECK(n[1] == 2); // l1/weights and l2/weights
   const std::string steps = P::describe();
   INFO(steps);
-  CHECK(steps.find("= fused assign_sub(l1/weights, mul(add(add(replica_mean(matmul(") !=
-        std::string::npos);
+  CHECK(steps.find("= fused apply_nesterov(l1/weights, l1/weights/momentum, "
+                   "add(replica_mean(matmul(") != std::string::npos);
 }
 
 TEST_CASE("fetches: the loss is the batch-weighted mean, predictions are concatenated") {
@@ -338,7 +338,7 @@ TEST_CASE("the replication transformation: the gradients all-reduced, the update
       CHECK(op == "replica_mean");
       CHECK_FALSE(R.once[i]); // each tower has its own value before the all-reduce
     }
-    if (R.once[i] && op.starts_with("assign"))
+    if (R.once[i] && (op.starts_with("assign") || op == "momentum_accum" || op == "apply_nesterov"))
       ++once_assigns;
   }
   CHECK(means == 4);
