@@ -51,15 +51,6 @@ consteval std::array<bool, size> read_by_groups_only(const placed<size, n_edges>
   return only;
 }
 
-/// Merged assignments (a multi-output loop): two regions rooted at elementwise assignments
-/// (`assign`, `assign_add`, `assign_sub`, the optimizers' update ops) that would share a member
-/// or read one array whole, on one CPU device, of one dtype and one fully static shape, each
-/// read by group nodes only (the optimizer's training op), in the same phase of a replicated run
-/// (both after the all-reduce, or neither), become one loop that stores both values: the
-/// Momentum update of a variable and of its slot read the gradient and the slot once instead of
-/// twice. The loop runs where the later assignment stands; the earlier assignment is
-/// a `fused_output` step (its shape is checked where it stands) that nothing reads before the
-/// end of the run, when assignments are committed.
 /// Whether two nodes have the same fully static shape.
 template <class Shape>
 consteval bool same_static_shape(const Shape& a, const Shape& b) {
@@ -71,6 +62,15 @@ consteval bool same_static_shape(const Shape& a, const Shape& b) {
   return true;
 }
 
+/// Merged assignments (a multi-output loop): two regions rooted at elementwise assignments
+/// (`assign`, `assign_add`, `assign_sub`, the optimizers' update ops) that would share a member
+/// or read one array whole, on one CPU device, of one dtype and one fully static shape, each
+/// read by group nodes only (the optimizer's training op), in the same phase of a replicated run
+/// (both after the all-reduce, or neither), become one loop that stores both values: the
+/// Momentum update of a variable and of its slot read the gradient and the slot once instead of
+/// twice. The loop runs where the later assignment stands; the earlier assignment is
+/// a `fused_output` step (its shape is checked where it stands) that nothing reads before the
+/// end of the run, when assignments are committed.
 template <std::size_t size, std::size_t n_edges>
 consteval bool mergeable(const placed<size, n_edges>& g, std::size_t a, std::size_t b,
                          const std::array<bool, size>& groups_only) {
@@ -81,12 +81,9 @@ consteval bool mergeable(const placed<size, n_edges>& g, std::size_t a, std::siz
   if (a == b || !f.force_root[a] || !f.force_root[b] || !f.elementwise[a] || !f.elementwise[b] ||
       !groups_only[a] || !groups_only[b] || !folds_on(p.device[a]).merged_outputs ||
       !(p.device[a] == p.device[b]) || dtypes[a] != dtypes[b] ||
-      f.after_reduce[a] != f.after_reduce[b] || shapes[a].rank != shapes[b].rank)
+      f.after_reduce[a] != f.after_reduce[b])
     return false;
-  for (std::size_t d = 0; d < shapes[a].rank; ++d)
-    if (shapes[a].d[d] < 0 || shapes[a].d[d] != shapes[b].d[d])
-      return false;
-  return true;
+  return same_static_shape(shapes[a], shapes[b]);
 }
 
 /// How many edges read each node.

@@ -200,7 +200,7 @@ consteval auto guarded(Ok, E) {
       return typeflow::group(detail::guarded(Ok{}, C{})...);
     }(typename E::children{});
   } else if constexpr (requires { Op::takes_ok; }) {
-    // Adam's updates take the condition as their last operand (ops/state.hpp).
+    // The optimizers' update ops take the condition as their last operand (ops/state.hpp).
     return []<class... C>(type_list<C...>) {
       return make_node<Op, C..., Ok>();
     }(typename E::children{});

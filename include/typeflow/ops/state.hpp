@@ -1,5 +1,6 @@
-// State: assign, assign_add, assign_sub on variables, Adam's three updates as assignments of
-// their own (adam_m, adam_v, apply_adam), and group(...) to run several as one step.
+// State: assign, assign_add, assign_sub on variables, the optimizers' updates as assignments of
+// their own (Adam's adam_m, adam_v, apply_adam; Momentum's momentum_accum, apply_momentum), and
+// group(...) to run several as one step.
 //
 // Semantics of one `session::run`: every read of a variable sees its value at the start of the
 // run; each assignment computes its new value from those reads (assign_add: start value + delta)
@@ -67,10 +68,10 @@ struct assign_op : elementwise_base {
 };
 
 /// An assignment whose new value is a function of the variable and Arity - 1 other operands
-/// (Adam's updates below): the variable is operand 0, the others broadcast to its shape, all of
-/// one floating dtype (scalar literals adopt it). An optional last operand, a bool scalar `ok`,
-/// keeps the variable as it is where false (a loss-scaled step that overflowed: nn/optimizers.hpp's
-/// guarded), bit for bit.
+/// (Adam's and Momentum's updates below): the variable is operand 0, the others broadcast to its
+/// shape, all of one floating dtype (scalar literals adopt it). An optional last operand, a bool
+/// scalar `ok`, keeps the variable as it is where false (a loss-scaled step that overflowed:
+/// nn/optimizers.hpp's guarded), bit for bit.
 template <std::size_t Arity>
 struct update_base : elementwise_base {
   static constexpr bool is_state = true;

@@ -133,7 +133,7 @@ TYPEFLOW_SIMD_BINARY(
                                                         (a + vec<F>(F(0.044715)) * a * a * a))))
 #undef TYPEFLOW_SIMD_BINARY
 
-// Adam's updates (ops/state.hpp), with their optional `ok` mask last.
+// The optimizers' update ops (ops/state.hpp), with their optional `ok` mask last.
 template <class F, class... K>
 vec<F> keep_unless(vec<F> next, vec<F> old, K... ok) {
   if constexpr (sizeof...(K) == 0)

@@ -1,9 +1,8 @@
 // CUDA kernels of the attention op: the same algorithm as the CPU's (an online softmax per query
 // row, the scores recomputed in the backward pass), in its simplest form: one thread per query
 // row (the forward pass, q's gradient, and attention_stats: each row's log-sum-exp and dO . O)
-// or per key row
-// (k's and v's gradients), accumulating in the output row. Correct, not yet fast: the tiled
-// kernel (FlashAttention's blocks in shared memory) is issue t3-D's work.
+// or per key row (k's and v's gradients), accumulating in the output row. Correct, not yet fast:
+// the tiled kernel (FlashAttention's blocks in shared memory) is issue t3-D's work.
 #pragma once
 #include <cmath>
 #include <cstdint>
