@@ -846,6 +846,28 @@ void norm_case(T) {
         at("grad beta", ty::grad(ty::sum(y * w), b), accum(15)));
 }
 
+// batch_norm in training mode over the 90 rows of [6, 5, 3, 37] (37 channels, each one thread's
+// sum over the rows on the GPU), batch_moments itself, and the gradients of x, gamma and beta.
+template <class T>
+void batch_norm_case(T) {
+  constexpr auto x = ty::placeholder<"x", T, ty::shape<6, 5, 3, 37>>;
+  constexpr auto g = ty::placeholder<"g", T, ty::shape<37>>;
+  constexpr auto b = ty::placeholder<"b", T, ty::shape<37>>;
+  constexpr auto mm = ty::placeholder<"mm", T, ty::shape<37>>;
+  constexpr auto mv = ty::placeholder<"mv", T, ty::shape<37>>;
+  constexpr auto w = ty::placeholder<"w", T, ty::shape<6, 5, 3, 37>>;
+  const auto feeds =
+      std::make_tuple(ty::feed(x, make(x, wave(0.3, 2.0))), ty::feed(g, make(g, positive(0.1))),
+                      ty::feed(b, make(b, wave(0.5))), ty::feed(mm, make(mm, wave(0.2))),
+                      ty::feed(mv, make(mv, positive(0.3))), ty::feed(w, make(w, wave(1.9))));
+  constexpr auto y = ty::batch_norm(x, g, b, mm, mv);
+  check(dtype_group<T>("batch_norm"), feeds, at("batch_moments", ty::batch_moments(x), accum(90)),
+        at("batch_norm", y, accum_transc(90)),
+        at("grad x", ty::grad(ty::sum(y * w), x), accum_transc(90)),
+        at("grad gamma", ty::grad(ty::sum(y * w), g), accum_transc(90)),
+        at("grad beta", ty::grad(ty::sum(y * w), b), accum(90)));
+}
+
 // attention on [2, 3, 37, 8] queries over 41 keys (not causal) and 37 keys (causal), and the
 // gradients of q, k and v (sums over the keys, or over the queries for k and v).
 template <class T>
@@ -938,6 +960,8 @@ int main() {
   index_case(double{}, std::int64_t{});
   norm_case(float{});
   norm_case(double{});
+  batch_norm_case(float{});
+  batch_norm_case(double{});
   attention_case(float{});
   attention_case(double{});
   layout_case(float{});

@@ -22,6 +22,8 @@
 //   op_traits<Op>::scalar_only         an elementwise op with no vector form
 //   op_traits<Op>::host_only           an elementwise op whose functor runs on the host only
 //   op_traits<Op>::control_flow        a loop the executor runs itself (repeat)
+//   op_traits<Op>::has_updates         a training step that reads it also runs Op::updates(...)
+//                                      (batch norm's moving averages: TF's UPDATE_OPS)
 #pragma once
 
 namespace typeflow {
@@ -87,6 +89,7 @@ TYPEFLOW_OP_FLAG(sets_dtype)
 TYPEFLOW_OP_FLAG(scalar_only)
 TYPEFLOW_OP_FLAG(host_only)
 TYPEFLOW_OP_FLAG(control_flow)
+TYPEFLOW_OP_FLAG(has_updates)
 #undef TYPEFLOW_OP_FLAG
 template <class Op>
 constexpr epilogue_role epilogue_of() {
@@ -120,6 +123,7 @@ struct op_traits {
   static constexpr bool scalar_only = detail::scalar_only_flag<Op>();
   static constexpr bool host_only = detail::host_only_flag<Op>();
   static constexpr bool control_flow = detail::control_flow_flag<Op>();
+  static constexpr bool has_updates = detail::has_updates_flag<Op>();
 };
 
 } // namespace typeflow

@@ -54,6 +54,24 @@ struct glorot_uniform {
   static std::string describe() { return "glorot_uniform"; }
 };
 
+/// He (Kaiming) normal: N(0, 2 / fan_in), fan_in = KH*KW*I for a filter [KH, KW, I, O] and I for
+/// a matrix [I, O] (torch.nn.init.kaiming_normal_, TF's variance_scaling(2.0)): for layers
+/// followed by relu, as in a residual net.
+struct he_normal {
+  static constexpr bool shaped = true;
+  template <class T, std::size_t R>
+  static void init(T* data, const dims_t<R>& d, std::mt19937_64& g) {
+    double fan_in = 1;
+    for (std::size_t i = 0; i + 1 < R; ++i)
+      fan_in *= static_cast<double>(d[i]);
+    const double stddev = std::sqrt(2.0 / fan_in);
+    const std::int64_t n = numel(d);
+    for (std::int64_t i = 0; i < n; ++i)
+      data[i] = static_cast<T>(stddev * detail::standard_normal(g));
+  }
+  static std::string describe() { return "he_normal"; }
+};
+
 /// Attribute: the variable joins the losses collection with decay * l2_loss(variable).
 template <std::uint64_t DecayBits, class Init>
 struct weight_decay_bits : Init {

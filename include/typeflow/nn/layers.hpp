@@ -86,6 +86,79 @@ consteval auto layer_norm_layer(X x) {
   }
 }
 
+/// Whether a layer is built for a training step or for inference (batch norm's statistics: the
+/// batch's, or the moving averages). A model is usually a function template over it, built
+/// twice: `model<ty::mode::training>(x)` for the loss, `model<ty::mode::inference>(x)` to test.
+enum class mode { training, inference };
+
+/// batch_norm_layer<"bn1", mode>(x): batch norm over every axis of x [..., C] but the last (the
+/// channels of NHWC), with `Name/gamma` (ones), `Name/beta` (zeros), and the moving averages
+/// `Name/moving_mean` (zeros) and `Name/moving_variance` (ones), not trainable, checkpointed
+/// with the rest. Training: the batch's moments, and every training step updates the moving
+/// averages (decay 0.9, eps 1e-5: PyTorch's BatchNorm2d). Inference: the moving averages, as one
+/// elementwise loop that fuses with its neighbours.
+template <fixed_string Name, mode M, auto Eps = 1e-5, auto Decay = 0.9, expression X>
+consteval auto batch_norm_layer(X x) {
+  if constexpr (any_invalid<X>) { // an earlier mistake, reported already
+    return invalid_expr{};
+  } else {
+    using T = typename X::value_type;
+    static_assert(X::shape_type::rank >= 2, "batch_norm_layer: the input needs rank 2 or more");
+    constexpr std::int64_t c = X::shape_type::dims[X::shape_type::rank - 1];
+    static_assert(c != dyn, "batch_norm_layer: the input's channel extent must be static");
+    constexpr auto gamma = variable<Name + fixed_string("/gamma"), T, shape<c>, ones>;
+    constexpr auto beta = variable<Name + fixed_string("/beta"), T, shape<c>, zeros>;
+    constexpr auto mean =
+        variable<Name + fixed_string("/moving_mean"), T, shape<c>, not_trainable<zeros>>;
+    constexpr auto var =
+        variable<Name + fixed_string("/moving_variance"), T, shape<c>, not_trainable<ones>>;
+    if constexpr (M == mode::training)
+      return typeflow::batch_norm<Eps, Decay>(x, gamma, beta, mean, var);
+    else
+      return typeflow::add(
+          typeflow::mul(typeflow::mul(typeflow::sub(x, mean),
+                                      typeflow::rsqrt(typeflow::add(var, constant<Eps>))),
+                        gamma),
+          beta);
+  }
+}
+
+/// conv2d of x [N, H, W, C] with `Name/weights` [K, K, C, Filters] (he_normal), no bias: the
+/// convolution of a residual net, whose batch norm supplies the shift.
+template <fixed_string Name, std::int64_t K, std::int64_t Filters, std::int64_t Stride = 1,
+          expression X>
+consteval auto conv2d_no_bias(X x) {
+  using T = typename X::value_type;
+  static_assert(X::shape_type::rank == 4, "conv2d_no_bias: the input is not [N, H, W, C]");
+  constexpr std::int64_t c = X::shape_type::dims[3];
+  static_assert(c != dyn, "conv2d_no_bias: the input's channel extent must be static");
+  return typeflow::conv2d<padding::same, Stride, Stride>(
+      x, layer_weights<Name, T, shape<K, K, c, Filters>, he_normal>);
+}
+
+/// residual_block<"res1", filters, stride, mode>(x [N, H, W, C]): ResNet's basic block (He et
+/// al. 2015, v1): relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut), 3x3 convolutions without
+/// bias, the first with the stride; the shortcut is x itself, or a strided 1x1 convolution and
+/// batch norm where the stride or the channels change. Variables under `Name/` (conv1, bn1,
+/// conv2, bn2, and shortcut, shortcut_bn).
+template <fixed_string Name, std::int64_t Filters, std::int64_t Stride, mode M, expression X>
+consteval auto residual_block(X x) {
+  if constexpr (any_invalid<X>) { // an earlier mistake, reported already
+    return invalid_expr{};
+  } else {
+    const auto h = typeflow::relu(batch_norm_layer<Name + fixed_string("/bn1"), M>(
+        conv2d_no_bias<Name + fixed_string("/conv1"), 3, Filters, Stride>(x)));
+    const auto y = batch_norm_layer<Name + fixed_string("/bn2"), M>(
+        conv2d_no_bias<Name + fixed_string("/conv2"), 3, Filters>(h));
+    if constexpr (Stride == 1 && X::shape_type::dims[3] == Filters)
+      return typeflow::relu(typeflow::add(y, x));
+    else
+      return typeflow::relu(typeflow::add(
+          y, batch_norm_layer<Name + fixed_string("/shortcut_bn"), M>(
+                 conv2d_no_bias<Name + fixed_string("/shortcut"), 1, Filters, Stride>(x))));
+  }
+}
+
 /// embedding<"tok", vocab, dim>(ids): rows of `Name/embeddings` [vocab, dim] picked by integer
 /// ids [...], giving [..., dim] (tf.nn.embedding_lookup); normal(0, 0.02) as GPT-2's.
 template <fixed_string Name, std::int64_t Vocab, std::int64_t Dim, dtype T = float,

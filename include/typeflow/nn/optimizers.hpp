@@ -1,11 +1,12 @@
 // Optimizers: gradient descent, momentum (optionally Nesterov) and Adam, as TensorFlow 1.x's.
 // `opt.minimize(loss)` differentiates loss with respect to every trainable variable of its graph
-// and returns the training op: a group of assignments (the variables, their slots, and
-// global_step += 1), all computed from the values at the start of the run and committed at its
-// end. Slot variables are named after their variable ("conv1/weights/momentum"). The
-// hyper-parameters are scalar expressions: weak literals (`constant<0.9>`), or run-time values
-// (hyperparameter<...> variables, placeholders, or a schedule such as exponential_decay of
-// global_step), so a schedule changes them between steps without recompiling.
+// and returns the training op: a group of assignments (the variables, their slots,
+// global_step += 1, and the graph's update_ops such as batch norm's moving averages), all computed
+// from the values at the start of the run and committed at its end. Slot variables are named after
+// their variable ("conv1/weights/momentum"). The hyper-parameters are scalar expressions: weak
+// literals (`constant<0.9>`), or run-time values (hyperparameter<...> variables, placeholders, or a
+// schedule such as exponential_decay of global_step), so a schedule changes them between steps
+// without recompiling.
 #pragma once
 #include "../autodiff/grad.hpp"
 #include "../ops/state.hpp"
@@ -89,9 +90,9 @@ consteval auto minimize(Loss) {
     return invalid_group{};
   } else {
     using Vs = trainable_variables_t<Loss>;
-    return []<class... V>(type_list<V...>) {
+    return detail::with_updates(Loss{}, []<class... V>(type_list<V...>) {
       return detail::apply_updates<Opt>(Loss{}, type_list<V...>{}, std::index_sequence_for<V...>{});
-    }(Vs{});
+    }(Vs{}));
   }
 }
 
@@ -275,7 +276,7 @@ struct loss_scale_optimizer {
     if constexpr (!wide)
       return invalid_expr{};
     else
-      return minimize_impl(Loss{});
+      return detail::with_updates(Loss{}, minimize_impl(Loss{}));
   }
 
 private:
@@ -335,10 +336,10 @@ struct mixed_precision_optimizer {
   consteval auto minimize(Loss) const {
     static_assert(Loss::shape_type::rank == 0, "minimize: the loss must be a scalar");
     using Vs = trainable_variables_t<Loss>;
-    return []<class... V>(type_list<V...>) {
+    return detail::with_updates(Loss{}, []<class... V>(type_list<V...>) {
       return detail::apply_updates<mixed_precision_optimizer>(Loss{}, type_list<V...>{},
                                                               std::index_sequence_for<V...>{});
-    }(Vs{});
+    }(Vs{}));
   }
 };
 

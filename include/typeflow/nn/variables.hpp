@@ -6,6 +6,7 @@
 
 #include "../graph/table.hpp"
 #include "../ops/nn.hpp"
+#include "../ops/state.hpp"
 #include "initializers.hpp"
 
 namespace typeflow {
@@ -64,6 +65,19 @@ template <class E>
 struct is_decayed_node : std::bool_constant<is_variable_t<E>::value &&
                                             variable_traits<typename E::op>::weight_decay != 0> {};
 
+template <class E>
+struct has_updates_node : std::bool_constant<op_traits<typename E::op>::has_updates> {};
+
+/// The assignments node N's op asks every training step to run (Op::updates(operands...)).
+template <class N>
+consteval auto node_updates() {
+  return []<class... C>(type_list<C...>) { return N::op::updates(C{}...); }(typename N::children{});
+}
+template <class... N>
+consteval auto group_updates(type_list<N...>) {
+  return typeflow::group(node_updates<N>()...);
+}
+
 } // namespace detail
 
 /// The trainable variables of E's graph, as a type_list in plan order.
@@ -111,5 +125,28 @@ consteval auto add_weight_decay(Loss loss) {
   return detail::add_decays(loss,
                             typename detail::select_nodes<P, detail::is_decayed_node>::type{});
 }
+
+/// The assignments that the ops of E's graph ask every training step to run, as one group (an
+/// empty group when there are none): batch norm's moving averages, TensorFlow's
+/// tf.get_collection(UPDATE_OPS). minimize() adds them to its training op itself; a training op
+/// written by hand groups them with its own: `ty::group(my_update, ty::update_ops(loss))`.
+template <expression E>
+consteval auto update_ops(E) {
+  using P = graph::node_table<E>;
+  return detail::group_updates(typename detail::select_nodes<P, detail::has_updates_node>::type{});
+}
+
+namespace detail {
+/// Train, grouped with update_ops(loss) where loss's graph has any (else Train itself: a graph
+/// with no batch norm keeps its training op's type).
+template <class Loss, class Train>
+consteval auto with_updates(Loss, Train train) {
+  using U = typename select_nodes<graph::node_table<Loss>, has_updates_node>::type;
+  if constexpr (std::is_same_v<U, type_list<>>)
+    return train;
+  else
+    return typeflow::group(train, group_updates(U{}));
+}
+} // namespace detail
 
 } // namespace typeflow

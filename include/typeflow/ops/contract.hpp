@@ -38,6 +38,11 @@
 //    static constexpr bool draws;                draws anew each run (a dropout mask): not
 //                                                captured as a CUDA graph, differs per tower
 //    static constexpr bool control_flow;         a loop the executor runs itself (repeat)
+//    static constexpr bool has_updates;          with `static consteval auto updates(operands...)`
+//                                                returning assignments: every training step
+//                                                (minimize) whose loss reads the node runs them
+//                                                too, and update_ops(e) gathers them (batch
+//                                                norm's moving averages, TF's UPDATE_OPS)
 //    hints to the compiler:
 //    static constexpr unsigned shape_only;       bit k set when its kernels read only the dims
 //                                                of operand k (the buffer may be dropped before

@@ -102,6 +102,8 @@ template <>
 struct grad_rule<ops::apply_adam> : no_gradient {};
 template <>
 struct grad_rule<ops::momentum_accum> : no_gradient {};
+template <>
+struct grad_rule<ops::moving_average> : no_gradient {};
 template <bool N>
 struct grad_rule<ops::apply_momentum<N>> : no_gradient {};
 

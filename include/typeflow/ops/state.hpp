@@ -1,6 +1,6 @@
 // State: assign, assign_add, assign_sub on variables, the optimizers' updates as assignments of
-// their own (Adam's adam_m, adam_v, apply_adam; Momentum's momentum_accum, apply_momentum), and
-// group(...) to run several as one step.
+// their own (Adam's adam_m, adam_v, apply_adam; Momentum's momentum_accum, apply_momentum), a
+// moving average (batch norm's statistics), and group(...) to run several as one step.
 //
 // Semantics of one `session::run`: every read of a variable sees its value at the start of the
 // run; each assignment computes its new value from those reads (assign_add: start value + delta)
@@ -152,6 +152,17 @@ struct apply_adam : update_base<8> {
     const C next = static_cast<C>(static_cast<C>(w) - static_cast<C>(rate) * m1 /
                                                           (std::sqrt(v1) + static_cast<C>(eps)));
     return keep_unless<C>(next, static_cast<C>(w), ok...);
+  }
+};
+
+/// A moving average, as an assignment of v: v <- decay v + (1 - decay) x (TensorFlow's
+/// assign_moving_average; batch norm's moving mean and variance, ops/norm.hpp). Operands
+/// (v, x, decay[, ok]).
+struct moving_average : update_base<3> {
+  static constexpr std::string_view name = "moving_average";
+  template <class C, class V, class X, class D, class... Ok>
+  TYPEFLOW_HD static C eval(V v, X x, D decay, Ok... ok) {
+    return keep_unless<C>(adam_m::next<C>(v, x, decay), static_cast<C>(v), ok...);
   }
 };
 

@@ -175,6 +175,13 @@ struct batch_op<ops::apply_adam> {
 };
 
 template <>
+struct batch_op<ops::moving_average> {
+  template <class F, class... K>
+  static vec<F> eval(vec<F> v, vec<F> x, vec<F> decay, K... ok) {
+    return simd::keep_unless(adam_moment(v, x, decay), v, ok...);
+  }
+};
+template <>
 struct batch_op<ops::momentum_accum> {
   template <class F, class... K>
   static vec<F> eval(vec<F> accum, vec<F> g, vec<F> m, K... ok) {

@@ -118,6 +118,23 @@ template <std::size_t I, std::uint64_t E, class T, class X, class U>
 requires(std::is_same_v<T, float> ||
          std::is_same_v<T, double>) void kernel(context&, ops::layer_norm_grad_gamma<E>*, T*,
                                                 value*, void*, X*, U*);
+template <std::size_t I, class T, class X>
+requires(std::is_same_v<T, float> || std::is_same_v<T, double>) void kernel(context&,
+                                                                            ops::batch_moments*, T*,
+                                                                            value*, void*, X*);
+template <std::size_t I, std::uint64_t E, std::uint64_t D, class T, class X, class M, class G,
+          class B, class MM, class MV>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::batch_norm<E, D>*, T*, value*, void*,
+                                                X*, M*, G*, B*, MM*, MV*);
+template <std::size_t I, std::uint64_t E, class T, class X, class M, class U>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::batch_norm_grad_stats<E>*, T*,
+                                                value*, void*, X*, M*, U*);
+template <std::size_t I, std::uint64_t E, class T, class X, class M, class G, class U, class S>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::batch_norm_grad<E>*, T*, value*,
+                                                void*, X*, M*, G*, U*, S*);
 
 // ---- layout.cuh ------------------------------------------------------------------------------
 template <std::size_t I, std::int64_t... D, class T, class A>
@@ -167,12 +184,18 @@ template <class Name, dtype T, class Shape, class Init>
 struct keeps<ops::variable<Name, T, Shape, Init>> : std::true_type {};
 } // namespace detail
 
-/// Whether the CUDA backend runs op Op: a kernel of it is declared above (with one, two or three
-/// operands), or it is a variable (kept on the GPU).
+/// Whether the CUDA backend runs op Op: a kernel of it is declared above (with one to six
+/// operands: batch_norm has six), or it is a variable (kept on the GPU).
 template <class Op>
 concept has_kernel_for = detail::keeps<Op>::value || detail::declared<Op, detail::any_operand> ||
     detail::declared<Op, detail::any_operand, detail::any_operand> ||
-    detail::declared<Op, detail::any_operand, detail::any_operand, detail::any_operand>;
+    detail::declared<Op, detail::any_operand, detail::any_operand, detail::any_operand> ||
+    detail::declared<Op, detail::any_operand, detail::any_operand, detail::any_operand,
+                     detail::any_operand> ||
+    detail::declared<Op, detail::any_operand, detail::any_operand, detail::any_operand,
+                     detail::any_operand, detail::any_operand> ||
+    detail::declared<Op, detail::any_operand, detail::any_operand, detail::any_operand,
+                     detail::any_operand, detail::any_operand, detail::any_operand>;
 
 /// None of the compiler's folds yet: an epilogue would take cuBLASLt's or cuDNN's epilogues, a
 /// prologue or chain a fused kernel that reads a reduction's or a kernel's pieces.

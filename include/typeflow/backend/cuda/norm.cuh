@@ -1,12 +1,16 @@
 // CUDA kernels of the normalization ops: layer_norm and its input gradient with one warp per
 // row (each lane strides over the row, sums by warp shuffles, statistics in double), and
 // gamma's gradient as one thread per column over all rows, from per-row statistics that a
-// first warp-per-row kernel stores (no atomics: the sums are deterministic).
+// first warp-per-row kernel stores (no atomics: the sums are deterministic). Batch norm's
+// channel sums (its moments, its gradient's) take one thread per channel over all rows, in
+// double; its normalization and input gradient one thread per element. (Correct, not yet fast
+// for few channels: a tiled reduction is issue t3-D's work.)
 #pragma once
 #include <cstdint>
 #include <type_traits>
 
 #include "../../ops/norm.hpp"
+#include "../common/norm.hpp"
 #include "context.cuh"
 #include "nn.cuh"
 #include "runtime.hpp"
@@ -158,6 +162,142 @@ requires(std::is_same_v<T, float> ||
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
   layer_norm_grad_gamma_kernel<T><<<grid_for(d), 256, 0, ctx.stream()>>>(
       x, static_cast<const T*>(vals[U::index].data), mean, mean + rows, rows, d, dg);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- batch norm ------------------------------------------------------------------------------
+template <class T>
+__global__ void batch_moments_kernel(const T* x, std::int64_t rows, std::int64_t c, T* out) {
+  TYPEFLOW_GRID_STRIDE(j, c) {
+    // sums of x - k and (x - k)^2 with k the first row: no cancellation when |mean| >> std
+    const double k = static_cast<double>(x[j]);
+    double s1 = 0, s2 = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const double d = static_cast<double>(x[r * c + j]) - k;
+      s1 += d;
+      s2 += d * d;
+    }
+    const double n = static_cast<double>(rows);
+    const double m2 = fmax(0.0, s2 - s1 * s1 / n);
+    out[j] = static_cast<T>(k + s1 / n);
+    out[c + j] = static_cast<T>(m2 / n);
+    out[2 * c + j] = static_cast<T>(m2 / (n - 1));
+  }
+}
+
+/// Channel j's mean and 1 / sqrt(biased variance + eps), from moments [3, c].
+template <class T>
+__device__ void channel_moments(const T* m, std::int64_t c, std::int64_t j, double eps,
+                                double& mean, double& rstd) {
+  mean = static_cast<double>(m[j]);
+  rstd = ::rsqrt(static_cast<double>(m[c + j]) + eps);
+}
+
+template <class T>
+__global__ void batch_norm_kernel(const T* x, const T* m, const T* gamma, const T* beta,
+                                  std::int64_t n, std::int64_t c, double eps, T* y) {
+  TYPEFLOW_GRID_STRIDE(i, n) {
+    const std::int64_t j = i % c;
+    double mean, rstd;
+    channel_moments(m, c, j, eps, mean, rstd);
+    const T a = static_cast<T>(static_cast<double>(gamma[j]) * rstd);
+    y[i] = (x[i] - static_cast<T>(mean)) * a + beta[j];
+  }
+}
+
+template <class T>
+__global__ void batch_norm_grad_stats_kernel(const T* x, const T* m, const T* up, std::int64_t rows,
+                                             std::int64_t c, double eps, T* out) {
+  TYPEFLOW_GRID_STRIDE(j, c) {
+    double mean, rstd;
+    channel_moments(m, c, j, eps, mean, rstd);
+    double s1 = 0, s2 = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const double u = static_cast<double>(up[r * c + j]);
+      s1 += u;
+      s2 += u * (static_cast<double>(x[r * c + j]) - mean);
+    }
+    out[j] = static_cast<T>(s1);
+    out[c + j] = static_cast<T>(s2 * rstd);
+  }
+}
+
+template <class T>
+__global__ void batch_norm_grad_kernel(const T* x, const T* m, const T* gamma, const T* up,
+                                       const T* sums, std::int64_t n, std::int64_t c, double rows,
+                                       double eps, T* dx) {
+  TYPEFLOW_GRID_STRIDE(i, n) {
+    const std::int64_t j = i % c;
+    double mean, rstd;
+    channel_moments(m, c, j, eps, mean, rstd);
+    // gamma rstd (u - sum(u) / n - xhat sum(u xhat) / n), as the CPU kernel's coefficients
+    const double e = static_cast<double>(gamma[j]) * rstd;
+    const T a = static_cast<T>(-e * rstd * static_cast<double>(sums[c + j]) / rows);
+    const T b = static_cast<T>(-e * static_cast<double>(sums[j]) / rows);
+    dx[i] = up[i] * static_cast<T>(e) + (x[i] - static_cast<T>(mean)) * a + b;
+  }
+}
+
+template <std::size_t I, class T, class X>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context& ctx, ops::batch_moments*, T*, value* vals,
+                                                void*, X*) {
+  const auto g = backend::channel_geometry::of(vals[X::index].dims);
+  g.check_batch("batch_moments");
+  T* out = ctx.output<T>(vals[I]);
+  if (g.c == 0)
+    return;
+  batch_moments_kernel<T><<<grid_for(g.c), 256, 0, ctx.stream()>>>(
+      static_cast<const T*>(vals[X::index].data), g.rows, g.c, out);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, std::uint64_t E, std::uint64_t D, class T, class X, class M, class G,
+          class B, class MM, class MV>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context& ctx, ops::batch_norm<E, D>*, T*,
+                                                value* vals, void*, X*, M*, G*, B*, MM*, MV*) {
+  const auto g = backend::channel_geometry::of(vals[X::index].dims);
+  T* y = ctx.output<T>(vals[I]);
+  const std::int64_t n = g.rows * g.c;
+  if (n == 0)
+    return;
+  batch_norm_kernel<T><<<grid_for(n), 256, 0, ctx.stream()>>>(
+      static_cast<const T*>(vals[X::index].data), static_cast<const T*>(vals[M::index].data),
+      static_cast<const T*>(vals[G::index].data), static_cast<const T*>(vals[B::index].data), n,
+      g.c, ops::batch_norm<E, D>::eps, y);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, std::uint64_t E, class T, class X, class M, class U>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context& ctx, ops::batch_norm_grad_stats<E>*, T*,
+                                                value* vals, void*, X*, M*, U*) {
+  const auto g = backend::channel_geometry::of(vals[X::index].dims);
+  T* out = ctx.output<T>(vals[I]);
+  if (g.c == 0)
+    return;
+  batch_norm_grad_stats_kernel<T><<<grid_for(g.c), 256, 0, ctx.stream()>>>(
+      static_cast<const T*>(vals[X::index].data), static_cast<const T*>(vals[M::index].data),
+      static_cast<const T*>(vals[U::index].data), g.rows, g.c, ops::batch_norm_grad_stats<E>::eps,
+      out);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
+template <std::size_t I, std::uint64_t E, class T, class X, class M, class G, class U, class S>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context& ctx, ops::batch_norm_grad<E>*, T*,
+                                                value* vals, void*, X*, M*, G*, U*, S*) {
+  const auto g = backend::channel_geometry::of(vals[X::index].dims);
+  T* dx = ctx.output<T>(vals[I]);
+  const std::int64_t n = g.rows * g.c;
+  if (n == 0)
+    return;
+  batch_norm_grad_kernel<T><<<grid_for(n), 256, 0, ctx.stream()>>>(
+      static_cast<const T*>(vals[X::index].data), static_cast<const T*>(vals[M::index].data),
+      static_cast<const T*>(vals[G::index].data), static_cast<const T*>(vals[U::index].data),
+      static_cast<const T*>(vals[S::index].data), n, g.c, static_cast<double>(g.rows),
+      ops::batch_norm_grad<E>::eps, dx);
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -4,6 +4,10 @@
 // partial rows, then adds the blocks in order, so its result does not depend on the thread
 // count. Arithmetic in the dtype (float sums in vector lanes: about sqrt(D) ulps); gamma's
 // partial sums in double.
+// batch norm's channel sums (its moments, its gradient's sums) run over a fixed number of row
+// blocks (at most 256, set by the row count alone, so the result does not depend on the thread
+// count), each block's sums in double, then added in order; its normalization and input
+// gradient are one elementwise pass over rows with per-channel coefficients.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -11,6 +15,7 @@
 
 #include "../../../graph/flat.hpp"
 #include "../../../ops/norm.hpp"
+#include "../../common/norm.hpp"
 #include "../context.hpp"
 #include "../simd.hpp"
 
@@ -156,6 +161,172 @@ void kernel(context& ctx, ops::layer_norm_grad_gamma<E>*, T*, value* vals, void*
       s += partial[static_cast<std::size_t>(b * d + j)];
     dg[j] = static_cast<T>(s);
   }
+}
+
+namespace detail {
+/// Per-channel sums over all rows of x [rows, c]: add(acc, r0, r1) adds rows [r0, r1) into the
+/// `Sums` arrays of c doubles at acc (acc[k * c + j]); blocks of rows in a fixed order.
+template <std::size_t Sums, class Add>
+std::vector<double> channel_sums(context& ctx, std::int64_t rows, std::int64_t c, Add add) {
+  const std::int64_t blocks = std::min<std::int64_t>(256, (rows + 63) / 64);
+  const std::int64_t per = blocks == 0 ? 0 : (rows + blocks - 1) / blocks;
+  const std::size_t width = Sums * static_cast<std::size_t>(c);
+  std::vector<double> partial(static_cast<std::size_t>(blocks) * width, 0.0);
+  ctx.pool.parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b)
+      add(partial.data() + static_cast<std::size_t>(b) * width, b * per,
+          std::min(rows, (b + 1) * per));
+  });
+  std::vector<double> total(width, 0.0);
+  for (std::int64_t b = 0; b < blocks; ++b)
+    for (std::size_t k = 0; k < width; ++k)
+      total[k] += partial[static_cast<std::size_t>(b) * width + k];
+  return total;
+}
+/// Each channel's mean and 1 / sqrt(biased variance + eps) from moments [3, c].
+template <class T>
+void channel_scale(const T* m, std::int64_t c, double eps, std::vector<double>& mean,
+                   std::vector<double>& rstd) {
+  mean.resize(static_cast<std::size_t>(c));
+  rstd.resize(static_cast<std::size_t>(c));
+  for (std::int64_t j = 0; j < c; ++j) {
+    mean[static_cast<std::size_t>(j)] = static_cast<double>(m[j]);
+    rstd[static_cast<std::size_t>(j)] = 1.0 / std::sqrt(static_cast<double>(m[c + j]) + eps);
+  }
+}
+/// Per-channel coefficients of an affine pass: out = (x - center) a + b (+ u e).
+template <class T>
+struct channel_coefs {
+  std::vector<T> center, a, b, e;
+  explicit channel_coefs(std::int64_t c)
+      : center(static_cast<std::size_t>(c)), a(center.size()), b(center.size()), e(center.size()) {}
+};
+/// out[r, j] = (x[r, j] - center[j]) a[j] + b[j], plus u[r, j] e[j] where u is given; rows
+/// split across the pool, in T. Centring first keeps the result accurate when |mean| >> std.
+template <class T>
+void channel_affine(context& ctx, const T* x, const T* u, std::int64_t rows, std::int64_t c,
+                    const channel_coefs<T>& k, T* out) {
+  const T* m = k.center.data();
+  const T* a = k.a.data();
+  const T* b = k.b.data();
+  const T* e = k.e.data();
+  ctx.pool.parallel_for(rows, row_grain(c), [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * c;
+      T* o = out + r * c;
+      if (u == nullptr) {
+        for (std::int64_t j = 0; j < c; ++j) // vectorized by the compiler
+          o[j] = (xr[j] - m[j]) * a[j] + b[j];
+      } else {
+        const T* ur = u + r * c;
+        for (std::int64_t j = 0; j < c; ++j)
+          o[j] = ur[j] * e[j] + (xr[j] - m[j]) * a[j] + b[j];
+      }
+    }
+  });
+}
+} // namespace detail
+
+template <std::size_t I, class T, class X>
+void kernel(context& ctx, ops::batch_moments*, T*, value* vals, void*, X*) {
+  const auto g = backend::channel_geometry::of(vals[X::index].dims);
+  g.check_batch("batch_moments");
+  const T* x = static_cast<const T*>(vals[X::index].data);
+  const std::int64_t c = g.c;
+  T* out = ctx.allocate<T>(vals[I]);
+  if (c == 0)
+    return;
+  // sums of x - k and (x - k)^2 with k the first row: no cancellation when |mean| >> std
+  const auto s =
+      detail::channel_sums<2>(ctx, g.rows, c, [&](double* acc, std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r)
+          for (std::int64_t j = 0; j < c; ++j) {
+            const double d = static_cast<double>(x[r * c + j]) - static_cast<double>(x[j]);
+            acc[j] += d;
+            acc[c + j] += d * d;
+          }
+      });
+  const double n = static_cast<double>(g.rows);
+  for (std::int64_t j = 0; j < c; ++j) {
+    const double s1 = s[static_cast<std::size_t>(j)], s2 = s[static_cast<std::size_t>(c + j)];
+    const double m2 = std::max(0.0, s2 - s1 * s1 / n); // sum of squared deviations
+    out[j] = static_cast<T>(static_cast<double>(x[j]) + s1 / n);
+    out[c + j] = static_cast<T>(m2 / n);
+    out[2 * c + j] = static_cast<T>(m2 / (n - 1));
+  }
+}
+
+template <std::size_t I, std::uint64_t E, std::uint64_t D, class T, class X, class M, class G,
+          class B, class MM, class MV>
+void kernel(context& ctx, ops::batch_norm<E, D>*, T*, value* vals, void*, X*, M*, G*, B*, MM*,
+            MV*) {
+  const auto g = backend::channel_geometry::of(vals[X::index].dims);
+  const T* gamma = static_cast<const T*>(vals[G::index].data);
+  const T* beta = static_cast<const T*>(vals[B::index].data);
+  std::vector<double> mean, rstd;
+  detail::channel_scale(static_cast<const T*>(vals[M::index].data), g.c, ops::batch_norm<E, D>::eps,
+                        mean, rstd);
+  // y = (x - mean) a + beta with a = gamma rstd
+  detail::channel_coefs<T> k(g.c);
+  for (std::size_t j = 0; j < k.a.size(); ++j) {
+    k.center[j] = static_cast<T>(mean[j]);
+    k.a[j] = static_cast<T>(static_cast<double>(gamma[j]) * rstd[j]);
+    k.b[j] = beta[j];
+  }
+  detail::channel_affine<T>(ctx, static_cast<const T*>(vals[X::index].data), nullptr, g.rows, g.c,
+                            k, ctx.allocate<T>(vals[I]));
+}
+
+template <std::size_t I, std::uint64_t E, class T, class X, class M, class U>
+void kernel(context& ctx, ops::batch_norm_grad_stats<E>*, T*, value* vals, void*, X*, M*, U*) {
+  const auto g = backend::channel_geometry::of(vals[X::index].dims);
+  const T* x = static_cast<const T*>(vals[X::index].data);
+  const T* up = static_cast<const T*>(vals[U::index].data);
+  const std::int64_t c = g.c;
+  std::vector<double> mean, rstd;
+  detail::channel_scale(static_cast<const T*>(vals[M::index].data), c,
+                        ops::batch_norm_grad_stats<E>::eps, mean, rstd);
+  T* out = ctx.allocate<T>(vals[I]);
+  const auto s =
+      detail::channel_sums<2>(ctx, g.rows, c, [&](double* acc, std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r)
+          for (std::int64_t j = 0; j < c; ++j) {
+            const double u = static_cast<double>(up[r * c + j]);
+            acc[j] += u;
+            acc[c + j] +=
+                u * (static_cast<double>(x[r * c + j]) - mean[static_cast<std::size_t>(j)]);
+          }
+      });
+  for (std::int64_t j = 0; j < c; ++j) {
+    const auto k = static_cast<std::size_t>(j);
+    out[j] = static_cast<T>(s[k]);
+    out[c + j] = static_cast<T>(s[static_cast<std::size_t>(c) + k] * rstd[k]);
+  }
+}
+
+template <std::size_t I, std::uint64_t E, class T, class X, class M, class G, class U, class S>
+void kernel(context& ctx, ops::batch_norm_grad<E>*, T*, value* vals, void*, X*, M*, G*, U*, S*) {
+  const auto g = backend::channel_geometry::of(vals[X::index].dims);
+  const T* gamma = static_cast<const T*>(vals[G::index].data);
+  const T* sums = static_cast<const T*>(vals[S::index].data);
+  std::vector<double> mean, rstd;
+  detail::channel_scale(static_cast<const T*>(vals[M::index].data), g.c,
+                        ops::batch_norm_grad<E>::eps, mean, rstd);
+  // dx = gamma rstd (u - sum(u) / n - xhat sum(u xhat) / n) = u e + (x - mean) a + b with
+  // e = gamma rstd, a = -e rstd sum(u xhat) / n, b = -e sum(u) / n
+  const double n = static_cast<double>(g.rows > 0 ? g.rows : 1);
+  const auto c = static_cast<std::size_t>(g.c);
+  detail::channel_coefs<T> k(g.c);
+  for (std::size_t j = 0; j < c; ++j) {
+    const double ej = static_cast<double>(gamma[j]) * rstd[j];
+    k.center[j] = static_cast<T>(mean[j]);
+    k.e[j] = static_cast<T>(ej);
+    k.a[j] = static_cast<T>(-ej * rstd[j] * static_cast<double>(sums[c + j]) / n);
+    k.b[j] = static_cast<T>(-ej * static_cast<double>(sums[j]) / n);
+  }
+  detail::channel_affine<T>(ctx, static_cast<const T*>(vals[X::index].data),
+                            static_cast<const T*>(vals[U::index].data), g.rows, g.c, k,
+                            ctx.allocate<T>(vals[I]));
 }
 
 } // namespace typeflow::cpu_backend
