@@ -8,6 +8,7 @@
 //   batch_norm_bwd   its input gradient fed its upstream gradient: batch_norm_grad_stats (x and
 //                    g read) and batch_norm_grad (x and g read, dx written); bytes = x and g read
 //                    once and dx written
+//   moments_only     batch_moments alone (bytes = x read): the forward's first pass
 //   composed_fwd     the same forward written with mean, square and rsqrt (what a user wrote
 //                    before the op): the baseline the fused op replaces
 // Each checks one channel against a double-precision loop once, before timing. Figures, with the
@@ -100,6 +101,16 @@ void batch_norm_fwd(benchmark::State& state) {
   forward(state, ty::batch_norm(bx, bg, bb, bm, bv));
 }
 
+void moments_only(benchmark::State& state) {
+  ty::session s(bench_options());
+  const auto& in = bn();
+  for (auto _ : state) {
+    auto [r] = s.run(ty::fetch(ty::batch_moments(bx)), ty::feed(bx, in.x));
+    benchmark::DoNotOptimize(r.data());
+  }
+  state.SetBytesProcessed(state.iterations() * bn_n * 4);
+}
+
 void composed_fwd(benchmark::State& state) {
   constexpr auto mean = ty::mean<0, 1, 2>(bx);
   constexpr auto var = ty::mean<0, 1, 2>(ty::square(bx - mean));
@@ -132,5 +143,6 @@ void batch_norm_bwd(benchmark::State& state) {
 
 BENCHMARK(copy_bw)->UseRealTime();
 BENCHMARK(batch_norm_fwd)->UseRealTime();
+BENCHMARK(moments_only)->UseRealTime();
 BENCHMARK(composed_fwd)->UseRealTime();
 BENCHMARK(batch_norm_bwd)->UseRealTime();

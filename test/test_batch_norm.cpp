@@ -142,6 +142,35 @@ TEST_SUITE("batch_norm") {
     }
   }
 
+  TEST_CASE("replicated: the moving averages take the towers' mean of their batches' moments") {
+    constexpr auto xp = ty::placeholder<"xp", double, ty::shape<ty::dyn, 3, 2, 5>>;
+    constexpr auto yp = ty::batch_norm_layer<"bnr", ty::mode::training>(xp);
+    constexpr auto train = ty::gradient_descent(ty::constant<0.1>).minimize(ty::mean(yp * yp));
+    ty::session<ty::replicate<ty::cpu<0>, ty::cpu<1>>> rep;
+    const auto xv = fixture<double>(fx::bn4_x, fx::bn4_x_shape); // 4 rows: 2 per tower
+    rep.run(ty::fetch(train), ty::feed(xp, xv));
+    const auto mv = rep.read(ty::find_variable<"bnr/moving_mean">(yp));
+    const auto vv = rep.read(ty::find_variable<"bnr/moving_variance">(yp));
+    // tower k holds batch rows 2k and 2k + 1: 12 values per channel each
+    for (i64 j = 0; j < 5; ++j) {
+      double mean_of_means = 0, mean_of_vars = 0;
+      for (i64 k = 0; k < 2; ++k) {
+        double m = 0, q = 0;
+        for (i64 i = 0; i < 12; ++i)
+          m += xv[(k * 12 + i) * 5 + j] / 12;
+        for (i64 i = 0; i < 12; ++i)
+          q += (xv[(k * 12 + i) * 5 + j] - m) * (xv[(k * 12 + i) * 5 + j] - m) / 11;
+        mean_of_means += m / 2;
+        mean_of_vars += q / 2;
+      }
+      INFO("channel " << j);
+      CHECK(mv[j] == doctest::Approx(0.1 * mean_of_means).epsilon(1e-12));
+      CHECK(vv[j] == doctest::Approx(0.9 + 0.1 * mean_of_vars).epsilon(1e-12));
+      // the towers' mean of the moments equals the whole batch's mean
+      CHECK(mv[j] == doctest::Approx(fx::bn4_moving_mean[j]).epsilon(1e-12));
+    }
+  }
+
   TEST_CASE("batch_norm on [rows, C]: values and gradients, gradcheck, float32") {
     constexpr auto x2 = ty::variable<"x2", double, ty::shape<6, 4>>;
     constexpr auto u2 = ty::placeholder<"u2", double, ty::shape<6, 4>>;

@@ -185,6 +185,9 @@ struct batch_norm : nn_base {
   static constexpr double decay = std::bit_cast<double>(DecayBits);
   static constexpr unsigned shape_only = 0x30; ///< the moving averages: not read
   static constexpr bool has_updates = true;
+  /// Its gradient reads x and the moments exactly: moments rounded to 16 bits (mixed_precision's
+  /// saved copies) would not be the ones the forward pass divided by.
+  static constexpr bool keeps_float32 = true;
   static std::string attrs() {
     return "eps " + detail::format_number(eps) + ", decay " + detail::format_number(decay);
   }
@@ -204,12 +207,15 @@ struct batch_norm : nn_base {
       r.error = detail::batch_norm_error(x, m, v...);
     return r;
   }
-  /// The moving averages' assignments, run by every training step whose loss reads this node.
+  /// The moving averages' assignments, run by every training step whose loss reads this node,
+  /// from the towers' batch-weighted mean of the moments (replica_mean: the identity outside a
+  /// replicated session; in one, the update runs once, after the all-reduce, as the optimizer's).
   template <class X, class M, class G, class B, class MM, class MV>
   static consteval auto updates(X, M m, G, B, MM, MV) {
     using D = expr<literal<detail::bits<decay>>>;
-    return typeflow::group(make_node<moving_average, MM, decltype(detail::take_row<0>(m)), D>(),
-                           make_node<moving_average, MV, decltype(detail::take_row<2>(m)), D>());
+    const auto all = typeflow::replica_mean(m);
+    return typeflow::group(make_node<moving_average, MM, decltype(detail::take_row<0>(all)), D>(),
+                           make_node<moving_average, MV, decltype(detail::take_row<2>(all)), D>());
   }
 };
 

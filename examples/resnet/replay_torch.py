@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""Replays examples/resnet's training in PyTorch and compares the losses (issue 46, item 4).
+
+    resnet --epochs 1 --train-limit 3200 --batch-size 64 --replay DIR [other flags]
+    /usr/bin/python3 examples/resnet/replay_torch.py DIR [--steps 50]
+
+resnet --replay DIR writes the variables before step 1 (DIR/initial.safetensors, typeflow's
+checkpoint), every step's batch as fed, mirrored images included (DIR/images.bin: float32
+[steps, batch, 28, 28, 1]; DIR/labels.bin: int32 [steps, batch]) and every step's loss and
+learning rate (DIR/losses.txt). This script builds
+the same network in PyTorch (model.hpp: a 3x3 convolution with batch norm and relu, residual
+blocks of 16, 32 and 64 filters with TensorFlow's SAME padding, global average pooling, a dense
+layer, the mean cross-entropy; batch norm normalizes by the batch, eps 1e-5), loads those weights
+(NHWC filters [KH, KW, I, O] turned to PyTorch's [O, I, KH, KW]), and trains it on those batches
+with TensorFlow's Adam as typeflow writes it (nn/optimizers.hpp), twice: in float64 (the
+reference) and in float32 (float32's own drift from it). It passes when typeflow's losses are
+within float32 noise of the float64 replay: the largest difference over the steps at most 4 times
+PyTorch float32's largest drift from float64 (and at most 1e-2), and at most 1e-5 over the first
+three steps, before Adam amplifies the rounding. It also checks the moving averages after the
+last replayed step when DIR/final.safetensors exists (resnet --checkpoint DIR/final.safetensors
+with as many steps as replayed): at most 4 times float32's drift from float64. Exit status 0 when it agrees, 1 when it does not, 2 on unusable input.
+
+Needs Debian's python3-torch and python3-numpy (/usr/bin/python3).
+"""
+import argparse
+import json
+import pathlib
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
+BLOCKS = [("res1", 16, 1), ("res2", 32, 2), ("res3", 64, 2)]
+BATCH_NORMS = ["stem/bn"] + [f"{b}/{n}" for b, _, _ in BLOCKS for n in ("bn1", "bn2")] + [
+    "res2/shortcut_bn", "res3/shortcut_bn"]
+
+
+def read_safetensors(path: pathlib.Path) -> dict:
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        data = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=DTYPES[info["dtype"]])
+        out[name] = data.reshape(info["shape"]).copy()
+    return out
+
+
+def conv_same(x, w, stride):
+    """TensorFlow's SAME convolution of NCHW x by typeflow's filter [KH, KW, I, O]: the padding
+    max((out - 1) * stride + k - in, 0), its odd element at the bottom and right."""
+    k = w.shape[0]
+    size = x.shape[-1]
+    out = -(-size // stride)
+    pad = max((out - 1) * stride + k - size, 0)
+    x = F.pad(x, (pad // 2, pad - pad // 2, pad // 2, pad - pad // 2))
+    return F.conv2d(x, w.permute(3, 2, 0, 1), stride=stride)
+
+
+def model_loss(p: dict, stats: dict, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """model.hpp's loss for one batch (training mode), with the variables in p (by typeflow's
+    names); the moving averages in stats are updated as batch norm's training step does."""
+
+    def bn(x, name):
+        return F.batch_norm(x, stats[name + "/moving_mean"], stats[name + "/moving_variance"],
+                            p[name + "/gamma"], p[name + "/beta"], training=True, momentum=0.1,
+                            eps=1e-5)
+
+    x = images.permute(0, 3, 1, 2)  # NHWC -> NCHW
+    h = F.relu(bn(conv_same(x, p["stem/conv/weights"], 1), "stem/bn"))
+    for name, filters, stride in BLOCKS:
+        y = F.relu(bn(conv_same(h, p[name + "/conv1/weights"], stride), name + "/bn1"))
+        y = bn(conv_same(y, p[name + "/conv2/weights"], 1), name + "/bn2")
+        if stride == 1 and h.shape[1] == filters:
+            shortcut = h
+        else:
+            shortcut = bn(conv_same(h, p[name + "/shortcut/weights"], stride),
+                          name + "/shortcut_bn")
+        h = F.relu(y + shortcut)
+    logits = h.mean(dim=(2, 3)) @ p["fc/weights"] + p["fc/biases"]
+    return F.cross_entropy(logits, labels)
+
+
+def replay(initial: dict, images: np.ndarray, labels: np.ndarray, rates: list,
+           dtype: torch.dtype):
+    """The losses of len(images) steps of TF-style Adam (b1 0.9, b2 0.999, eps 1e-8), and the
+    moving averages after them."""
+    trainable = [n for n in initial
+                 if not n.endswith(("/adam_m", "/adam_v", "/moving_mean", "/moving_variance"))
+                 and initial[n].dtype.kind == "f" and n != "learning_rate"]
+    p = {n: torch.tensor(initial[n], dtype=dtype, requires_grad=True) for n in trainable}
+    stats = {n: torch.tensor(initial[n], dtype=dtype) for n in initial
+             if n.endswith(("/moving_mean", "/moving_variance"))}
+    m = {n: torch.zeros_like(p[n]) for n in trainable}
+    v = {n: torch.zeros_like(p[n]) for n in trainable}
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    losses = []
+    for step, (x, y, lr) in enumerate(zip(images, labels, rates), start=1):
+        loss = model_loss(p, stats, torch.tensor(x, dtype=dtype), torch.from_numpy(y).long())
+        grads = torch.autograd.grad(loss, [p[n] for n in trainable])
+        losses.append(loss.item())
+        with torch.no_grad():
+            t = torch.tensor(float(step), dtype=dtype)
+            rate = lr * torch.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+            for n, g in zip(trainable, grads):
+                m[n].mul_(b1).add_(g * (1 - b1))
+                v[n].mul_(b2).add_(g * g * (1 - b2))
+                p[n].sub_(rate * m[n] / (torch.sqrt(v[n]) + eps))
+    return losses, stats
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dir", type=pathlib.Path)
+    ap.add_argument("--steps", type=int, default=50)
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # CTest runs it beside other tests: no spinning threads
+
+    initial = read_safetensors(args.dir / "initial.safetensors")
+    missing = [n + s for n in BATCH_NORMS for s in ("/gamma", "/moving_mean")
+               if n + s not in initial]
+    if missing:
+        print(f"replay_torch: {args.dir}: not examples/resnet's variables (no {missing[0]})",
+              file=sys.stderr)
+        return 2
+    rows = [line.split() for line in (args.dir / "losses.txt").read_text().splitlines()]
+    if any(len(r) != 2 for r in rows):
+        print(f"replay_torch: {args.dir}/losses.txt: not a loss and a learning rate per line",
+              file=sys.stderr)
+        return 2
+    ours = [float(r[0]) for r in rows]
+    rates = [float(r[1]) for r in rows]
+    images = np.fromfile(args.dir / "images.bin", dtype="<f4")
+    labels = np.fromfile(args.dir / "labels.bin", dtype="<i4")
+    batch = labels.size // len(ours) if ours else 0
+    if not ours or labels.size != batch * len(ours) or images.size != labels.size * 28 * 28:
+        print(f"replay_torch: {args.dir}: images.bin and labels.bin do not hold {len(ours)} "
+              "steps of one batch size", file=sys.stderr)
+        return 2
+    steps = min(args.steps, len(ours))
+    images = images.reshape(len(ours), batch, 28, 28, 1)[:steps]
+    labels = labels.reshape(len(ours), batch)[:steps]
+    rates = rates[:steps]
+
+    ref, ref_stats = replay(initial, images, labels, rates, torch.float64)
+    f32, f32_stats = replay(initial, images, labels, rates, torch.float32)
+    err = [abs(a - r) for a, r in zip(ours, ref)]
+    drift = [abs(a - r) for a, r in zip(f32, ref)]
+    print(f"{steps} steps, batch {batch}, learning rate {rates[0]:g} to {rates[-1]:g}")
+    print("| step | typeflow | PyTorch float64 | PyTorch float32 | typeflow - f64 | f32 - f64 |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for i in range(steps):
+        if i < 5 or i % 10 == 9:
+            print(f"| {i + 1} | {ours[i]:.7f} | {ref[i]:.7f} | {f32[i]:.7f} | {err[i]:.2e} "
+                  f"| {drift[i]:.2e} |")
+    worst, noise = max(err), max(drift)
+    # Adam on a residual net amplifies rounding step by step (float32's own drift reaches a few
+    # 1e-3 by step 50), so the rule is relative to that drift, with two absolute bounds: 1e-2
+    # over all steps, and 1e-5 over the first three, before the amplification (a wrong gradient
+    # shows at step 2)
+    early = max(err[:3])
+    ok = worst <= 4 * noise and worst <= 1e-2 and early <= 1e-5
+    print(f"largest |typeflow - float64| {worst:.3e} ({early:.1e} in the first 3 steps, at most "
+          f"1e-5); largest |float32 - float64| {noise:.3e}; ratio "
+          f"{worst / noise if noise else float('inf'):.2f} (at most 4): "
+          f"{'agrees' if ok else 'DOES NOT AGREE'}")
+    final = args.dir / "final.safetensors"
+    if final.exists() and steps == len(ours):
+        theirs = read_safetensors(final)
+        gap = max(float(np.max(np.abs(theirs[n] - ref_stats[n].numpy()))) for n in ref_stats)
+        gap32 = max(float(np.max(np.abs(f32_stats[n].numpy() - ref_stats[n].numpy())))
+                    for n in ref_stats)
+        stats_ok = gap <= 4 * gap32 + 1e-6
+        print(f"moving averages after step {steps}: largest |typeflow - float64| {gap:.3e}, "
+              f"|float32 - float64| {gap32:.3e} (at most 4 times): "
+              f"{'agree' if stats_ok else 'DO NOT AGREE'}")
+        ok = ok and stats_ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
