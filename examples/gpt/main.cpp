@@ -11,7 +11,6 @@
 // DIR/losses.txt (each step's loss, 9 significant digits).
 #include <algorithm>
 #include <bit>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +22,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../step_log.hpp"
 #include "model.hpp"
 #include "typeflow/io/checkpoint.hpp"
 
@@ -152,24 +152,14 @@ int main(int argc, char** argv) {
 
     std::mt19937_64 rng(o.seed);
     tensor<std::int32_t> x({o.batch_size, gpt::context}), y({o.batch_size, gpt::context});
-    auto last = std::chrono::steady_clock::now();
+    examples::step_log logger(o.batch_size, o.log_every, o.steps);
     for (std::int64_t step = 1; step <= o.steps; ++step) {
       draw(train, o.batch_size, rng, x, y);
       auto [l] = s.run(gpt::ty::fetch(gpt::loss, gpt::train_op), gpt::ty::feed(gpt::tokens, x),
                        gpt::ty::feed(gpt::targets, y));
       if (replay)
         replay->step(x, y, l[0]);
-      if (step % o.log_every == 0 || step == 1 || step == o.steps) {
-        const auto now = std::chrono::steady_clock::now();
-        const double dt = std::chrono::duration<double>(now - last).count();
-        const std::int64_t n =
-            step == 1 ? 1 : (step % o.log_every == 0 ? o.log_every : step % o.log_every);
-        std::printf("step %lld, loss = %.4f (%.1f examples/sec; %.3f sec/batch)\n",
-                    static_cast<long long>(step), static_cast<double>(l[0]),
-                    static_cast<double>(n * o.batch_size) / dt, dt / static_cast<double>(n));
-        std::fflush(stdout);
-        last = now;
-      }
+      logger.after(step, l[0]);
     }
 
     // validation: the mean loss over 20 batches of the held-out tenth

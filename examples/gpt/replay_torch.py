@@ -20,31 +20,15 @@ Needs Debian's python3-torch and python3-numpy (/usr/bin/python3); the model's h
 in the checkpoint, so --heads must match model.hpp (2).
 """
 import argparse
-import json
 import pathlib
-import struct
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
-
-
-def read_safetensors(path: pathlib.Path) -> dict:
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        data = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=DTYPES[info["dtype"]])
-        out[name] = data.reshape(info["shape"]).copy()
-    return out
-
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from torch_replay import TfAdam, loss_table, read_safetensors  # noqa: E402  (examples/)
 
 def model_loss(p: dict, tokens: torch.Tensor, targets: torch.Tensor, blocks: int,
                heads: int) -> torch.Tensor:
@@ -81,21 +65,13 @@ def replay(initial: dict, batches: np.ndarray, blocks: int, heads: int, lr: floa
                  if not n.endswith(("/adam_m", "/adam_v")) and initial[n].dtype.kind == "f"
                  and n != "learning_rate"]
     p = {n: torch.tensor(initial[n], dtype=dtype, requires_grad=True) for n in trainable}
-    m = {n: torch.zeros_like(p[n]) for n in trainable}
-    v = {n: torch.zeros_like(p[n]) for n in trainable}
-    b1, b2, eps = 0.9, 0.999, 1e-8
+    adam = TfAdam(p)
     losses = []
     for step, (x, y) in enumerate(batches, start=1):
         loss = model_loss(p, torch.from_numpy(x).long(), torch.from_numpy(y).long(), blocks, heads)
         grads = torch.autograd.grad(loss, [p[n] for n in trainable])
         losses.append(loss.item())
-        with torch.no_grad():
-            t = torch.tensor(float(step), dtype=dtype)
-            rate = lr * torch.sqrt(1 - b2 ** t) / (1 - b1 ** t)
-            for n, g in zip(trainable, grads):
-                m[n].mul_(b1).add_(g * (1 - b1))
-                v[n].mul_(b2).add_(g * g * (1 - b2))
-                p[n].sub_(rate * m[n] / (torch.sqrt(v[n]) + eps))
+        adam.step(trainable, grads, lr, step)
     return losses
 
 
@@ -129,15 +105,8 @@ def main() -> int:
 
     ref = replay(initial, batches, blocks, args.heads, lr, torch.float64)
     f32 = replay(initial, batches, blocks, args.heads, lr, torch.float32)
-    err = [abs(a - r) for a, r in zip(ours, ref)]
-    drift = [abs(a - r) for a, r in zip(f32, ref)]
     print(f"{steps} steps, batch {batches.shape[2]}, {blocks} blocks, learning rate {lr:g}")
-    print("| step | typeflow | PyTorch float64 | PyTorch float32 | typeflow - f64 | f32 - f64 |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for i in range(steps):
-        if i < 5 or i % 10 == 9:
-            print(f"| {i + 1} | {ours[i]:.7f} | {ref[i]:.7f} | {f32[i]:.7f} | {err[i]:.2e} "
-                  f"| {drift[i]:.2e} |")
+    err, drift = loss_table(ours, ref, f32)
     worst, noise = max(err), max(drift)
     ok = worst <= 4 * noise and worst <= 1e-3
     print(f"largest |typeflow - float64| {worst:.3e}; largest |float32 - float64| {noise:.3e}; "

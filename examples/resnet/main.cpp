@@ -17,7 +17,6 @@
 // and DIR/losses.txt (each step's loss and learning rate, 9 significant digits).
 #include <algorithm>
 #include <bit>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -30,6 +29,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "../step_log.hpp"
 #include "model.hpp"
 #include "typeflow/io/batch.hpp"
 #include "typeflow/io/checkpoint.hpp"
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
             .batch_size = o.batch_size, .shuffle = true, .seed = o.seed, .drop_last = true});
     const std::int64_t steps = o.epochs * batches.batches_per_epoch();
     std::mt19937_64 flips(o.seed + 1);
-    auto last = std::chrono::steady_clock::now();
+    examples::step_log logger(o.batch_size, o.log_every, steps);
     for (std::int64_t step = 1; step <= steps; ++step) {
       auto b = batches.next();
       if (!o.no_flip)
@@ -193,17 +193,7 @@ int main(int argc, char** argv) {
           ty::feed(resnet::labels, ty::tensor_view<std::int32_t>(b.labels.data(), {b.size})));
       if (replay)
         replay->step(b, l[0], rate);
-      if (step % o.log_every == 0 || step == 1 || step == steps) {
-        const auto now = std::chrono::steady_clock::now();
-        const double dt = std::chrono::duration<double>(now - last).count();
-        const std::int64_t n =
-            step == 1 ? 1 : (step % o.log_every == 0 ? o.log_every : step % o.log_every);
-        std::printf("step %lld, loss = %.4f (%.1f examples/sec; %.3f sec/batch)\n",
-                    static_cast<long long>(step), static_cast<double>(l[0]),
-                    static_cast<double>(n * o.batch_size) / dt, dt / static_cast<double>(n));
-        std::fflush(stdout);
-        last = now;
-      }
+      logger.after(step, l[0]);
     }
     std::printf("test accuracy = %.4f\n", test_accuracy(s, test));
     if (!o.checkpoint.empty()) {

@@ -23,33 +23,19 @@ with as many steps as replayed): at most 4 times float32's drift from float64. E
 Needs Debian's python3-torch and python3-numpy (/usr/bin/python3).
 """
 import argparse
-import json
 import pathlib
-import struct
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from torch_replay import TfAdam, loss_table, read_safetensors  # noqa: E402  (examples/)
+
 BLOCKS = [("res1", 16, 1), ("res2", 32, 2), ("res3", 64, 2)]
 BATCH_NORMS = ["stem/bn"] + [f"{b}/{n}" for b, _, _ in BLOCKS for n in ("bn1", "bn2")] + [
     "res2/shortcut_bn", "res3/shortcut_bn"]
-
-
-def read_safetensors(path: pathlib.Path) -> dict:
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        data = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=DTYPES[info["dtype"]])
-        out[name] = data.reshape(info["shape"]).copy()
-    return out
 
 
 def conv_same(x, w, stride):
@@ -97,21 +83,13 @@ def replay(initial: dict, images: np.ndarray, labels: np.ndarray, rates: list,
     p = {n: torch.tensor(initial[n], dtype=dtype, requires_grad=True) for n in trainable}
     stats = {n: torch.tensor(initial[n], dtype=dtype) for n in initial
              if n.endswith(("/moving_mean", "/moving_variance"))}
-    m = {n: torch.zeros_like(p[n]) for n in trainable}
-    v = {n: torch.zeros_like(p[n]) for n in trainable}
-    b1, b2, eps = 0.9, 0.999, 1e-8
+    adam = TfAdam(p)
     losses = []
     for step, (x, y, lr) in enumerate(zip(images, labels, rates), start=1):
         loss = model_loss(p, stats, torch.tensor(x, dtype=dtype), torch.from_numpy(y).long())
         grads = torch.autograd.grad(loss, [p[n] for n in trainable])
         losses.append(loss.item())
-        with torch.no_grad():
-            t = torch.tensor(float(step), dtype=dtype)
-            rate = lr * torch.sqrt(1 - b2 ** t) / (1 - b1 ** t)
-            for n, g in zip(trainable, grads):
-                m[n].mul_(b1).add_(g * (1 - b1))
-                v[n].mul_(b2).add_(g * g * (1 - b2))
-                p[n].sub_(rate * m[n] / (torch.sqrt(v[n]) + eps))
+        adam.step(trainable, grads, lr, step)
     return losses, stats
 
 
@@ -150,15 +128,8 @@ def main() -> int:
 
     ref, ref_stats = replay(initial, images, labels, rates, torch.float64)
     f32, f32_stats = replay(initial, images, labels, rates, torch.float32)
-    err = [abs(a - r) for a, r in zip(ours, ref)]
-    drift = [abs(a - r) for a, r in zip(f32, ref)]
     print(f"{steps} steps, batch {batch}, learning rate {rates[0]:g} to {rates[-1]:g}")
-    print("| step | typeflow | PyTorch float64 | PyTorch float32 | typeflow - f64 | f32 - f64 |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for i in range(steps):
-        if i < 5 or i % 10 == 9:
-            print(f"| {i + 1} | {ours[i]:.7f} | {ref[i]:.7f} | {f32[i]:.7f} | {err[i]:.2e} "
-                  f"| {drift[i]:.2e} |")
+    err, drift = loss_table(ours, ref, f32)
     worst, noise = max(err), max(drift)
     # Adam on a residual net amplifies rounding step by step (float32's own drift reaches a few
     # 1e-3 by step 50), so the rule is relative to that drift, with two absolute bounds: 1e-2
