@@ -107,29 +107,35 @@ struct prepend<N, type_list<Ts...>> {
   using type = type_list<N, Ts...>;
 };
 
-template <class Carry, class... Ns>
+template <class List, class N>
+struct in_list;
+template <class... Ts, class N>
+struct in_list<type_list<Ts...>, N> : std::bool_constant<(std::is_same_v<Ts, N> || ...)> {};
+
+/// Allowed: a type_list of the body's own placeholders (its argument, a scan's step input).
+template <class Allowed, class... Ns>
 struct body_leaves;
-template <class Carry>
-struct body_leaves<Carry> {
+template <class Allowed>
+struct body_leaves<Allowed> {
   using variables = type_list<>;
   static constexpr bool other_placeholder = false, assigns = false;
 };
-template <class Carry, class N, class... Ns>
-struct body_leaves<Carry, N, Ns...> {
-  using rest = body_leaves<Carry, Ns...>;
+template <class Allowed, class N, class... Ns>
+struct body_leaves<Allowed, N, Ns...> {
+  using rest = body_leaves<Allowed, Ns...>;
   static constexpr bool is_var = op_is_variable<typename N::op>::value;
   using variables = std::conditional_t<is_var, typename prepend<N, typename rest::variables>::type,
                                        typename rest::variables>;
   static constexpr bool other_placeholder =
       rest::other_placeholder ||
-      (op_traits<typename N::op>::placeholder && !std::is_same_v<N, Carry>);
+      (op_traits<typename N::op>::placeholder && !in_list<Allowed, N>::value);
   static constexpr bool assigns =
       rest::assigns || N::op::kind == node_kind::group || op_traits<typename N::op>::state;
 };
-template <class Carry, class List>
+template <class Allowed, class List>
 struct body_leaves_of;
-template <class Carry, class... Ns>
-struct body_leaves_of<Carry, type_list<Ns...>> : body_leaves<Carry, Ns...> {};
+template <class Allowed, class... Ns>
+struct body_leaves_of<Allowed, type_list<Ns...>> : body_leaves<Allowed, Ns...> {};
 
 template <class V>
 struct param_of;
@@ -217,7 +223,7 @@ consteval auto repeat(Body body, X) {
   if constexpr (any_invalid<Out>) {
     return invalid_expr{};
   } else {
-    using L = detail::body_leaves_of<Carry, graph::topological_order<Out>>;
+    using L = detail::body_leaves_of<type_list<Carry>, graph::topological_order<Out>>;
     if constexpr (L::assigns) {
       using invalid [[maybe_unused]] = detail::reject<detail::repeat_assign_message<N>>;
       return invalid_expr{};

@@ -1,8 +1,9 @@
 // Control flow: a block of layers repeated N times with its variables stacked along a leading
-// layer axis (jax.lax.scan, flax nn.scan, dlib's repeat). nn/repeat.hpp builds these nodes from
-// a body function; the executor runs them (runtime/executor.hpp) as loops over the body's own
-// plan, which is instantiated once whatever N is. They have no kernel of their own (so none on a
-// GPU either: placement moves them to cpu<0>).
+// layer axis (jax.lax.scan, flax nn.scan, dlib's repeat), and a scan over a sequence's time axis
+// with its variables shared by every step (tf.scan, dynamic_rnn). nn/repeat.hpp and nn/scan.hpp
+// build these nodes from a body function; the executor runs them (runtime/loops.hpp) as loops
+// over the body's own plan, which is instantiated once whatever the layer or step count. They
+// have no kernel of their own (so none on a GPU either: placement moves them to cpu<0>).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -52,10 +53,63 @@ struct repeat_vjp : no_dtype_rule {
   static std::string attrs() { return "n=" + std::to_string(N); }
 };
 
+/// scan: h_0 = init, h_{t+1} = Body(Carry = h_t, Input = xs[t], Params = the variables) for t
+/// from 0 to T - 1 (T = xs's leading extent); the value is h_1 ... h_T stacked, [T, carry...]
+/// (tf.scan's). Operands: init, xs, then the variables the body reads, shared by every step (not
+/// stacked). nn/scan.hpp builds it; the executor runs it (runtime/loops.hpp).
+template <class Body, class Carry, class Input, class... Params>
+struct scan : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::nn;
+  static constexpr std::string_view name = "scan";
+  static constexpr bool control_flow = true;
+  static constexpr bool keeps_float32 = true; // the gradient's steps read the exact carries
+  template <class H, class X, class... S>
+  using value_type = typename H::value_type;
+  template <std::size_t RH, std::size_t RX, std::size_t... RS>
+  static constexpr rule_result<RH + 1> rule(const dims_t<RH>& h, const dims_t<RX>& x,
+                                            const dims_t<RS>&...) {
+    rule_result<RH + 1> r{};
+    if constexpr (RX == 0) {
+      r.error = "the sequence has no time axis";
+    } else {
+      r.dims[0] = x[0];
+      for (std::size_t i = 0; i < RH; ++i)
+        r.dims[i + 1] = h[i];
+    }
+    return r;
+  }
+};
+
+/// scan_vjp: scan's vector-Jacobian product. Operands: g (the gradient of scan's value), y
+/// (scan's value: the carries h_1 ... h_T, stored by the forward, so nothing is recomputed but
+/// the body's insides), init, xs, the variables. Its value is one vector: the variables'
+/// gradients in order (each summed over the steps), then xs's and init's, or init's and xs's
+/// when InitFirst (the gradient rule slices it apart). Grads is a type_list of the body's
+/// gradients with respect to Carry, Input and Params..., with upstream gradient Seed (a
+/// placeholder of the carry's shape); they run from step T - 1 down to 0.
+template <class Body, class Carry, class Input, class Seed, class Grads, bool InitFirst,
+          class... Params>
+struct scan_vjp : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::nn;
+  static constexpr std::string_view name = "scan_grad";
+  static constexpr bool control_flow = true;
+  template <class G, class Y, class H, class X, class... S>
+  using value_type = typename H::value_type;
+  template <std::size_t RG, std::size_t RY, std::size_t RH, std::size_t RX, std::size_t... RS>
+  static constexpr rule_result<1> rule(const dims_t<RG>&, const dims_t<RY>&, const dims_t<RH>& h,
+                                       const dims_t<RX>& x, const dims_t<RS>&... s) {
+    rule_result<1> r{};
+    r.dims[0] = is_static(h) && is_static(x)
+                    ? numel(h) + numel(x) + (std::int64_t{0} + ... + numel(s))
+                    : dyn;
+    return r;
+  }
+};
+
 } // namespace typeflow::ops
 
 namespace typeflow {
-/// Whether op Op is a loop the executor runs itself (repeat, repeat_vjp).
+/// Whether op Op is a loop the executor runs itself (repeat, scan and their gradients).
 template <class Op>
 concept control_flow_op = op_traits<Op>::control_flow;
 } // namespace typeflow

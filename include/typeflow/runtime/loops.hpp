@@ -1,4 +1,9 @@
-// The interpreter of `repeat` loops (ops/repeat.hpp), on the executor's public interface.
+// The interpreter of `repeat` and `scan` loops (ops/repeat.hpp), on the executor's public
+// interface. A scan runs the same way over a sequence's steps (the carry, the step's slice of xs
+// and the shared variables bound to the body's placeholders), writing each carry into its value;
+// its gradient (scan_vjp) reads the carries from that value, runs the body's gradient plan from
+// the last step down and sums the shared variables' gradients over the steps.
+//
 //
 // A repeat runs its body's own plan once per layer, on cpu<0>: the carried value and the
 // layer's slice of each stacked variable are bound to the body's placeholders (no copy), the
@@ -11,6 +16,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -122,6 +128,95 @@ struct loop_interpreter {
       at += N * n;
     check_carry(g, fr[X::index], 0);
     cpu_backend::write_slice<T>(out, at, g.data, g.dims.numel());
+  }
+
+  /// The extents of one step of a sequence: its dims without the leading (time) axis.
+  static backend::rt_dims step_dims(const backend::rt_dims& d) {
+    backend::rt_dims s;
+    s.rank = d.rank - 1;
+    for (std::size_t i = 1; i < d.rank; ++i)
+      s.d[i - 1] = d.d[i];
+    return s;
+  }
+  static void check_step(const value& got, const backend::rt_dims& want, std::int64_t t,
+                         const char* what) {
+    if (got.data && !(got.dims == want))
+      throw error("scan: step " + std::to_string(t) + " gave " + got.dims.str() + " for " + what +
+                  " of " + want.str() + " (a body must keep its carry's shape)");
+  }
+
+  template <class Body, class Carry, class Input, class... Params, class H, class X, class... S>
+  static void run(Ex& ex, ops::scan<Body, Carry, Input, Params...>*, value* fr, H*, X*, S*...) {
+    using T = typename Body::value_type;
+    using P = body_plan<Body>;
+    const value& h0 = fr[H::index];
+    const value& xs = fr[X::index];
+    const backend::rt_dims xd = step_dims(xs.dims);
+    const std::int64_t steps = xs.dims.d[0], nx = xd.numel(), nh = h0.dims.numel();
+    T* out = ex.cpu_context().template allocate<T>(fr[0]);
+    const T* x = static_cast<const T*>(xs.data);
+    for (std::int64_t t = 0; t < steps; ++t) {
+      std::vector<value> v(P::slots);
+      bind_body<P, Carry>(v, t == 0 ? h0.data : out + (t - 1) * nh, h0.dims);
+      bind_body<P, Input>(v, x + t * nx, xd);
+      (bind_body<P, Params>(v, fr[S::index].data, fr[S::index].dims), ...);
+      ex.template run_body<P>(v, t);
+      const value& y = v[P::template index_c<Body>::value];
+      check_step(y, h0.dims, t, "a carry");
+      cpu_backend::write_slice<T>(out, t * nh, y.data, nh);
+    }
+  }
+
+  template <class Body, class Carry, class Input, class Seed, class... G, bool InitFirst,
+            class... Params, class GY, class Y, class H, class X, class... S>
+  static void run(Ex& ex,
+                  ops::scan_vjp<Body, Carry, Input, Seed, type_list<G...>, InitFirst, Params...>*,
+                  value* fr, GY*, Y*, H*, X*, S*...) {
+    using T = typename H::value_type;
+    using Q = body_plan<G...>;
+    static_assert(sizeof...(G) == 2 + sizeof...(Params), "scan_grad: one gradient per input");
+    const value& h0 = fr[H::index];
+    const value& xs = fr[X::index];
+    const backend::rt_dims xd = step_dims(xs.dims);
+    const std::int64_t steps = xs.dims.d[0], nx = xd.numel(), nh = h0.dims.numel();
+    T* out = ex.cpu_context().template allocate<T>(fr[0]);
+    constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
+    constexpr std::size_t slot[] = {Q::template index_c<G>::value...};
+    std::int64_t shared = 0;
+    for (std::int64_t n : sizes)
+      shared += n;
+    std::fill_n(out, shared, T(0));
+    const std::int64_t at_x = InitFirst ? shared + nh : shared;
+    const std::int64_t at_h = InitFirst ? shared : shared + steps * nx;
+    const T* gy = static_cast<const T*>(fr[GY::index].data); // null: a zero gradient
+    const T* ys = static_cast<const T*>(fr[Y::index].data);
+    const T* x = static_cast<const T*>(xs.data);
+    std::vector<T> seed(static_cast<std::size_t>(nh)), carry(static_cast<std::size_t>(nh), T(0));
+    for (std::int64_t t = steps; t-- > 0;) {
+      // the gradient reaching h_{t+1}: the value's own at step t, and what step t + 1 sent back
+      for (std::int64_t i = 0; i < nh; ++i)
+        seed[static_cast<std::size_t>(i)] =
+            (gy ? gy[t * nh + i] : T(0)) + carry[static_cast<std::size_t>(i)];
+      std::vector<value> v(Q::slots);
+      bind_body<Q, Carry>(v, t == 0 ? h0.data : ys + (t - 1) * nh, h0.dims);
+      bind_body<Q, Input>(v, x + t * nx, xd);
+      bind_body<Q, Seed>(v, seed.data(), h0.dims);
+      (bind_body<Q, Params>(v, fr[S::index].data, fr[S::index].dims), ...);
+      ex.template run_body<Q>(v, t);
+      std::int64_t at = 0;
+      for (std::size_t j = 0; j < sizeof...(Params); ++j) {
+        cpu_backend::add_slice<T>(out, at, v[slot[j + 2]].data, sizes[j]);
+        at += sizes[j];
+      }
+      check_step(v[slot[1]], xd, t, "the gradient of a step's input");
+      cpu_backend::write_slice<T>(out, at_x + t * nx, v[slot[1]].data, nx);
+      check_step(v[slot[0]], h0.dims, t, "the gradient of a carry");
+      if (v[slot[0]].data)
+        std::memcpy(carry.data(), v[slot[0]].data, sizeof(T) * static_cast<std::size_t>(nh));
+      else
+        std::fill(carry.begin(), carry.end(), T(0));
+    }
+    cpu_backend::write_slice<T>(out, at_h, carry.data(), nh);
   }
 };
 

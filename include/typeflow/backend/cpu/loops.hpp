@@ -1,6 +1,6 @@
-// What the executor's loops (ops/repeat.hpp, run by runtime/executor.hpp) need of the CPU: a
-// body's value made independent of the buffers bound to the body, and a layer's gradients
-// written into the slices of repeat_grad's packed result.
+// What the executor's loops (ops/repeat.hpp, run by runtime/loops.hpp) need of the CPU: a body's
+// value made independent of the buffers bound to the body, and a layer's or step's gradients
+// written (or, for a scan's shared variables, added) into the slices of a packed result.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -32,6 +32,18 @@ void write_slice(T* dst, std::int64_t at, const void* src, std::int64_t n) {
     std::memcpy(dst + at, src, sizeof(T) * static_cast<std::size_t>(n));
   else
     std::fill_n(dst + at, n, T(0));
+}
+
+/// Adds `n` elements of `src` to `dst + at`: a step's gradient of a variable a scan shares, summed
+/// over the steps. A gradient without a buffer (zero, as above) adds nothing.
+template <class T>
+void add_slice(T* dst, std::int64_t at, const void* src, std::int64_t n) {
+  if (!src)
+    return;
+  const T* s = static_cast<const T*>(src);
+  T* d = dst + at;
+  for (std::int64_t i = 0; i < n; ++i)
+    d[i] += s[i];
 }
 
 } // namespace typeflow::cpu_backend
