@@ -1433,6 +1433,10 @@ TEST_SUITE("ops") {
     ty::session s;
     auto [f] = s.run(ty::fetch(ty::broadcast_to<ty::shape<ty::dyn, 3>>(c)), ty::feed(c, cs));
     check_tensor(f, ref_broadcast_to(to_nd(cs), {2, 3}), "broadcast_to<[dyn,3]>([2,1])");
+    // a fed extent of 1 is the extent, not a broadcast (a batch of one)
+    const auto one = rnd<float>({1, 1}, 131);
+    auto [f1] = s.run(ty::fetch(ty::broadcast_to<ty::shape<ty::dyn, 3>>(c)), ty::feed(c, one));
+    check_tensor(f1, ref_broadcast_to(to_nd(one), {1, 3}), "broadcast_to<[dyn,3]>([1,1])");
   }
 
   TEST_CASE("fused chain with broadcasting: relu(x * w + b) - sigmoid(x)") {

@@ -277,8 +277,8 @@ struct broadcast_to : no_dtype_rule {
     if (!b.ok())
       r.error = "shape cannot be broadcast";
     for (std::size_t i = 0; i < Shape::rank && b.ok(); ++i) {
-      if (Shape::dims[i] == dyn)
-        r.dims[i] = b.dims[i]; // a dyn target extent comes from the input
+      if (Shape::dims[i] == dyn) // a dyn target extent is the input's own (1 stays 1)
+        r.dims[i] = i + R >= Shape::rank ? d[i + R - Shape::rank] : dyn;
       else if (b.dims[i] != Shape::dims[i])
         r.error = "shape cannot be broadcast";
     }

@@ -1,18 +1,23 @@
-# example.gpt: examples/gpt trains briefly on a text corpus: the main job's log line, a loss that
-# falls (the validation loss at least 1.0 nat under the first step's, about ln 128 = 4.85), a
-# generated sample; and clear errors for a missing corpus and a bad flag.
-# Usage: cmake -DEXE=<gpt> -DDATA=<corpus dir or file> -P gpt_smoke.cmake
-execute_process(COMMAND "${EXE}" --data "${DATA}" --steps 150 --log-every 50 --batch-size 16
+# example.gpt, example.lstm: a character-level example (examples/text_main.hpp) trains briefly on
+# a text corpus: the main job's log line, a loss that falls (the validation loss at least 1.0 nat
+# under the first step's, about ln 128 = 4.85), a generated sample; and clear errors for a missing
+# corpus and a bad flag.
+# Usage: cmake -DEXE=<gpt|lstm> -DNAME=<gpt|lstm> -DDATA=<corpus dir or file> [-DSTEPS=150]
+#        -P text_smoke.cmake
+if(NOT DEFINED STEPS)
+  set(STEPS 150)
+endif()
+execute_process(COMMAND "${EXE}" --data "${DATA}" --steps ${STEPS} --log-every 50 --batch-size 16
                         --threads 2 --sample 120
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "gpt exited with ${rc}:\n${out}\n${err}")
+  message(FATAL_ERROR "${NAME} exited with ${rc}:\n${out}\n${err}")
 endif()
 if(NOT out MATCHES "step 1, loss = ([0-9]+\\.[0-9]+) \\([0-9]+\\.[0-9] examples/sec; [0-9]+\\.[0-9][0-9][0-9] sec/batch\\)\n")
   message(FATAL_ERROR "no log line for step 1 in:\n${out}")
 endif()
 set(first "${CMAKE_MATCH_1}")
-if(NOT out MATCHES "step 150, loss = ")
+if(NOT out MATCHES "step ${STEPS}, loss = ")
   message(FATAL_ERROR "no log line for the last step in:\n${out}")
 endif()
 if(NOT out MATCHES "validation loss = ([0-9]+\\.[0-9]+)\n")
@@ -33,11 +38,11 @@ string(LENGTH "${sample}" n)
 if(n LESS 100)
   message(FATAL_ERROR "the sample has ${n} bytes, not 120:\n${out}")
 endif()
-message(STATUS "gpt: step 1 loss ${first}, validation loss ${valid}")
+message(STATUS "${NAME}: step 1 loss ${first}, validation loss ${valid}")
 
 execute_process(COMMAND "${EXE}" --data /nonexistent/corpus --steps 1
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-if(rc EQUAL 0 OR NOT err MATCHES "gpt: typeflow: cannot read /nonexistent/corpus")
+if(rc EQUAL 0 OR NOT err MATCHES "${NAME}: typeflow: cannot read /nonexistent/corpus")
   message(FATAL_ERROR "a missing corpus: exit ${rc}, stderr:\n${err}")
 endif()
 execute_process(COMMAND "${EXE}" --steps 0 OUTPUT_VARIABLE out ERROR_VARIABLE err
