@@ -418,3 +418,49 @@ TEST_CASE("repeat: stacked variables go through a checkpoint like any variable")
         0);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("repeat: ty::store gives ty::recompute's value and gradients, with fewer steps") {
+  static constexpr auto x = ty::placeholder<"x", double, ty::shape<ty::dyn, width>>;
+  auto body = [](auto h) {
+    return h + ty::tanh(ty::dense<"dense", width, ty::uniform<-0.6, 0.6>, ty::uniform<-0.2, 0.2>>(
+                   ty::dropout<3>(h, ty::constant<0.75>)));
+  };
+  static constexpr auto hr = ty::repeat<6, "block">(body, x);
+  static constexpr auto hs = ty::repeat<6, "block", ty::store>(body, x);
+  static_assert(std::is_same_v<typename decltype(hs)::shape_type, ty::shape<ty::dyn, width>>);
+  // one name, one variable: the two repeats share theirs
+  static constexpr auto w = ty::find_variable<"block/dense/weights">(hs);
+  static constexpr auto b = ty::find_variable<"block/dense/biases">(hs);
+  static constexpr auto lr = ty::sum(ty::square(hr)) * ty::constant<0.5>;
+  static constexpr auto ls = ty::sum(ty::square(hs)) * ty::constant<0.5>;
+  const auto [gxr, gwr, gbr] = ty::grad(lr, x, w, b);
+  const auto [gxs, gws, gbs] = ty::grad(ls, x, w, b);
+  ty::session<> s(ty::session_options{.threads = 1, .seed = 11});
+  const auto xv = inputs<double>(4);
+  // one run: the same layers draw the same dropout masks in both
+  auto [ya, dxa, dwa, dba, yb, dxb, dwb, dbb] =
+      s.run(ty::fetch(hr, gxr, gwr, gbr, hs, gxs, gws, gbs), ty::feed(x, xv));
+  auto worst = [](const ty::tensor<double>& a, const ty::tensor<double>& c) {
+    REQUIRE(a.shape() == c.shape());
+    double d = 0;
+    for (i64 i = 0; i < a.size(); ++i)
+      d = std::max(d, std::abs(a[i] - c[i]) / (1 + std::abs(a[i])));
+    return d;
+  };
+  CHECK(dwb.shape() == std::vector<i64>{6, width, width});
+  CHECK(worst(ya, yb) <= 1e-15);
+  CHECK(worst(dxa, dxb) <= 1e-15);
+  CHECK(worst(dwa, dwb) <= 1e-15);
+  CHECK(worst(dba, dbb) <= 1e-15);
+  double norm = 0;
+  for (i64 i = 0; i < dwb.size(); ++i)
+    norm += std::abs(dwb[i]);
+  CHECK(norm > 0.1);
+  // the stored forward spares the gradient a pass over the layers: fewer kernel steps
+  (void)s.run(ty::fetch(gxr, gwr, gbr), ty::feed(x, xv));
+  const std::size_t steps_recompute = s.stats().steps;
+  (void)s.run(ty::fetch(gxs, gws, gbs), ty::feed(x, xv));
+  const std::size_t steps_store = s.stats().steps;
+  INFO("recompute " << steps_recompute << " steps, store " << steps_store);
+  CHECK(steps_store < steps_recompute);
+}

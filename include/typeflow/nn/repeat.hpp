@@ -19,6 +19,12 @@
 // no placeholder but its argument, assign no variable, and its variables have x's dtype. The loops
 // run on the CPU (a placement that puts the node on a GPU moves it to cpu<0>; describe_placement()
 // says so).
+//
+// repeat<N, "block", ty::store>(body, x) keeps the layers' inputs instead: the forward is a
+// repeat_stored node whose value stacks h_0 ... h_N ([N + 1, x...]; the user gets row N), and
+// the gradient reads each layer's input from it, so a training step runs the layers forward once
+// less, and holds the N + 1 carries from the forward to the gradient. Either way a layer's own
+// activations are recomputed by its gradient plan. Both give the same values, bit for bit.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -32,6 +38,13 @@
 #include "initializers.hpp"
 
 namespace typeflow {
+
+/// Where repeat's gradient finds each layer's input (docs/repeat.md): recomputed from x by the
+/// gradient (the forward keeps only its value; the default), or stored by the forward (its
+/// value keeps h_0 ... h_N, [N + 1, x...]: one forward pass less per training step, N + 1 carries
+/// held from the forward to the gradient).
+struct recompute {};
+struct store {};
 
 /// Initializer of a stacked variable: each of its N layers initialized by Init as a variable of
 /// the layer's shape (so glorot_uniform sees a layer's fans, not the stack's). Attributes of Init
@@ -202,19 +215,57 @@ struct repeat_assign_message {
   }
 };
 
-template <std::int64_t N, class Block, class Body, class Carry, class X, class... V>
+/// Row `Row` of a [M, x...] stack, as x's shape.
+template <std::int64_t Row, class Y, class X, std::size_t... I>
+consteval auto stack_row(std::index_sequence<I...>) {
+  return typeflow::reshape_like(
+      typeflow::slice<ints<Row, (static_cast<std::int64_t>(I) * 0)...>,
+                      ints<1, (static_cast<std::int64_t>(I) * 0 - 1)...>>(Y{}),
+      X{});
+}
+
+template <std::int64_t N, class Block, class Body, class Carry, class Policy, class X, class... V>
 consteval auto make_repeat(X, type_list<V...>) {
   using B = typename body_with_params<Body>::type;
-  return make_node<ops::repeat<N, B, Carry, typename param_of<V>::type...>, X,
-                   typename stacked_of<N, Block, V>::type...>();
+  if constexpr (std::is_same_v<Policy, store>) {
+    using Y = decltype(make_node<ops::repeat_stored<N, B, Carry, typename param_of<V>::type...>, X,
+                                 typename stacked_of<N, Block, V>::type...>());
+    return stack_row<N, Y, X>(std::make_index_sequence<X::shape_type::rank>{});
+  } else {
+    return make_node<ops::repeat<N, B, Carry, typename param_of<V>::type...>, X,
+                     typename stacked_of<N, Block, V>::type...>();
+  }
+}
+
+/// The slice of a repeat's packed gradient (VJP's value) for its operand S: x (0), or a stacked
+/// variable.
+template <std::size_t S, class VJP, class X, class... St>
+consteval auto repeat_grad_slice(X x) {
+  if constexpr (S == 0) {
+    constexpr std::int64_t at = (std::int64_t{0} + ... + numel(St::shape_type::dims));
+    return typeflow::reshape_like(typeflow::slice<ints<at>, ints<-1>>(VJP{}), x);
+  } else {
+    constexpr std::int64_t at = [] {
+      constexpr std::int64_t sz[] = {numel(St::shape_type::dims)..., 0};
+      std::int64_t o = 0;
+      for (std::size_t i = 0; i + 1 < S; ++i)
+        o += sz[i];
+      return o;
+    }();
+    using SV = std::tuple_element_t<S - 1, std::tuple<St...>>;
+    return typeflow::reshape_like(
+        typeflow::slice<ints<at>, ints<numel(SV::shape_type::dims)>>(VJP{}), SV{});
+  }
 }
 
 } // namespace detail
 
-/// repeat<N, "block">(body, x): see the header comment.
-template <std::int64_t N, fixed_string Block, class Body, expression X>
+/// repeat<N, "block">(body, x), repeat<N, "block", ty::store>(body, x): see the header comment.
+template <std::int64_t N, fixed_string Block, class Policy = recompute, class Body, expression X>
 consteval auto repeat(Body body, X) {
   static_assert(N >= 1, "repeat: the layer count N must be at least 1");
+  static_assert(std::is_same_v<Policy, recompute> || std::is_same_v<Policy, store>,
+                "repeat: the policy is ty::recompute or ty::store");
   static_assert(is_floating<typename X::value_type>,
                 "repeat: the carried value must be float32 or float64");
   using Carry = expr<ops::placeholder<detail::carry_name<name_t<Block>>, typename X::value_type,
@@ -243,7 +294,8 @@ consteval auto repeat(Body body, X) {
           typename X::value_type>>;
       return invalid_expr{};
     } else {
-      return detail::make_repeat<N, name_t<Block>, Out, Carry>(X{}, typename L::variables{});
+      return detail::make_repeat<N, name_t<Block>, Out, Carry, Policy>(X{},
+                                                                       typename L::variables{});
     }
   }
 }
@@ -268,21 +320,25 @@ struct grad_rule<ops::repeat<N, Body, Carry, Params...>> {
     using vjp_node = decltype(make_node<ops::repeat_vjp<N, Body, Carry, seed_ph,
                                                         typename as_list<grads_t>::type, Params...>,
                                         G, X, St...>());
-    if constexpr (S == 0) {
-      constexpr std::int64_t at = (std::int64_t{0} + ... + numel(St::shape_type::dims));
-      return typeflow::reshape_like(typeflow::slice<ints<at>, ints<-1>>(vjp_node{}), x);
-    } else {
-      constexpr std::int64_t at = [] {
-        constexpr std::int64_t sz[] = {numel(St::shape_type::dims)..., 0};
-        std::int64_t o = 0;
-        for (std::size_t i = 0; i + 1 < S; ++i)
-          o += sz[i];
-        return o;
-      }();
-      using SV = std::tuple_element_t<S - 1, std::tuple<St...>>;
-      return typeflow::reshape_like(
-          typeflow::slice<ints<at>, ints<numel(SV::shape_type::dims)>>(vjp_node{}), SV{});
-    }
+    return detail::repeat_grad_slice<S, vjp_node, X, St...>(x);
+  }
+};
+
+/// The gradient of repeat under ty::store: one repeat_stored_vjp node, which reads the layers'
+/// inputs from the stored carries, sliced as repeat's.
+template <std::int64_t N, class Body, class Carry, class... Params>
+struct grad_rule<ops::repeat_stored<N, Body, Carry, Params...>>
+    : grad_rule<ops::repeat<N, Body, Carry, Params...>> {
+  using base = grad_rule<ops::repeat<N, Body, Carry, Params...>>;
+  template <std::size_t S, class Y, class G, class X, class... St>
+  static consteval auto vjp(Y, G, X x, St...) {
+    using vjp_node =
+        decltype(make_node<
+                 ops::repeat_stored_vjp<
+                     N, Body, Carry, typename base::seed_ph,
+                     typename base::template as_list<typename base::grads_t>::type, Params...>,
+                 G, Y, X, St...>());
+    return detail::repeat_grad_slice<S, vjp_node, X, St...>(x);
   }
 };
 

@@ -53,6 +53,48 @@ struct repeat_vjp : no_dtype_rule {
   static std::string attrs() { return "n=" + std::to_string(N); }
 };
 
+/// repeat_stored: repeat under ty::store, with repeat's operands; its value keeps every layer's
+/// input: h_0 ... h_N stacked, [N + 1, x...] (nn/repeat.hpp gives the user the last row).
+template <std::int64_t N, class Body, class Carry, class... Params>
+struct repeat_stored : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::nn;
+  static constexpr std::string_view name = "repeat_stored";
+  static constexpr bool control_flow = true;
+  static constexpr bool keeps_float32 = true; // the gradient's layers read the exact carries
+  template <class X, class... S>
+  using value_type = typename X::value_type;
+  template <std::size_t RX, std::size_t... RS>
+  static constexpr rule_result<RX + 1> rule(const dims_t<RX>& x, const dims_t<RS>&...) {
+    rule_result<RX + 1> r{};
+    r.dims[0] = N + 1;
+    for (std::size_t i = 0; i < RX; ++i)
+      r.dims[i + 1] = x[i];
+    return r;
+  }
+  static std::string attrs() { return "n=" + std::to_string(N); }
+};
+
+/// repeat_stored_vjp: repeat_stored's vector-Jacobian product. Operands: g (the gradient of the
+/// stacked carries), y (the stacked carries, stored by the forward: nothing is recomputed but each
+/// layer's insides), x, the stacked variables. Its value is repeat_vjp's: the stacked variables'
+/// gradients in order, then x's.
+template <std::int64_t N, class Body, class Carry, class Seed, class Grads, class... Params>
+struct repeat_stored_vjp : no_dtype_rule {
+  static constexpr node_kind kind = node_kind::nn;
+  static constexpr std::string_view name = "repeat_stored_grad";
+  static constexpr bool control_flow = true;
+  template <class G, class Y, class X, class... S>
+  using value_type = typename X::value_type;
+  template <std::size_t RG, std::size_t RY, std::size_t RX, std::size_t... RS>
+  static constexpr rule_result<1> rule(const dims_t<RG>&, const dims_t<RY>&, const dims_t<RX>& x,
+                                       const dims_t<RS>&... s) {
+    rule_result<1> r{};
+    r.dims[0] = is_static(x) ? (numel(x) + ... + numel(s)) : dyn;
+    return r;
+  }
+  static std::string attrs() { return "n=" + std::to_string(N); }
+};
+
 /// scan: h_0 = init, h_{t+1} = Body(Carry = h_t, Input = xs[t], Params = the variables) for t
 /// from 0 to T - 1 (T = xs's leading extent); the value is h_1 ... h_T stacked, [T, carry...]
 /// (tf.scan's). Operands: init, xs, then the variables the body reads, shared by every step (not
@@ -109,7 +151,8 @@ struct scan_vjp : no_dtype_rule {
 } // namespace typeflow::ops
 
 namespace typeflow {
-/// Whether op Op is a loop the executor runs itself (repeat, scan and their gradients).
+/// Whether op Op is a loop the executor runs itself (repeat, repeat_stored, scan and their
+/// gradients).
 template <class Op>
 concept control_flow_op = op_traits<Op>::control_flow;
 } // namespace typeflow

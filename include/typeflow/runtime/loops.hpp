@@ -130,6 +130,73 @@ struct loop_interpreter {
     cpu_backend::write_slice<T>(out, at, g.data, g.dims.numel());
   }
 
+  /// repeat under ty::store: the layers as repeat's, each carry written into its row of the
+  /// value (row 0 is x).
+  template <std::int64_t N, class Body, class Carry, class... Params, class X, class... S>
+  static void run(Ex& ex, ops::repeat_stored<N, Body, Carry, Params...>*, value* fr, X*, S*...) {
+    using T = typename Body::value_type;
+    using P = body_plan<Body>;
+    const value& x = fr[X::index];
+    const std::int64_t n = x.dims.numel();
+    T* out = ex.cpu_context().template allocate<T>(fr[0]);
+    cpu_backend::write_slice<T>(out, 0, x.data, n);
+    for (std::int64_t i = 0; i < N; ++i) {
+      std::vector<value> v(P::slots);
+      bind_body<P, Carry>(v, out + i * n, x.dims);
+      (bind_layer<P, Params>(v, fr[S::index], i), ...);
+      ex.template run_body<P>(v, i);
+      const value& y = v[P::template index_c<Body>::value];
+      check_carry(y, x, i);
+      cpu_backend::write_slice<T>(out, (i + 1) * n, y.data, n);
+    }
+  }
+
+  /// Its gradient: repeat_vjp's loop, each layer's input read from the stored carries.
+  template <std::int64_t N, class Body, class Carry, class Seed, class... G, class... Params,
+            class GY, class Y, class X, class... S>
+  static void run(Ex& ex, ops::repeat_stored_vjp<N, Body, Carry, Seed, type_list<G...>, Params...>*,
+                  value* fr, GY*, Y*, X*, S*...) {
+    using T = typename X::value_type;
+    using Q = body_plan<G...>;
+    static_assert(sizeof...(G) == 1 + sizeof...(Params), "repeat_grad: one gradient per input");
+    const value& x = fr[X::index];
+    const std::int64_t n = x.dims.numel();
+    T* out = ex.cpu_context().template allocate<T>(fr[0]);
+    constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
+    constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
+    const T* gy = static_cast<const T*>(fr[GY::index].data); // null: a zero gradient
+    const T* ys = static_cast<const T*>(fr[Y::index].data);
+    std::vector<T> seed(static_cast<std::size_t>(n)), carry(static_cast<std::size_t>(n), T(0));
+    for (std::int64_t i = N; i-- > 0;) {
+      // the gradient reaching h_{i+1}: the value's own row i + 1 and what layer i + 1 sent back
+      for (std::int64_t k = 0; k < n; ++k)
+        seed[static_cast<std::size_t>(k)] =
+            (gy ? gy[(i + 1) * n + k] : T(0)) + carry[static_cast<std::size_t>(k)];
+      std::vector<value> v(Q::slots);
+      bind_body<Q, Carry>(v, ys + i * n, x.dims);
+      bind_body<Q, Seed>(v, seed.data(), x.dims);
+      (bind_layer<Q, Params>(v, fr[S::index], i), ...);
+      ex.template run_body<Q>(v, i);
+      std::int64_t at = 0;
+      for (std::size_t j = 0; j < sizeof...(Params); ++j) {
+        cpu_backend::write_slice<T>(out, at + i * sizes[j], v[grad_slot[j + 1]].data, sizes[j]);
+        at += N * sizes[j];
+      }
+      const value& next = v[grad_slot[0]];
+      if (next.data) {
+        check_carry(next, x, i);
+        std::memcpy(carry.data(), next.data, sizeof(T) * static_cast<std::size_t>(n));
+      } else {
+        std::fill(carry.begin(), carry.end(), T(0));
+      }
+    }
+    std::int64_t at = 0;
+    for (std::int64_t k : sizes)
+      at += N * k;
+    for (std::int64_t k = 0; k < n; ++k)
+      out[at + k] = (gy ? gy[k] : T(0)) + carry[static_cast<std::size_t>(k)];
+  }
+
   /// The extents of one step of a sequence: its dims without the leading (time) axis.
   static backend::rt_dims step_dims(const backend::rt_dims& d) {
     backend::rt_dims s;
