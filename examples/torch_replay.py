@@ -1,6 +1,7 @@
-"""What the examples' PyTorch replays share (examples/gpt/replay_torch.py,
-examples/resnet/replay_torch.py): reading typeflow's safetensors checkpoint, TensorFlow's Adam
-as typeflow writes it (nn/optimizers.hpp), and the table of losses against float64 and float32.
+"""What the examples' PyTorch replays share (examples/gpt, lstm and resnet's replay_torch.py):
+reading typeflow's safetensors checkpoint, TensorFlow's Adam as typeflow writes it
+(nn/optimizers.hpp), the table of losses against float64 and float32, and the verdict of the
+character-level examples.
 Imported by path: each script puts examples/ on sys.path.
 """
 import json
@@ -62,3 +63,16 @@ def loss_table(ours: list, ref: list, f32: list):
             print(f"| {i + 1} | {ours[i]:.7f} | {ref[i]:.7f} | {f32[i]:.7f} | {err[i]:.2e} "
                   f"| {drift[i]:.2e} |")
     return err, drift
+
+
+def verdict(ours: list, ref: list, f32: list, most: float = 1e-3) -> int:
+    """The loss table, then whether typeflow's losses are within float32 noise of the float64
+    replay: the largest difference at most 4 times PyTorch float32's own largest drift, and at
+    most `most`. Prints the ratio; returns the exit status (0 agrees, 1 does not)."""
+    err, drift = loss_table(ours, ref, f32)
+    worst, noise = max(err), max(drift)
+    ok = worst <= 4 * noise and worst <= most
+    print(f"largest |typeflow - float64| {worst:.3e}; largest |float32 - float64| {noise:.3e}; "
+          f"ratio {worst / noise if noise else float('inf'):.2f} (at most 4): "
+          f"{'agrees' if ok else 'DOES NOT AGREE'}")
+    return 0 if ok else 1

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from torch_replay import TfAdam, loss_table, read_safetensors  # noqa: E402  (examples/)
+from torch_replay import TfAdam, read_safetensors, verdict  # noqa: E402  (examples/)
 
 def model_loss(p: dict, tokens: torch.Tensor, targets: torch.Tensor, blocks: int,
                heads: int) -> torch.Tensor:
@@ -106,13 +106,7 @@ def main() -> int:
     ref = replay(initial, batches, blocks, args.heads, lr, torch.float64)
     f32 = replay(initial, batches, blocks, args.heads, lr, torch.float32)
     print(f"{steps} steps, batch {batches.shape[2]}, {blocks} blocks, learning rate {lr:g}")
-    err, drift = loss_table(ours, ref, f32)
-    worst, noise = max(err), max(drift)
-    ok = worst <= 4 * noise and worst <= 1e-3
-    print(f"largest |typeflow - float64| {worst:.3e}; largest |float32 - float64| {noise:.3e}; "
-          f"ratio {worst / noise if noise else float('inf'):.2f} (at most 4): "
-          f"{'agrees' if ok else 'DOES NOT AGREE'}")
-    return 0 if ok else 1
+    return verdict(ours, ref, f32)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from torch_replay import TfAdam, loss_table, read_safetensors  # noqa: E402  (examples/)
+from torch_replay import TfAdam, read_safetensors, verdict  # noqa: E402  (examples/)
 
 def split_lstm(p: dict, forget_bias: float):
     """typeflow's `lstm/weights` and `lstm/biases` as nn.LSTM's four parameters."""
@@ -139,13 +139,7 @@ def main() -> int:
     ref = replay(initial, batches, lr, args.forget_bias, torch.float64)
     f32 = replay(initial, batches, lr, args.forget_bias, torch.float32)
     print(f"{steps} steps, batch {batch}, context {context}, learning rate {lr:g}")
-    err, drift = loss_table(ours, ref, f32)
-    worst, noise = max(err), max(drift)
-    ok = worst <= 4 * noise and worst <= 1e-3
-    print(f"largest |typeflow - float64| {worst:.3e}; largest |float32 - float64| {noise:.3e}; "
-          f"ratio {worst / noise if noise else float('inf'):.2f} (at most 4): "
-          f"{'agrees' if ok else 'DOES NOT AGREE'}")
-    return 0 if ok else 1
+    return verdict(ours, ref, f32)
 
 
 if __name__ == "__main__":
