@@ -1,8 +1,6 @@
 // fetch(...) and feed(...): what a run computes and what it is given.
 #pragma once
-#include <memory>
 #include <type_traits>
-#include <utility>
 
 #include "../backend/common/value.hpp"
 #include "../core/tensor.hpp"
@@ -21,15 +19,13 @@ constexpr fetch_t<E...> fetch(E...) {
   return {};
 }
 
-/// One fed placeholder: a view of host memory, which the feed owns when it was given a temporary
-/// tensor (so a feed kept and run later stays valid).
+/// One fed placeholder: a non-owning view of host memory.
 template <class P>
 struct feed_t {
   using placeholder = P;                     ///< the placeholder node fed
   using value_type = typename P::value_type; ///< its dtype
   const value_type* data = nullptr;          ///< the first element, row-major
   backend::rt_dims dims;                     ///< the extents fed
-  std::shared_ptr<const void> owner;         ///< the tensor `data` points into, if the feed took it
 };
 
 namespace detail {
@@ -82,16 +78,6 @@ feed_t<P> make_feed(const U* data, const std::vector<std::int64_t>& dims) {
 template <expression P, dtype U>
 feed_t<P> feed(P, const tensor<U>& t) {
   return detail::make_feed<P, U>(t.data(), t.shape());
-}
-
-/// feed(placeholder, temporary tensor): the feed takes the tensor (moved, not copied), so
-/// `auto f = ty::feed(x, make_batch());` may be run later.
-template <expression P, dtype U>
-feed_t<P> feed(P, tensor<U>&& t) {
-  auto keep = std::make_shared<const tensor<U>>(std::move(t));
-  feed_t<P> f = detail::make_feed<P, U>(keep->data(), keep->shape());
-  f.owner = std::move(keep);
-  return f;
 }
 
 /// feed(placeholder, view): a non-owning view of user memory.
