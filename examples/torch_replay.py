@@ -76,3 +76,21 @@ def verdict(ours: list, ref: list, f32: list, most: float = 1e-3) -> int:
           f"ratio {worst / noise if noise else float('inf'):.2f} (at most 4): "
           f"{'agrees' if ok else 'DOES NOT AGREE'}")
     return 0 if ok else 1
+
+
+def replay_text(initial: dict, batches, lr: float, dtype: torch.dtype, loss_fn) -> list:
+    """The losses of len(batches) steps of TF-style Adam on a character-level model:
+    loss_fn(p, tokens, targets) with p the trainable variables by typeflow's name (float, not
+    the Adam slots or the learning rate), in `dtype`, from the checkpoint `initial`."""
+    trainable = [n for n in initial
+                 if not n.endswith(("/adam_m", "/adam_v")) and initial[n].dtype.kind == "f"
+                 and n != "learning_rate"]
+    p = {n: torch.tensor(initial[n], dtype=dtype, requires_grad=True) for n in trainable}
+    adam = TfAdam(p)
+    losses = []
+    for step, (x, y) in enumerate(batches, start=1):
+        loss = loss_fn(p, torch.from_numpy(x).long(), torch.from_numpy(y).long())
+        grads = torch.autograd.grad(loss, [p[n] for n in trainable])
+        losses.append(loss.item())
+        adam.step(trainable, grads, lr, step)
+    return losses

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from torch_replay import TfAdam, read_safetensors, verdict  # noqa: E402  (examples/)
+from torch_replay import read_safetensors, replay_text, verdict  # noqa: E402  (examples/)
 
 def model_loss(p: dict, tokens: torch.Tensor, targets: torch.Tensor, blocks: int,
                heads: int) -> torch.Tensor:
@@ -61,18 +61,8 @@ def model_loss(p: dict, tokens: torch.Tensor, targets: torch.Tensor, blocks: int
 def replay(initial: dict, batches: np.ndarray, blocks: int, heads: int, lr: float,
            dtype: torch.dtype) -> list:
     """The losses of len(batches) steps of TF-style Adam (b1 0.9, b2 0.999, eps 1e-8)."""
-    trainable = [n for n in initial
-                 if not n.endswith(("/adam_m", "/adam_v")) and initial[n].dtype.kind == "f"
-                 and n != "learning_rate"]
-    p = {n: torch.tensor(initial[n], dtype=dtype, requires_grad=True) for n in trainable}
-    adam = TfAdam(p)
-    losses = []
-    for step, (x, y) in enumerate(batches, start=1):
-        loss = model_loss(p, torch.from_numpy(x).long(), torch.from_numpy(y).long(), blocks, heads)
-        grads = torch.autograd.grad(loss, [p[n] for n in trainable])
-        losses.append(loss.item())
-        adam.step(trainable, grads, lr, step)
-    return losses
+    return replay_text(initial, batches, lr, dtype,
+                       lambda p, x, y: model_loss(p, x, y, blocks, heads))
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from torch_replay import TfAdam, read_safetensors, verdict  # noqa: E402  (examples/)
+from torch_replay import read_safetensors, replay_text, verdict  # noqa: E402  (examples/)
 
 def split_lstm(p: dict, forget_bias: float):
     """typeflow's `lstm/weights` and `lstm/biases` as nn.LSTM's four parameters."""
@@ -86,18 +86,8 @@ def model_loss(p: dict, tokens: torch.Tensor, targets: torch.Tensor,
 def replay(initial: dict, batches: np.ndarray, lr: float, forget_bias: float,
            dtype: torch.dtype) -> list:
     """The losses of len(batches) steps of TF-style Adam (b1 0.9, b2 0.999, eps 1e-8)."""
-    trainable = [n for n in initial
-                 if not n.endswith(("/adam_m", "/adam_v")) and initial[n].dtype.kind == "f"
-                 and n != "learning_rate"]
-    p = {n: torch.tensor(initial[n], dtype=dtype, requires_grad=True) for n in trainable}
-    adam = TfAdam(p)
-    losses = []
-    for step, (x, y) in enumerate(batches, start=1):
-        loss = model_loss(p, torch.from_numpy(x).long(), torch.from_numpy(y).long(), forget_bias)
-        grads = torch.autograd.grad(loss, [p[n] for n in trainable])
-        losses.append(loss.item())
-        adam.step(trainable, grads, lr, step)
-    return losses
+    return replay_text(initial, batches, lr, dtype,
+                       lambda p, x, y: model_loss(p, x, y, forget_bias))
 
 
 def main() -> int:
