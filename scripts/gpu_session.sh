@@ -48,9 +48,14 @@ run() { # name, timeout, command...
 }
 
 small=(--data-dir "$DATA" --train-limit 512 --epochs 1 --batch-size 64 --log-every 4 --threads 2)
+graph_tests=(fused session layout replicate) # test_cuda_graph's, run by name
 do_tests() {
   for t in "$BIN"/test_cuda_*; do
+    [ "$(basename "$t")" = test_cuda_graph ] && continue
     run "$(basename "$t")" 300 "$t"
+  done
+  for g in "${graph_tests[@]}"; do
+    run "test_cuda_graph.$g" 300 "$BIN/test_cuda_graph" "$g"
   done
 }
 do_examples() {
@@ -63,9 +68,12 @@ do_examples() {
 do_sanitize() { # SANITIZE_TOOLS and SANITIZE_TESTS narrow it (default: all of them);
   # SANITIZE_MNIST=0 leaves out the main job's short run
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
-    for t in ${SANITIZE_TESTS:-test_cuda_fused test_cuda_session test_cuda_ops test_cuda_layout \
+    # (a test_cuda_graph test by its name: "graph fused")
+    for t in ${SANITIZE_TESTS:-graph.fused graph.session test_cuda_ops graph.layout \
       test_cuda_runtime}; do
-      run "sanitizer.$tool.$t" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/$t"
+      local cmd=("$BIN/$t")
+      [[ $t == graph.* ]] && cmd=("$BIN/test_cuda_graph" "${t#graph.}")
+      run "sanitizer.$tool.$t" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "${cmd[@]}"
     done
     [ "${SANITIZE_MNIST:-1}" = 0 ] && continue
     run "sanitizer.$tool.mnist_gpu" 300 compute-sanitizer --tool "$tool" --error-exitcode 9 \

@@ -47,8 +47,9 @@ for kind in "${KINDS[@]}"; do
     targets+=("test_$t")
   done
   # CMake's top-level Makefile builds several targets one after the other: build the shared
-  # doctest main first, then the tests side by side, one compile each.
-  cmake --build "$dir" -j"$JOBS" --target typeflow_doctest_main
+  # doctest main and typeflow's compiled code (test/typeflow_src.cpp) first, then the tests side
+  # by side, one compile each.
+  cmake --build "$dir" -j"$JOBS" --target typeflow_doctest_main typeflow_test_src
   printf '%s\n' "${targets[@]}" | xargs -P "$JOBS" -I{} cmake --build "$dir" -j1 --target {}
   for t in "${tests[@]}"; do
     echo "sanitize ($kind): test_$t"

@@ -12,11 +12,23 @@ cd "$ROOT"
 BUILD_DIR="${TYPEFLOW_BUILD_DIR:-build}"
 JOBS="${TYPEFLOW_JOBS:-2}"
 
+# Each phase's wall time, printed as it ends and again at the end (CI time is a budget).
+timings=()
+phase_start=$SECONDS
+phase_done() {
+  local took=$((SECONDS - phase_start))
+  timings+=("$(printf '%-10s %5d s' "$1" "$took")")
+  echo "test.sh: $1 took $took s"
+  phase_start=$SECONDS
+}
+
 bash scripts/install-deps.sh
+phase_done deps
 
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTYPEFLOW_WERROR=ON -DTYPEFLOW_BUILD_BENCH=ON \
   -DTYPEFLOW_BUILD_TESTS=ON # (scripts/mnist.sh may have configured this directory without them)
 cmake --build "$BUILD_DIR" -j"$JOBS"
+phase_done build
 
 # Formatting: every .hpp/.cpp/.cu/.cuh under include test examples bench that git
 # tracks (or would track: untracked but not ignored).
@@ -45,10 +57,16 @@ fi
 
 # Include directions (docs/architecture.md): scripts/layers.txt, its exceptions only shrinking.
 python3 scripts/check_layers.py
+phase_done format
 
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$JOBS"
+phase_done ctest
 
 if [[ "${TYPEFLOW_SKIP_SANITIZE:-0}" != 1 ]]; then
   bash scripts/sanitize.sh
+  phase_done sanitize
   bash scripts/fuzz.sh "${TYPEFLOW_FUZZ_SECONDS:-10}"
+  phase_done fuzz
 fi
+echo "test.sh: wall time by phase"
+printf '  %s\n' "${timings[@]}"

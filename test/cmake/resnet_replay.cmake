@@ -10,8 +10,8 @@ if(NOT EXISTS "${DATA}/train-images-idx3-ubyte.gz" AND NOT EXISTS "${DATA}/train
   return()
 endif()
 file(REMOVE_RECURSE "${DIR}")
-execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 3200 --test-limit 500
-                        --batch-size 64 --epochs 1 --log-every 50 --threads 2 --replay "${DIR}"
+execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 1600 --test-limit 500
+                        --batch-size 32 --epochs 1 --log-every 50 --threads 2 --replay "${DIR}"
                         --checkpoint "${DIR}/final.safetensors"
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
@@ -25,7 +25,7 @@ endforeach()
 file(STRINGS "${DIR}/losses.txt" losses)
 list(LENGTH losses n)
 file(SIZE "${DIR}/labels.bin" bytes)
-math(EXPR expected "50 * 64 * 4") # steps, batch, int32
+math(EXPR expected "50 * 32 * 4") # steps, batch, int32
 if(NOT n EQUAL 50 OR NOT bytes EQUAL expected)
   message(FATAL_ERROR "resnet --replay wrote ${n} losses and ${bytes} bytes of labels, "
                       "not 50 and ${expected}")

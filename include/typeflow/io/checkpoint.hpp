@@ -23,11 +23,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include "../core/compiled.hpp"
 #include "../core/dtype.hpp"
 #include "../core/error.hpp"
+
+// nlohmann-json only where the bodies are compiled: a translation unit of a program built with
+// TYPEFLOW_SEPARATE_COMPILATION that does not include <typeflow/src.hpp> skips its 3-4 s of
+// parsing (core/compiled.hpp).
+#if TYPEFLOW_BODIES
+#include <nlohmann/json.hpp>
+#endif
 
 namespace typeflow {
 
@@ -150,6 +155,7 @@ inline bool valid_utf8(std::string_view s) {
 }
 
 // ---- JSON (nlohmann-json), held to what a safetensors header uses ----------------------------
+#if TYPEFLOW_BODIES
 
 /// Header text for an error message: bytes that are not printable ASCII as \xNN, at most 300
 /// bytes of it.
@@ -292,6 +298,7 @@ inline nlohmann::json parse_header(const std::string& header, const std::string&
   }
   return std::move(b.root);
 }
+#endif // TYPEFLOW_BODIES
 
 // ---- files -----------------------------------------------------------------------------------
 

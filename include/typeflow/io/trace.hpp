@@ -16,11 +16,13 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "../core/compiled.hpp"
 #include "../core/error.hpp"
 #include "../runtime/trace.hpp"
+
+#if TYPEFLOW_BODIES // (nlohmann-json only where the bodies are compiled: io/checkpoint.hpp)
+#include <nlohmann/json.hpp>
+#endif
 
 namespace typeflow {
 
