@@ -31,6 +31,13 @@ if(DEFINED EXTRA_FLAGS AND NOT EXTRA_FLAGS STREQUAL "")
   separate_arguments(_extra UNIX_COMMAND "${EXTRA_FLAGS}")
 endif()
 
+# clang: the templates the header itself uses are instantiated in the header, once, not at the
+# end of every unit that loads it (-fpch-instantiate-templates, what clang-cl and CMake's own
+# precompiled headers pass): a test's load goes from about 4 s to 0.1 s (clang 19, AMD Zen 3).
+if(KIND STREQUAL "clang")
+  list(APPEND _extra -fpch-instantiate-templates)
+endif()
+
 get_filename_component(_dir "${OUT}" DIRECTORY)
 file(MAKE_DIRECTORY "${_dir}")
 set(_tmp "${OUT}.tmp")
