@@ -50,8 +50,13 @@ def kernels(obj: str, nm: str, cxxfilt: str) -> tuple[set, set]:
     # stub's own parameters; demangling "_" + that yields the kernel with extra parameters,
     # which strip_params drops along with the kernel's own.
     stubs = ["_" + m.group(1) for m in map(STUB.match, names) if m]
-    demangled = subprocess.run([cxxfilt], input="\n".join(wrappers + stubs), capture_output=True,
-                               text=True, check=True).stdout.splitlines()
+    # --no-recurse-limit: GNU c++filt gives up on deeply nested names otherwise and returns them
+    # mangled (a fused region of 20 members did), which would read as a missing kernel.
+    demangled = subprocess.run([cxxfilt, "--no-recurse-limit"], input="\n".join(wrappers + stubs),
+                               capture_output=True, text=True, check=True).stdout.splitlines()
+    if failed := [d for d in demangled if d.startswith("_Z")]:
+        raise SystemExit(f"{obj}: {cxxfilt} cannot demangle {len(failed)} name(s), e.g. "
+                         f"{failed[0][:200]}")
     launched = {strip_params(d.replace(WRAPPER, "", 1)) for d in demangled[:len(wrappers)]}
     compiled = {strip_params(d) for d in demangled[len(wrappers):]}
     return launched, compiled

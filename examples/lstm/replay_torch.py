@@ -97,7 +97,7 @@ def main() -> int:
     ap.add_argument("--forget-bias", type=float, default=1.0, help="model.hpp's (ty::lstm's)")
     ap.add_argument("--context", type=int, default=64, help="model.hpp's (not in the checkpoint)")
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # CTest runs it beside other tests: no spinning threads
 
     initial = read_safetensors(args.dir / "initial.safetensors")
     ours = [float(line) for line in (args.dir / "losses.txt").read_text().split()]
