@@ -41,7 +41,7 @@ for kind in "${KINDS[@]}"; do
       ;;
   esac
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG= -DTYPEFLOW_CUDA=OFF -DTYPEFLOW_BUILD_EXAMPLES=OFF \
-    -DTYPEFLOW_NATIVE=ON -DTYPEFLOW_TEST_OPT=-O0 "${flags[@]}" >/dev/null
+    -DTYPEFLOW_NATIVE=ON -DTYPEFLOW_TEST_OPT=-O0 -DTYPEFLOW_TEST_UNITY=OFF "${flags[@]}" >/dev/null
   targets=()
   for t in "${tests[@]}"; do
     targets+=("test_$t")

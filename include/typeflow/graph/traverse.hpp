@@ -299,10 +299,24 @@ template <class T>
 struct walk_trie<walk_state<T, stack_end>> {
   using type = T;
 };
+/// The trie T extended by the nodes that Roots need, walked one root after the other: the walk
+/// of a first root alone is then the start of every walk that begins with it (a plan's table of
+/// `loss, train` continues the one that `grad` made of `loss`), and the compiler instantiates it
+/// once. The post-order is the one a walk of all the roots at once gives.
+template <class T, class... Roots>
+struct walk_seq {
+  using type = T;
+};
+template <class T, class R, class... Rest>
+struct walk_seq<T, R, Rest...> {
+  using type = typename walk_seq<
+      typename walk_trie<
+          typename walk_run<walk_state<T, frame<walk_roots<R>, 0, stack_end>>, 0>::type>::type,
+      Rest...>::type;
+};
 /// The trie of the nodes that Roots need, each entry at its place in post-order.
 template <class... Roots>
-using walk_all = typename walk_trie<typename walk_run<
-    walk_state<empty_trie, frame<walk_roots<Roots...>, 0, stack_end>>, 0>::type>::type;
+using walk_all = typename walk_seq<empty_trie, Roots...>::type;
 
 /// A bucket's entries as plain arrays, and a row's buckets as views of them: each named by the
 /// bucket or row alone. (Nested helpers of post_order, or a lambda in its initializer, were
