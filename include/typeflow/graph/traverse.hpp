@@ -299,24 +299,25 @@ template <class T>
 struct walk_trie<walk_state<T, stack_end>> {
   using type = T;
 };
-/// The trie T extended by the nodes that Roots need, walked one root after the other: the walk
-/// of a first root alone is then the start of every walk that begins with it (a plan's table of
-/// `loss, train` continues the one that `grad` made of `loss`), and the compiler instantiates it
-/// once. The post-order is the one a walk of all the roots at once gives.
+/// The trie T extended by the nodes that Roots need, in one walk.
 template <class T, class... Roots>
+using walk_from = typename walk_trie<
+    typename walk_run<walk_state<T, frame<walk_roots<Roots...>, 0, stack_end>>, 0>::type>::type;
+/// The first root is walked alone and the others continue its trie: the walk of a first root
+/// alone is then the start of every walk that begins with it (a plan's table of `loss, train`
+/// continues the one that `grad` made of `loss`), and the compiler instantiates it once. The
+/// post-order is the one a walk of all the roots at once gives, and nothing nests per root.
+template <class... Roots>
 struct walk_seq {
-  using type = T;
+  using type = walk_from<empty_trie, Roots...>;
 };
-template <class T, class R, class... Rest>
-struct walk_seq<T, R, Rest...> {
-  using type = typename walk_seq<
-      typename walk_trie<
-          typename walk_run<walk_state<T, frame<walk_roots<R>, 0, stack_end>>, 0>::type>::type,
-      Rest...>::type;
+template <class R, class R2, class... Rest>
+struct walk_seq<R, R2, Rest...> {
+  using type = walk_from<walk_from<empty_trie, R>, R2, Rest...>;
 };
 /// The trie of the nodes that Roots need, each entry at its place in post-order.
 template <class... Roots>
-using walk_all = typename walk_seq<empty_trie, Roots...>::type;
+using walk_all = typename walk_seq<Roots...>::type;
 
 /// A bucket's entries as plain arrays, and a row's buckets as views of them: each named by the
 /// bucket or row alone. (Nested helpers of post_order, or a lambda in its initializer, were
