@@ -1,10 +1,18 @@
 // repeat's activation policies (issue t3-E, item 3): one training step (loss, gradient, Adam) of
-// a residual MLP 12 blocks deep (h + dense(relu(dense(h))), width 256, hidden 512, batch 256,
-// float32) through ty::repeat, bench_threads() threads:
+// a residual MLP 12 blocks deep (h + dense(relu(dense(h))), float32) through ty::repeat,
+// bench_threads() threads, in two shapes:
+//   .../weights       width 256, hidden 512, batch 256: the stacked weights and their gradients
+//                     outweigh the carries (13 carries of 256 KB)
+//   .../activations   width 64, hidden 64, batch 8192: the carries outweigh the weights (13
+//                     carries of 2 MB against 0.4 MB of weights)
+// and three policies:
 //   repeat_recompute   ty::recompute (the default): the gradient recomputes the layers' inputs
-//   repeat_store       ty::store: the forward keeps them ([13, 256, 256]) for the gradient
+//                      and holds all of them
+//   repeat_store       ty::store: the forward keeps them ([13, batch, width]) for the gradient
+//   repeat_checkpoint  ty::checkpoint_every<4>: the gradient holds inputs 4 and 8 and one
+//                      segment's 3 (5 carries instead of 11), recomputing 6 layers more
 // Counter peak_MB: the run's peak of live intermediate buffers (session::stats().peak_bytes).
-// Each checks once, before timing, that the two policies give the same loss and first update.
+// Each checks once, before timing, that the policies give the same loss and first update.
 // Figures, with the CPU they ran on: bench/README.md.
 #include "common.hpp"
 
@@ -13,66 +21,90 @@
 
 namespace {
 
-constexpr std::int64_t rp_width = 256, rp_hidden = 512, rp_batch = 256;
-constexpr auto rx = ty::placeholder<"rx", float, ty::shape<ty::dyn, rp_width>>;
-constexpr auto ry = ty::placeholder<"ry", float, ty::shape<ty::dyn, rp_width>>;
+constexpr std::int64_t rp_depth = 12;
 
-template <class Policy>
+template <std::int64_t Width, std::int64_t Hidden, std::int64_t Batch>
+struct shape_of {
+  static constexpr std::int64_t width = Width, hidden = Hidden, batch = Batch;
+  static constexpr auto x = ty::placeholder<"rx", float, ty::shape<ty::dyn, Width>>;
+  static constexpr auto y = ty::placeholder<"ry", float, ty::shape<ty::dyn, Width>>;
+  ty::tensor<float> xv{std::vector<std::int64_t>{Batch, Width}},
+      yv{std::vector<std::int64_t>{Batch, Width}};
+  shape_of() {
+    fill_uniform(xv, -1, 1, 5);
+    fill_uniform(yv, -1, 1, 6);
+  }
+  static const shape_of& inputs() {
+    static const shape_of in;
+    return in;
+  }
+};
+using weights_heavy = shape_of<256, 512, 256>;
+using activations_heavy = shape_of<64, 64, 8192>;
+
+template <class Shape, class Policy>
 struct mlp {
-  static constexpr auto h = ty::repeat<12, "blk", Policy>(
+  static constexpr auto h = ty::repeat<rp_depth, "blk", Policy>(
       [](auto h) {
-        return h + ty::dense<"out", rp_width, ty::normal<0.0, 0.02>>(
-                       ty::relu(ty::dense<"in", rp_hidden>(h)));
+        return h + ty::dense<"out", Shape::width, ty::normal<0.0, 0.02>>(
+                       ty::relu(ty::dense<"in", Shape::hidden>(h)));
       },
-      rx);
-  static constexpr auto loss = ty::mean(ty::square(h - ry));
+      Shape::x);
+  static constexpr auto loss = ty::mean(ty::square(h - Shape::y));
   static constexpr auto train = ty::adam(ty::constant<1e-3>).minimize(loss);
 };
 
-struct rp_inputs {
-  ty::tensor<float> x{std::vector<std::int64_t>{rp_batch, rp_width}},
-      y{std::vector<std::int64_t>{rp_batch, rp_width}};
-  rp_inputs() {
-    fill_uniform(x, -1, 1, 5);
-    fill_uniform(y, -1, 1, 6);
-  }
-};
-const rp_inputs& rp() {
-  static const rp_inputs in;
-  return in;
-}
-
 /// The loss of one step and a weight after it, under Policy, from the same seed.
-template <class Policy>
+template <class Shape, class Policy>
 std::pair<float, float> first_step() {
+  using M = mlp<Shape, Policy>;
+  const auto& in = Shape::inputs();
   ty::session s(bench_options());
-  auto [l] = s.run(ty::fetch(mlp<Policy>::loss, mlp<Policy>::train), ty::feed(rx, rp().x),
-                   ty::feed(ry, rp().y));
-  return {l[0], s.read(ty::find_variable<"blk/in/weights">(mlp<Policy>::h))[7]};
+  auto [l] =
+      s.run(ty::fetch(M::loss, M::train), ty::feed(Shape::x, in.xv), ty::feed(Shape::y, in.yv));
+  return {l[0], s.read(ty::find_variable<"blk/in/weights">(M::h))[7]};
 }
 
-template <class Policy>
+template <class Shape, class Policy>
 void step(benchmark::State& state) {
-  const auto a = first_step<ty::recompute>(), b = first_step<ty::store>();
-  if (!std::isfinite(a.first) || a != b)
+  const auto a = first_step<Shape, ty::recompute>();
+  if (!std::isfinite(a.first) || a != first_step<Shape, ty::store>() ||
+      a != first_step<Shape, ty::checkpoint_every<4>>())
     return state.SkipWithError("the policies' first steps differ");
+  using M = mlp<Shape, Policy>;
+  const auto& in = Shape::inputs();
   ty::session s(bench_options());
-  using M = mlp<Policy>;
   for (auto _ : state) {
-    auto [l] = s.run(ty::fetch(M::loss, M::train), ty::feed(rx, rp().x), ty::feed(ry, rp().y));
+    auto [l] =
+        s.run(ty::fetch(M::loss, M::train), ty::feed(Shape::x, in.xv), ty::feed(Shape::y, in.yv));
     benchmark::DoNotOptimize(l.data());
   }
   state.counters["peak_MB"] = static_cast<double>(s.stats().peak_bytes) / 1e6;
 }
 
-void repeat_recompute(benchmark::State& state) {
-  step<ty::recompute>(state);
-}
-void repeat_store(benchmark::State& state) {
-  step<ty::store>(state);
-}
-
 } // namespace
 
-BENCHMARK(repeat_recompute)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(repeat_store)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(step<weights_heavy, ty::recompute>)
+    ->Name("repeat_recompute/weights")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(step<weights_heavy, ty::store>)
+    ->Name("repeat_store/weights")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(step<weights_heavy, ty::checkpoint_every<4>>)
+    ->Name("repeat_checkpoint/weights")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(step<activations_heavy, ty::recompute>)
+    ->Name("repeat_recompute/activations")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(step<activations_heavy, ty::store>)
+    ->Name("repeat_store/activations")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(step<activations_heavy, ty::checkpoint_every<4>>)
+    ->Name("repeat_checkpoint/activations")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);

@@ -464,3 +464,79 @@ TEST_CASE("repeat: ty::store gives ty::recompute's value and gradients, with few
   INFO("recompute " << steps_recompute << " steps, store " << steps_store);
   CHECK(steps_store < steps_recompute);
 }
+
+TEST_CASE("repeat: checkpoint_every and memory_budget give recompute's gradients, holding less") {
+  static constexpr auto x = ty::placeholder<"x", double, ty::shape<ty::dyn, width>>;
+  auto body = [](auto h) {
+    return h + ty::tanh(ty::dense<"dense", width, ty::uniform<-0.6, 0.6>, ty::uniform<-0.2, 0.2>>(
+                   ty::dropout<5>(h, ty::constant<0.75>)));
+  };
+  constexpr i64 n = 9, rows = 512;
+  constexpr std::size_t carry = rows * width * sizeof(double);
+  // the budget's compile-time half: store where x's shape is static and N + 1 carries fit
+  using xs = ty::expr<ty::ops::placeholder<ty::static_name<'s'>, double, ty::shape<rows, width>>>;
+  static_assert(
+      std::is_same_v<ty::detail::resolved_policy<n, xs, ty::memory_budget<10 * carry>>::type,
+                     ty::store>);
+  static_assert(
+      std::is_same_v<ty::detail::resolved_policy<n, xs, ty::memory_budget<9 * carry>>::type,
+                     ty::ops::hold_budget<9 * carry>>);
+  static_assert(
+      std::is_same_v<ty::detail::resolved_policy<n, decltype(x), ty::memory_budget<1u << 30>>::type,
+                     ty::ops::hold_budget<1u << 30>>);
+  static constexpr auto h_all = ty::repeat<n, "block">(body, x);
+  static constexpr auto h_every = ty::repeat<n, "block", ty::checkpoint_every<3>>(body, x);
+  // 4 carries: nothing fits (the fewest held is 4, at k = 3: checkpoints 3 and 6, two inputs)
+  static constexpr auto h_tight = ty::repeat<n, "block", ty::memory_budget<3 * carry>>(body, x);
+  static constexpr auto h_roomy = ty::repeat<n, "block", ty::memory_budget<100 * carry>>(body, x);
+  static constexpr auto w = ty::find_variable<"block/dense/weights">(h_all);
+  auto grads = [](auto h) {
+    constexpr auto loss = ty::sum(ty::square(h)) * ty::constant<0.5>;
+    return ty::grad(loss, x, w);
+  };
+  static constexpr auto g_all = grads(h_all);
+  static constexpr auto g_every = grads(h_every);
+  static constexpr auto g_tight = grads(h_tight);
+  static constexpr auto g_roomy = grads(h_roomy);
+  const auto xv = inputs<double>(rows);
+  struct outcome {
+    ty::tensor<double> dx, dw;
+    std::size_t steps, peak;
+  };
+  auto run = [&](auto g) {
+    ty::session<> s(ty::session_options{.threads = 1, .seed = 11});
+    const auto& [gx, gw] = g;
+    auto [dx, dw] = s.run(ty::fetch(gx, gw), ty::feed(x, xv));
+    return outcome{dx, dw, s.stats().steps, s.stats().peak_bytes};
+  };
+  const outcome all = run(g_all), every = run(g_every), tight = run(g_tight), roomy = run(g_roomy);
+  auto same = [](const ty::tensor<double>& a, const ty::tensor<double>& c) {
+    REQUIRE(a.shape() == c.shape());
+    for (i64 i = 0; i < a.size(); ++i)
+      if (a[i] != c[i])
+        return false;
+    return true;
+  };
+  double norm = 0;
+  for (i64 i = 0; i < all.dw.size(); ++i)
+    norm += std::abs(all.dw[i]);
+  CHECK(norm > 0.1);
+  for (const outcome* o : {&every, &tight, &roomy}) {
+    CHECK(same(all.dx, o->dx)); // the same layers, the same dropout masks: the same bits
+    CHECK(same(all.dw, o->dw));
+  }
+  INFO("peak bytes: all " << all.peak << ", every 3 " << every.peak << ", budget of 3 carries "
+                          << tight.peak << ", of 100 " << roomy.peak << "; carry " << carry);
+  INFO("steps: all " << all.steps << ", every 3 " << every.steps);
+  // segments of 3 recompute layers 1, 2, 4 and 5 again: 4 more layer evaluations
+  CHECK(every.steps > all.steps);
+  CHECK((every.steps - all.steps) % 4 == 0);
+  // held at once: 8 carries against 4 (checkpoints 3 and 6, and one segment's two inputs); the
+  // rest of the peak is the same
+  CHECK(all.peak - every.peak == 4 * carry);
+  // the budget chose k = 3 where nothing fits, and holding all where everything does
+  CHECK(tight.peak == every.peak);
+  CHECK(tight.steps == every.steps);
+  CHECK(roomy.peak == all.peak);
+  CHECK(roomy.steps == all.steps);
+}

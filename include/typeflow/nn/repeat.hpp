@@ -25,6 +25,11 @@
 // the gradient reads each layer's input from it, so a training step runs the layers forward once
 // less, and holds the N + 1 carries from the forward to the gradient. Either way a layer's own
 // activations are recomputed by its gradient plan. Both give the same values, bit for bit.
+//
+// repeat<N, "block", ty::checkpoint_every<K>>(body, x) recomputes as ty::recompute does but its
+// gradient holds every K-th layer's input only, recomputing the others a segment at a time;
+// ty::memory_budget<Bytes> is ty::store where the N + 1 carries fit in Bytes (x's shape static),
+// else a recomputing gradient that holds what fits (docs/repeat.md).
 #pragma once
 #include <cstdint>
 #include <random>
@@ -45,6 +50,20 @@ namespace typeflow {
 /// held from the forward to the gradient).
 struct recompute {};
 struct store {};
+/// ty::recompute whose gradient holds every K-th layer's input only, recomputing the K - 1
+/// between two of them again as the backward loop reaches them: about N / K + K carries held
+/// instead of N, for up to N more layer evaluations (checkpointing every K layers; K near
+/// sqrt(N) holds the fewest).
+template <std::int64_t K>
+struct checkpoint_every {
+  static_assert(K >= 1, "repeat: checkpoint_every<K> needs K >= 1");
+};
+/// A byte budget for the carries that the gradient needs: ty::store where x's shape is static
+/// and its N + 1 carries fit in Bytes; else ty::recompute, whose gradient holds as many carries
+/// as Bytes allows and recomputes the fewest layers for it, chosen at run time from the carry's
+/// size (the fewest carries, about 2 sqrt(N), where nothing fits).
+template <std::uint64_t Bytes>
+struct memory_budget {};
 
 /// Initializer of a stacked variable: each of its N layers initialized by Init as a variable of
 /// the layer's shape (so glorot_uniform sees a layer's fans, not the stack's). Attributes of Init
@@ -224,15 +243,51 @@ consteval auto stack_row(std::index_sequence<I...>) {
       X{});
 }
 
+/// A repeat policy as what the graph is built with: store, or what a recomputing gradient holds.
+template <std::int64_t N, class X, class Policy>
+struct resolved_policy;
+template <std::int64_t N, class X>
+struct resolved_policy<N, X, recompute> {
+  using type = ops::hold_all;
+};
+template <std::int64_t N, class X>
+struct resolved_policy<N, X, store> {
+  using type = store;
+};
+template <std::int64_t N, class X, std::int64_t K>
+struct resolved_policy<N, X, checkpoint_every<K>> {
+  using type = ops::hold_every<K>;
+};
+template <std::int64_t N, class X, std::uint64_t Bytes>
+struct resolved_policy<N, X, memory_budget<Bytes>> {
+  static constexpr bool stores = is_static(X::shape_type::dims) &&
+                                 static_cast<std::uint64_t>(N + 1) *
+                                         static_cast<std::uint64_t>(numel(X::shape_type::dims)) *
+                                         sizeof(typename X::value_type) <=
+                                     Bytes;
+  using type = std::conditional_t<stores, store, ops::hold_budget<Bytes>>;
+};
+template <class Policy>
+inline constexpr bool is_repeat_policy = false;
+template <>
+inline constexpr bool is_repeat_policy<recompute> = true;
+template <>
+inline constexpr bool is_repeat_policy<store> = true;
+template <std::int64_t K>
+inline constexpr bool is_repeat_policy<checkpoint_every<K>> = true;
+template <std::uint64_t Bytes>
+inline constexpr bool is_repeat_policy<memory_budget<Bytes>> = true;
+
 template <std::int64_t N, class Block, class Body, class Carry, class Policy, class X, class... V>
 consteval auto make_repeat(X, type_list<V...>) {
   using B = typename body_with_params<Body>::type;
-  if constexpr (std::is_same_v<Policy, store>) {
+  using Hold = typename resolved_policy<N, X, Policy>::type;
+  if constexpr (std::is_same_v<Hold, store>) {
     using Y = decltype(make_node<ops::repeat_stored<N, B, Carry, typename param_of<V>::type...>, X,
                                  typename stacked_of<N, Block, V>::type...>());
     return stack_row<N, Y, X>(std::make_index_sequence<X::shape_type::rank>{});
   } else {
-    return make_node<ops::repeat<N, B, Carry, typename param_of<V>::type...>, X,
+    return make_node<ops::repeat<N, Hold, B, Carry, typename param_of<V>::type...>, X,
                      typename stacked_of<N, Block, V>::type...>();
   }
 }
@@ -260,12 +315,13 @@ consteval auto repeat_grad_slice(X x) {
 
 } // namespace detail
 
-/// repeat<N, "block">(body, x), repeat<N, "block", ty::store>(body, x): see the header comment.
+/// repeat<N, "block", Policy = ty::recompute>(body, x): see the header comment.
 template <std::int64_t N, fixed_string Block, class Policy = recompute, class Body, expression X>
 consteval auto repeat(Body body, X) {
   static_assert(N >= 1, "repeat: the layer count N must be at least 1");
-  static_assert(std::is_same_v<Policy, recompute> || std::is_same_v<Policy, store>,
-                "repeat: the policy is ty::recompute or ty::store");
+  static_assert(detail::is_repeat_policy<Policy>,
+                "repeat: the policy is ty::recompute, ty::store, ty::checkpoint_every<K> or "
+                "ty::memory_budget<Bytes>");
   static_assert(is_floating<typename X::value_type>,
                 "repeat: the carried value must be float32 or float64");
   using Carry = expr<ops::placeholder<detail::carry_name<name_t<Block>>, typename X::value_type,
@@ -302,8 +358,8 @@ consteval auto repeat(Body body, X) {
 
 /// The gradient of repeat: one repeat_vjp node (the backward loop) whose vector is sliced into
 /// the gradient of x and of each stacked variable.
-template <std::int64_t N, class Body, class Carry, class... Params>
-struct grad_rule<ops::repeat<N, Body, Carry, Params...>> {
+template <std::int64_t N, class Hold, class Body, class Carry, class... Params>
+struct grad_rule<ops::repeat<N, Hold, Body, Carry, Params...>> {
   using seed_ph = expr<ops::placeholder<detail::upstream_name, typename Carry::value_type,
                                         typename Carry::shape_type>>;
   using grads_t = decltype(typeflow::grad(Body{}, Carry{}, Params{}..., typeflow::seed(seed_ph{})));
@@ -317,7 +373,7 @@ struct grad_rule<ops::repeat<N, Body, Carry, Params...>> {
   };
   template <std::size_t S, class Y, class G, class X, class... St>
   static consteval auto vjp(Y, G, X x, St...) {
-    using vjp_node = decltype(make_node<ops::repeat_vjp<N, Body, Carry, seed_ph,
+    using vjp_node = decltype(make_node<ops::repeat_vjp<N, Hold, Body, Carry, seed_ph,
                                                         typename as_list<grads_t>::type, Params...>,
                                         G, X, St...>());
     return detail::repeat_grad_slice<S, vjp_node, X, St...>(x);
@@ -328,8 +384,8 @@ struct grad_rule<ops::repeat<N, Body, Carry, Params...>> {
 /// inputs from the stored carries, sliced as repeat's.
 template <std::int64_t N, class Body, class Carry, class... Params>
 struct grad_rule<ops::repeat_stored<N, Body, Carry, Params...>>
-    : grad_rule<ops::repeat<N, Body, Carry, Params...>> {
-  using base = grad_rule<ops::repeat<N, Body, Carry, Params...>>;
+    : grad_rule<ops::repeat<N, ops::hold_all, Body, Carry, Params...>> {
+  using base = grad_rule<ops::repeat<N, ops::hold_all, Body, Carry, Params...>>;
   template <std::size_t S, class Y, class G, class X, class... St>
   static consteval auto vjp(Y, G, X x, St...) {
     using vjp_node =

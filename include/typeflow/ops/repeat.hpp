@@ -12,11 +12,32 @@
 
 namespace typeflow::ops {
 
+/// Which layers' inputs repeat's gradient holds while it runs (it recomputes them from x):
+/// hold_all keeps all N; hold_every<K> keeps every K-th (a checkpoint) and recomputes the K - 1
+/// between two checkpoints again when the backward loop reaches them (about N / K + K held
+/// instead of N, for up to N more layer evaluations); hold_budget<Bytes> chooses K at run time,
+/// from the carry's size, as the fewest recomputations within Bytes of held carries (the
+/// fewest carries where nothing fits).
+struct hold_all {
+  static std::string str() { return {}; }
+};
+template <std::int64_t K>
+struct hold_every {
+  static_assert(K >= 1, "repeat: checkpoint_every<K> needs K >= 1");
+  static constexpr std::int64_t layers = K;
+  static std::string str() { return ", every=" + std::to_string(K); }
+};
+template <std::uint64_t Bytes>
+struct hold_budget {
+  static constexpr std::uint64_t bytes = Bytes;
+  static std::string str() { return ", budget=" + std::to_string(Bytes); }
+};
+
 /// repeat: h_0 = x, h_{i+1} = Body(Carry = h_i, Params = layer i of each stacked variable), the
 /// value h_N. Body is an expression of the placeholders Carry (x's dtype and shape) and
 /// Params... (one layer of each stacked variable); the operands are x, then the stacked
-/// variables [N, ...] in the order of Params.
-template <std::int64_t N, class Body, class Carry, class... Params>
+/// variables [N, ...] in the order of Params. Hold says what its gradient keeps (above).
+template <std::int64_t N, class Hold, class Body, class Carry, class... Params>
 struct repeat : no_dtype_rule {
   static constexpr node_kind kind = node_kind::nn;
   static constexpr std::string_view name = "repeat";
@@ -27,7 +48,7 @@ struct repeat : no_dtype_rule {
   static constexpr rule_result<RX> rule(const dims_t<RX>& x, const dims_t<RS>&...) {
     return {{}, x};
   }
-  static std::string attrs() { return "n=" + std::to_string(N); }
+  static std::string attrs() { return "n=" + std::to_string(N) + Hold::str(); }
 };
 
 /// repeat_vjp: repeat's vector-Jacobian product. Operands: g (the gradient of repeat's value),
@@ -35,8 +56,9 @@ struct repeat : no_dtype_rule {
 /// then x's; the gradient rule slices it apart. It recomputes the forward (h_0 ... h_{N-1},
 /// rematerialized rather than kept from the forward step), then runs Grads (a type_list of the
 /// body's gradients with respect to Carry and Params..., with upstream gradient Seed, a
-/// placeholder of the body's shape) from layer N-1 down to layer 0.
-template <std::int64_t N, class Body, class Carry, class Seed, class Grads, class... Params>
+/// placeholder of the body's shape) from layer N-1 down to layer 0, holding what Hold says.
+template <std::int64_t N, class Hold, class Body, class Carry, class Seed, class Grads,
+          class... Params>
 struct repeat_vjp : no_dtype_rule {
   static constexpr node_kind kind = node_kind::nn;
   static constexpr std::string_view name = "repeat_grad";
@@ -50,7 +72,7 @@ struct repeat_vjp : no_dtype_rule {
     r.dims[0] = is_static(x) ? (numel(x) + ... + numel(s)) : dyn;
     return r;
   }
-  static std::string attrs() { return "n=" + std::to_string(N); }
+  static std::string attrs() { return "n=" + std::to_string(N) + Hold::str(); }
 };
 
 /// repeat_stored: repeat under ty::store, with repeat's operands; its value keeps every layer's

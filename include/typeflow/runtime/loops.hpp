@@ -12,12 +12,14 @@
 // statistics; a traced run records the loop as one step. Each layer runs with its own run salt,
 // so random ops (dropout) draw per layer, and the gradient's recomputation draws as the forward
 // did. The gradient (repeat_vjp) recomputes the layers' inputs forward, then runs the body's
-// gradient plan from the last layer down.
+// gradient plan from the last layer down; under checkpoint_every or memory_budget it keeps every
+// k-th input of that sweep and recomputes the others segment by segment as it goes down.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -78,8 +80,9 @@ struct loop_interpreter {
     return cpu_backend::owned_copy<T>(ctx, std::move(out));
   }
 
-  template <std::int64_t N, class Body, class Carry, class... Params, class X, class... S>
-  static void run(Ex& ex, ops::repeat<N, Body, Carry, Params...>*, value* fr, X*, S*...) {
+  template <std::int64_t N, class Hold, class Body, class Carry, class... Params, class X,
+            class... S>
+  static void run(Ex& ex, ops::repeat<N, Hold, Body, Carry, Params...>*, value* fr, X*, S*...) {
     value h = fr[X::index];
     for (std::int64_t i = 0; i < N; ++i)
       h = run_layer<Body, Carry, Params...>(ex, h, i, fr, type_list<S...>{});
@@ -88,40 +91,89 @@ struct loop_interpreter {
     fr[0].dims = h.dims;
   }
 
-  template <std::int64_t N, class Body, class Carry, class Seed, class... G, class... Params,
-            class GX, class X, class... S>
-  static void run(Ex& ex, ops::repeat_vjp<N, Body, Carry, Seed, type_list<G...>, Params...>*,
+  /// How many layers one segment of repeat's backward loop spans (ops::hold_all and the others):
+  /// its first layer's input is a checkpoint kept from the forward sweep, the others' are
+  /// recomputed from it. Held at once: the checkpoints but x and one segment's inputs but its
+  /// first, ceil(n / k) - 1 + k - 1 carries.
+  template <class Hold>
+  static std::int64_t segment_layers(std::int64_t n, std::uint64_t carry_bytes) {
+    if constexpr (std::is_same_v<Hold, ops::hold_all>) {
+      return n;
+    } else if constexpr (requires { Hold::layers; }) {
+      return std::min(Hold::layers, n);
+    } else {
+      const std::uint64_t fit = carry_bytes == 0 ? ~std::uint64_t{0} : Hold::bytes / carry_bytes;
+      std::int64_t fewest = n;
+      std::uint64_t fewest_held = ~std::uint64_t{0};
+      for (std::int64_t k = n; k >= 1; --k) { // the longest segments recompute the least
+        const auto held = static_cast<std::uint64_t>((n + k - 1) / k - 1 + k - 1);
+        if (held <= fit)
+          return k;
+        if (held < fewest_held) {
+          fewest_held = held;
+          fewest = k;
+        }
+      }
+      return fewest;
+    }
+  }
+
+  template <std::int64_t N, class Hold, class Body, class Carry, class Seed, class... G,
+            class... Params, class GX, class X, class... S>
+  static void run(Ex& ex, ops::repeat_vjp<N, Hold, Body, Carry, Seed, type_list<G...>, Params...>*,
                   value* fr, GX*, X*, S*...) {
     using T = typename X::value_type;
     using Q = body_plan<G...>;
     static_assert(sizeof...(G) == 1 + sizeof...(Params), "repeat_grad: one gradient per input");
-    // the layers' inputs, recomputed
+    const std::int64_t k =
+        segment_layers<Hold>(N, static_cast<std::uint64_t>(fr[X::index].dims.numel()) * sizeof(T));
+    const std::int64_t last = (N - 1) / k * k; // the first layer of the last segment
+    // the layers' inputs, recomputed: each segment's first (a checkpoint) and the last
+    // segment's all
     std::vector<value> hs(static_cast<std::size_t>(N));
+    std::vector<bool> held(static_cast<std::size_t>(N), false);
     hs[0] = fr[X::index];
-    for (std::int64_t i = 0; i + 1 < N; ++i)
-      hs[static_cast<std::size_t>(i + 1)] = run_layer<Body, Carry, Params...>(
-          ex, hs[static_cast<std::size_t>(i)], i, fr, type_list<S...>{});
+    held[0] = true;
+    value h = hs[0];
+    for (std::int64_t i = 0; i + 1 < N; ++i) {
+      h = run_layer<Body, Carry, Params...>(ex, h, i, fr, type_list<S...>{});
+      if ((i + 1) % k == 0 || i + 1 >= last) {
+        hs[static_cast<std::size_t>(i + 1)] = h;
+        held[static_cast<std::size_t>(i + 1)] = true;
+      }
+    }
+    h = value{};
     T* out = ex.cpu_context().template allocate<T>(fr[0]);
     constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
     constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
     value g = fr[GX::index];
-    for (std::int64_t i = N; i-- > 0;) {
-      const value& h = hs[static_cast<std::size_t>(i)];
-      std::vector<value> v(Q::slots);
-      bind_body<Q, Carry>(v, h.data, h.dims);
-      bind_body<Q, Seed>(v, g.data, g.dims);
-      (bind_layer<Q, Params>(v, fr[S::index], i), ...);
-      ex.template run_body<Q>(v, i);
-      std::int64_t at = 0;
-      for (std::size_t j = 0; j < sizeof...(Params); ++j) {
-        cpu_backend::write_slice<T>(out, at + i * sizes[j], v[grad_slot[j + 1]].data, sizes[j]);
-        at += N * sizes[j];
+    for (std::int64_t first = last; first >= 0; first -= k) {
+      const std::int64_t end = std::min(first + k, N);
+      for (std::int64_t i = first; i + 1 < end; ++i) // this segment's inputs, again
+        if (!held[static_cast<std::size_t>(i + 1)]) {
+          hs[static_cast<std::size_t>(i + 1)] = run_layer<Body, Carry, Params...>(
+              ex, hs[static_cast<std::size_t>(i)], i, fr, type_list<S...>{});
+          held[static_cast<std::size_t>(i + 1)] = true;
+        }
+      for (std::int64_t i = end; i-- > first;) {
+        const value& hi = hs[static_cast<std::size_t>(i)];
+        std::vector<value> v(Q::slots);
+        bind_body<Q, Carry>(v, hi.data, hi.dims);
+        bind_body<Q, Seed>(v, g.data, g.dims);
+        (bind_layer<Q, Params>(v, fr[S::index], i), ...);
+        ex.template run_body<Q>(v, i);
+        std::int64_t at = 0;
+        for (std::size_t j = 0; j < sizeof...(Params); ++j) {
+          cpu_backend::write_slice<T>(out, at + i * sizes[j], v[grad_slot[j + 1]].data, sizes[j]);
+          at += N * sizes[j];
+        }
+        value next = std::move(v[grad_slot[0]]);
+        check_carry(next, hi, i);
+        auto ctx = ex.cpu_context();
+        g = cpu_backend::owned_copy<T>(ctx, std::move(next));
+        hs[static_cast<std::size_t>(i)] = value{}; // this layer's input is no longer needed
+        held[static_cast<std::size_t>(i)] = false;
       }
-      value next = std::move(v[grad_slot[0]]);
-      check_carry(next, h, i);
-      auto ctx = ex.cpu_context();
-      g = cpu_backend::owned_copy<T>(ctx, std::move(next));
-      hs[static_cast<std::size_t>(i)] = value{}; // this layer's input is no longer needed
     }
     std::int64_t at = 0;
     for (std::int64_t n : sizes)
