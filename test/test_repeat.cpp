@@ -489,6 +489,7 @@ TEST_CASE("repeat: checkpoint_every and memory_budget give recompute's gradients
   // 4 carries: nothing fits (the fewest held is 4, at k = 3: checkpoints 3 and 6, two inputs)
   static constexpr auto h_tight = ty::repeat<n, "block", ty::memory_budget<3 * carry>>(body, x);
   static constexpr auto h_roomy = ty::repeat<n, "block", ty::memory_budget<100 * carry>>(body, x);
+  static constexpr auto h_store = ty::repeat<n, "block", ty::store>(body, x);
   static constexpr auto w = ty::find_variable<"block/dense/weights">(h_all);
   auto grads = [](auto h) {
     constexpr auto loss = ty::sum(ty::square(h)) * ty::constant<0.5>;
@@ -498,6 +499,7 @@ TEST_CASE("repeat: checkpoint_every and memory_budget give recompute's gradients
   static constexpr auto g_every = grads(h_every);
   static constexpr auto g_tight = grads(h_tight);
   static constexpr auto g_roomy = grads(h_roomy);
+  static constexpr auto g_store = grads(h_store);
   const auto xv = inputs<double>(rows);
   struct outcome {
     ty::tensor<double> dx, dw;
@@ -509,7 +511,8 @@ TEST_CASE("repeat: checkpoint_every and memory_budget give recompute's gradients
     auto [dx, dw] = s.run(ty::fetch(gx, gw), ty::feed(x, xv));
     return outcome{dx, dw, s.stats().steps, s.stats().peak_bytes};
   };
-  const outcome all = run(g_all), every = run(g_every), tight = run(g_tight), roomy = run(g_roomy);
+  const outcome all = run(g_all), every = run(g_every), tight = run(g_tight), roomy = run(g_roomy),
+                stored = run(g_store);
   auto same = [](const ty::tensor<double>& a, const ty::tensor<double>& c) {
     REQUIRE(a.shape() == c.shape());
     for (i64 i = 0; i < a.size(); ++i)
@@ -521,12 +524,13 @@ TEST_CASE("repeat: checkpoint_every and memory_budget give recompute's gradients
   for (i64 i = 0; i < all.dw.size(); ++i)
     norm += std::abs(all.dw[i]);
   CHECK(norm > 0.1);
-  for (const outcome* o : {&every, &tight, &roomy}) {
+  for (const outcome* o : {&every, &tight, &roomy, &stored}) {
     CHECK(same(all.dx, o->dx)); // the same layers, the same dropout masks: the same bits
     CHECK(same(all.dw, o->dw));
   }
   INFO("peak bytes: all " << all.peak << ", every 3 " << every.peak << ", budget of 3 carries "
-                          << tight.peak << ", of 100 " << roomy.peak << "; carry " << carry);
+                          << tight.peak << ", of 100 " << roomy.peak << ", stored " << stored.peak
+                          << "; carry " << carry);
   INFO("steps: all " << all.steps << ", every 3 " << every.steps);
   // segments of 3 recompute layers 1, 2, 4 and 5 again: 4 more layer evaluations
   CHECK(every.steps > all.steps);
@@ -539,4 +543,7 @@ TEST_CASE("repeat: checkpoint_every and memory_budget give recompute's gradients
   CHECK(tight.steps == every.steps);
   CHECK(roomy.peak == all.peak);
   CHECK(roomy.steps == all.steps);
+  // ty::store holds its 10 carries, and its gradient reads the last row's gradient alone: the
+  // zero-padded gradient of all 10 rows is never made
+  CHECK(stored.peak <= all.peak + 2 * carry);
 }

@@ -380,20 +380,46 @@ struct grad_rule<ops::repeat<N, Hold, Body, Carry, Params...>> {
   }
 };
 
+namespace detail {
+/// The gradient of the stacked carries as the user's graph makes it: the gradient of row N
+/// (the value the user gets, sliced out by stack_row) padded with zeros to [N + 1, x...]. Its
+/// `row` is that gradient ([1, x...]), or void when G is something else.
+template <std::int64_t N, class Def>
+struct last_row_gradient {
+  using type = void;
+};
+template <std::int64_t N, class Begin, class Row, class Shape>
+struct last_row_gradient<N, expr<ops::pad_like<Begin>, Row, Shape>> {
+  static constexpr bool row_n = [] {
+    if (Begin::values.size() == 0 || Begin::values[0] != N)
+      return false;
+    for (std::size_t i = 1; i < Begin::values.size(); ++i)
+      if (Begin::values[i] != 0)
+        return false;
+    return Row::shape_type::rank >= 1 && Row::shape_type::dims[0] == 1;
+  }();
+  using type = std::conditional_t<row_n, Row, void>;
+};
+} // namespace detail
+
 /// The gradient of repeat under ty::store: one repeat_stored_vjp node, which reads the layers'
-/// inputs from the stored carries, sliced as repeat's.
+/// inputs from the stored carries, sliced as repeat's. Where only the last row has a gradient
+/// (the stacked carries reach the user as their last row), it reads that row's gradient
+/// ([1, x...]) instead of the zero-padded [N + 1, x...] one, which is then never made.
 template <std::int64_t N, class Body, class Carry, class... Params>
 struct grad_rule<ops::repeat_stored<N, Body, Carry, Params...>>
     : grad_rule<ops::repeat<N, ops::hold_all, Body, Carry, Params...>> {
   using base = grad_rule<ops::repeat<N, ops::hold_all, Body, Carry, Params...>>;
   template <std::size_t S, class Y, class G, class X, class... St>
   static consteval auto vjp(Y, G, X x, St...) {
+    using row = typename detail::last_row_gradient<N, def_t<G>>::type;
+    constexpr bool last_row = !std::is_void_v<row>;
     using vjp_node =
         decltype(make_node<
                  ops::repeat_stored_vjp<
-                     N, Body, Carry, typename base::seed_ph,
+                     N, last_row, Body, Carry, typename base::seed_ph,
                      typename base::template as_list<typename base::grads_t>::type, Params...>,
-                 G, Y, X, St...>());
+                 std::conditional_t<last_row, row, G>, Y, X, St...>());
     return detail::repeat_grad_slice<S, vjp_node, X, St...>(x);
   }
 };

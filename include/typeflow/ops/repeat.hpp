@@ -97,10 +97,12 @@ struct repeat_stored : no_dtype_rule {
 };
 
 /// repeat_stored_vjp: repeat_stored's vector-Jacobian product. Operands: g (the gradient of the
-/// stacked carries), y (the stacked carries, stored by the forward: nothing is recomputed but each
-/// layer's insides), x, the stacked variables. Its value is repeat_vjp's: the stacked variables'
-/// gradients in order, then x's.
-template <std::int64_t N, class Body, class Carry, class Seed, class Grads, class... Params>
+/// stacked carries, [N + 1, x...]; or of their last row alone, [1, x...], when LastRow), y (the
+/// stacked carries, stored by the forward: nothing is recomputed but each layer's insides), x,
+/// the stacked variables. Its value is repeat_vjp's: the stacked variables' gradients in order,
+/// then x's.
+template <std::int64_t N, bool LastRow, class Body, class Carry, class Seed, class Grads,
+          class... Params>
 struct repeat_stored_vjp : no_dtype_rule {
   static constexpr node_kind kind = node_kind::nn;
   static constexpr std::string_view name = "repeat_stored_grad";

@@ -204,10 +204,11 @@ struct loop_interpreter {
   }
 
   /// Its gradient: repeat_vjp's loop, each layer's input read from the stored carries.
-  template <std::int64_t N, class Body, class Carry, class Seed, class... G, class... Params,
-            class GY, class Y, class X, class... S>
-  static void run(Ex& ex, ops::repeat_stored_vjp<N, Body, Carry, Seed, type_list<G...>, Params...>*,
-                  value* fr, GY*, Y*, X*, S*...) {
+  template <std::int64_t N, bool LastRow, class Body, class Carry, class Seed, class... G,
+            class... Params, class GY, class Y, class X, class... S>
+  static void
+  run(Ex& ex, ops::repeat_stored_vjp<N, LastRow, Body, Carry, Seed, type_list<G...>, Params...>*,
+      value* fr, GY*, Y*, X*, S*...) {
     using T = typename X::value_type;
     using Q = body_plan<G...>;
     static_assert(sizeof...(G) == 1 + sizeof...(Params), "repeat_grad: one gradient per input");
@@ -218,12 +219,20 @@ struct loop_interpreter {
     constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
     const T* gy = static_cast<const T*>(fr[GY::index].data); // null: a zero gradient
     const T* ys = static_cast<const T*>(fr[Y::index].data);
+    // row r of the stacked carries' gradient (LastRow: only row N has one, the operand's only)
+    auto row = [&](std::int64_t r) -> const T* {
+      if constexpr (LastRow)
+        return r == N ? gy : nullptr;
+      else
+        return gy ? gy + r * n : nullptr;
+    };
     std::vector<T> seed(static_cast<std::size_t>(n)), carry(static_cast<std::size_t>(n), T(0));
     for (std::int64_t i = N; i-- > 0;) {
       // the gradient reaching h_{i+1}: the value's own row i + 1 and what layer i + 1 sent back
+      const T* gr = row(i + 1);
       for (std::int64_t k = 0; k < n; ++k)
         seed[static_cast<std::size_t>(k)] =
-            (gy ? gy[(i + 1) * n + k] : T(0)) + carry[static_cast<std::size_t>(k)];
+            (gr ? gr[k] : T(0)) + carry[static_cast<std::size_t>(k)];
       std::vector<value> v(Q::slots);
       bind_body<Q, Carry>(v, ys + i * n, x.dims);
       bind_body<Q, Seed>(v, seed.data(), x.dims);
@@ -245,8 +254,9 @@ struct loop_interpreter {
     std::int64_t at = 0;
     for (std::int64_t k : sizes)
       at += N * k;
+    const T* g0 = row(0);
     for (std::int64_t k = 0; k < n; ++k)
-      out[at + k] = (gy ? gy[k] : T(0)) + carry[static_cast<std::size_t>(k)];
+      out[at + k] = (g0 ? g0[k] : T(0)) + carry[static_cast<std::size_t>(k)];
   }
 
   /// The extents of one step of a sequence: its dims without the leading (time) axis.
