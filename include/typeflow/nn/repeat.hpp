@@ -184,11 +184,18 @@ struct stacked_of<N, Block, expr<ops::variable<Name, T, shape<D...>, Init>>> {
       ops::variable<typename scoped_name<Block, Name>::type, T, shape<N, D...>, stacked<Init>>>;
 };
 
-template <class TIn, class SIn, class TOut, class SOut>
+/// Who reports a body's error: repeat or remat.
+struct who_repeat {
+  static constexpr std::string_view view() { return "repeat"; }
+};
+struct who_remat {
+  static constexpr std::string_view view() { return "remat"; }
+};
+template <class Who, class TIn, class SIn, class TOut, class SOut>
 struct repeat_body_message {
   static constexpr msg_buf message() {
     msg_buf b;
-    b << std::string_view("repeat: the body must return its argument's dtype and shape: ")
+    b << Who::view() << std::string_view(": the body must return its argument's dtype and shape: ")
       << dtype_name<TIn> << std::string_view(" ");
     append_dims(b, SIn::dims);
     b << std::string_view(" in, ") << dtype_name<TOut> << std::string_view(" ");
@@ -197,20 +204,22 @@ struct repeat_body_message {
     return b;
   }
 };
-template <std::int64_t N>
+template <class Who>
 struct repeat_placeholder_message {
   static constexpr msg_buf message() {
     msg_buf b;
-    b << std::string_view("repeat: the body reads a placeholder other than its argument (feed "
-                          "it through the argument, or compute it outside the repeat)");
+    b << Who::view()
+      << std::string_view(": the body reads a placeholder other than its argument (feed "
+                          "it through the argument, or compute it outside the ")
+      << Who::view() << std::string_view(")");
     return b;
   }
 };
-template <class TVar, class TX>
+template <class Who, class TVar, class TX>
 struct repeat_dtype_message {
   static constexpr msg_buf message() {
     msg_buf b;
-    b << std::string_view("repeat: the body's variables must have its argument's dtype (")
+    b << Who::view() << std::string_view(": the body's variables must have its argument's dtype (")
       << dtype_name<TX> << std::string_view("), one is ") << dtype_name<TVar>;
     return b;
   }
@@ -225,11 +234,12 @@ struct first_other_dtype<T, type_list<V, Vs...>> {
                                   typename first_other_dtype<T, type_list<Vs...>>::type,
                                   typename V::value_type>;
 };
-template <std::int64_t N>
+template <class Who>
 struct repeat_assign_message {
   static constexpr msg_buf message() {
     msg_buf b;
-    b << std::string_view("repeat: the body assigns a variable (a body computes a value only)");
+    b << Who::view()
+      << std::string_view(": the body assigns a variable (a body computes a value only)");
     return b;
   }
 };
@@ -313,6 +323,38 @@ consteval auto repeat_grad_slice(X x) {
   }
 }
 
+/// The checks of a block's body (repeat's and remat's) on its value Out, then Make's node of the
+/// body's variables: invalid_expr after one error that Who names.
+template <class Who, class Carry, class X, class Out, class Make>
+consteval auto checked_block(Make make) {
+  if constexpr (any_invalid<Out>) {
+    return invalid_expr{};
+  } else {
+    using L = body_leaves_of<type_list<Carry>, graph::topological_order<Out>>;
+    if constexpr (L::assigns) {
+      using invalid [[maybe_unused]] = reject<repeat_assign_message<Who>>;
+      return invalid_expr{};
+    } else if constexpr (L::other_placeholder) {
+      using invalid [[maybe_unused]] = reject<repeat_placeholder_message<Who>>;
+      return invalid_expr{};
+    } else if constexpr (!std::is_same_v<typename Out::value_type, typename X::value_type> ||
+                         !std::is_same_v<typename Out::shape_type, typename X::shape_type>) {
+      using invalid [[maybe_unused]] =
+          reject<repeat_body_message<Who, typename X::value_type, typename X::shape_type,
+                                     typename Out::value_type, typename Out::shape_type>>;
+      return invalid_expr{};
+    } else if constexpr (!std::is_void_v<typename first_other_dtype<typename X::value_type,
+                                                                    typename L::variables>::type>) {
+      using invalid [[maybe_unused]] = reject<repeat_dtype_message<
+          Who, typename first_other_dtype<typename X::value_type, typename L::variables>::type,
+          typename X::value_type>>;
+      return invalid_expr{};
+    } else {
+      return make(typename L::variables{});
+    }
+  }
+}
+
 } // namespace detail
 
 /// repeat<N, "block", Policy = ty::recompute>(body, x): see the header comment.
@@ -327,33 +369,29 @@ consteval auto repeat(Body body, X) {
   using Carry = expr<ops::placeholder<detail::carry_name<name_t<Block>>, typename X::value_type,
                                       typename X::shape_type>>;
   using Out = decltype(body(Carry{}));
-  if constexpr (any_invalid<Out>) {
-    return invalid_expr{};
-  } else {
-    using L = detail::body_leaves_of<type_list<Carry>, graph::topological_order<Out>>;
-    if constexpr (L::assigns) {
-      using invalid [[maybe_unused]] = detail::reject<detail::repeat_assign_message<N>>;
-      return invalid_expr{};
-    } else if constexpr (L::other_placeholder) {
-      using invalid [[maybe_unused]] = detail::reject<detail::repeat_placeholder_message<N>>;
-      return invalid_expr{};
-    } else if constexpr (!std::is_same_v<typename Out::value_type, typename X::value_type> ||
-                         !std::is_same_v<typename Out::shape_type, typename X::shape_type>) {
-      using invalid [[maybe_unused]] = detail::reject<
-          detail::repeat_body_message<typename X::value_type, typename X::shape_type,
-                                      typename Out::value_type, typename Out::shape_type>>;
-      return invalid_expr{};
-    } else if constexpr (!std::is_void_v<typename detail::first_other_dtype<
-                             typename X::value_type, typename L::variables>::type>) {
-      using invalid [[maybe_unused]] = detail::reject<detail::repeat_dtype_message<
-          typename detail::first_other_dtype<typename X::value_type, typename L::variables>::type,
-          typename X::value_type>>;
-      return invalid_expr{};
-    } else {
-      return detail::make_repeat<N, name_t<Block>, Out, Carry, Policy>(X{},
-                                                                       typename L::variables{});
-    }
-  }
+  return detail::checked_block<detail::who_repeat, Carry, X, Out>(
+      []<class... V>(type_list<V...> vs) {
+        return detail::make_repeat<N, name_t<Block>, Out, Carry, Policy>(X{}, vs);
+      });
+}
+
+/// remat<"name">(body, x): body(x), whose activations the gradient recomputes from x instead of
+/// keeping them from the forward pass (jax.checkpoint and jax.remat, TensorFlow's
+/// recompute_grad): between the forward and the gradient only x is held. The body is a block as
+/// repeat's (x's dtype and shape out, no placeholder but its argument, nothing assigned), and
+/// its variables stay the model's own (not stacked, not renamed): a one-layer repeat whose
+/// variables are its operands as they are. It runs on the CPU, as repeat does.
+template <fixed_string Name = "remat", class Body, expression X>
+consteval auto remat(Body body, X) {
+  static_assert(is_floating<typename X::value_type>, "remat: the value must be float32 or float64");
+  using Carry = expr<ops::placeholder<detail::carry_name<name_t<Name>>, typename X::value_type,
+                                      typename X::shape_type>>;
+  using Out = decltype(body(Carry{}));
+  return detail::checked_block<detail::who_remat, Carry, X, Out>([]<class... V>(type_list<V...>) {
+    return make_node<ops::repeat<1, ops::hold_all, typename detail::body_with_params<Out>::type,
+                                 Carry, typename detail::param_of<V>::type...>,
+                     X, V...>();
+  });
 }
 
 /// The gradient of repeat: one repeat_vjp node (the backward loop) whose vector is sliced into
