@@ -397,8 +397,8 @@ consteval auto logsumexp(X x, keepdims_t) {
 template <std::int64_t Axis = -1, expression X>
 consteval auto logsumexp(X x) {
   auto m = stop_gradient(typeflow::max<Axis>(x, keepdims));
-  return typeflow::log(typeflow::sum<Axis>(typeflow::exp(x - m))) +
-         stop_gradient(typeflow::max<Axis>(x));
+  auto l = typeflow::log(typeflow::sum<Axis>(typeflow::exp(x - m)));
+  return l + typeflow::reshape_like(m, l); // the one maximum, its kept axis dropped
 }
 
 /// l2_loss(x) = sum(x^2) / 2, as TensorFlow's.
