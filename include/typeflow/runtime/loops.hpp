@@ -91,6 +91,31 @@ struct loop_interpreter {
     fr[0].dims = h.dims;
   }
 
+  /// Layer i of repeat's backward loop (both policies' gradients): the body's gradient plan Q on
+  /// the layer's input h and the upstream gradient g, each stacked variable's gradient written
+  /// into its slice of the packed result `out`; then `then(gradient of h)`, while the plan's
+  /// values (which it may view) are alive.
+  template <std::int64_t N, class Q, class Carry, class Seed, class T, class... G, class... Params,
+            class... S, class Then>
+  static void layer_gradient(Ex& ex, [[maybe_unused]] const value* fr, const void* h,
+                             const backend::rt_dims& hd, const void* g, const backend::rt_dims& gd,
+                             std::int64_t i, T* out, type_list<G...>, type_list<Params...>,
+                             type_list<S...>, Then then) {
+    constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
+    constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
+    std::vector<value> v(Q::slots);
+    bind_body<Q, Carry>(v, h, hd);
+    bind_body<Q, Seed>(v, g, gd);
+    (bind_layer<Q, Params>(v, fr[S::index], i), ...);
+    ex.template run_body<Q>(v, i);
+    std::int64_t at = 0;
+    for (std::size_t j = 0; j < sizeof...(Params); ++j) {
+      cpu_backend::write_slice<T>(out, at + i * sizes[j], v[grad_slot[j + 1]].data, sizes[j]);
+      at += N * sizes[j];
+    }
+    then(v[grad_slot[0]]);
+  }
+
   /// How many layers one segment of repeat's backward loop spans (ops::hold_all and the others):
   /// its first layer's input is a checkpoint kept from the forward sweep, the others' are
   /// recomputed from it. Held at once: the checkpoints but x and one segment's inputs but its
@@ -129,50 +154,35 @@ struct loop_interpreter {
         segment_layers<Hold>(N, static_cast<std::uint64_t>(fr[X::index].dims.numel()) * sizeof(T));
     const std::int64_t last = (N - 1) / k * k; // the first layer of the last segment
     // the layers' inputs, recomputed: each segment's first (a checkpoint) and the last
-    // segment's all
+    // segment's all; an input not held has no data
     std::vector<value> hs(static_cast<std::size_t>(N));
-    std::vector<bool> held(static_cast<std::size_t>(N), false);
     hs[0] = fr[X::index];
-    held[0] = true;
     value h = hs[0];
     for (std::int64_t i = 0; i + 1 < N; ++i) {
       h = run_layer<Body, Carry, Params...>(ex, h, i, fr, type_list<S...>{});
-      if ((i + 1) % k == 0 || i + 1 >= last) {
+      if ((i + 1) % k == 0 || i + 1 >= last)
         hs[static_cast<std::size_t>(i + 1)] = h;
-        held[static_cast<std::size_t>(i + 1)] = true;
-      }
     }
     h = value{};
     T* out = ex.cpu_context().template allocate<T>(fr[0]);
     constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
-    constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
     value g = fr[GX::index];
     for (std::int64_t first = last; first >= 0; first -= k) {
       const std::int64_t end = std::min(first + k, N);
       for (std::int64_t i = first; i + 1 < end; ++i) // this segment's inputs, again
-        if (!held[static_cast<std::size_t>(i + 1)]) {
+        if (!hs[static_cast<std::size_t>(i + 1)].data)
           hs[static_cast<std::size_t>(i + 1)] = run_layer<Body, Carry, Params...>(
               ex, hs[static_cast<std::size_t>(i)], i, fr, type_list<S...>{});
-          held[static_cast<std::size_t>(i + 1)] = true;
-        }
       for (std::int64_t i = end; i-- > first;) {
         const value& hi = hs[static_cast<std::size_t>(i)];
-        std::vector<value> v(Q::slots);
-        bind_body<Q, Carry>(v, hi.data, hi.dims);
-        bind_body<Q, Seed>(v, g.data, g.dims);
-        (bind_layer<Q, Params>(v, fr[S::index], i), ...);
-        ex.template run_body<Q>(v, i);
-        std::int64_t at = 0;
-        for (std::size_t j = 0; j < sizeof...(Params); ++j) {
-          cpu_backend::write_slice<T>(out, at + i * sizes[j], v[grad_slot[j + 1]].data, sizes[j]);
-          at += N * sizes[j];
-        }
-        value next = std::move(v[grad_slot[0]]);
-        check_carry(next, hi, i);
-        auto ctx = ex.cpu_context();
-        g = cpu_backend::owned_copy<T>(ctx, std::move(next));
+        layer_gradient<N, Q, Carry, Seed>(ex, fr, hi.data, hi.dims, g.data, g.dims, i, out,
+                                          type_list<G...>{}, type_list<Params...>{},
+                                          type_list<S...>{}, [&](value& next) {
+                                            check_carry(next, hi, i);
+                                            auto ctx = ex.cpu_context();
+                                            g = cpu_backend::owned_copy<T>(ctx, std::move(next));
+                                          });
         hs[static_cast<std::size_t>(i)] = value{}; // this layer's input is no longer needed
-        held[static_cast<std::size_t>(i)] = false;
       }
     }
     std::int64_t at = 0;
@@ -216,7 +226,6 @@ struct loop_interpreter {
     const std::int64_t n = x.dims.numel();
     T* out = ex.cpu_context().template allocate<T>(fr[0]);
     constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
-    constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
     const T* gy = static_cast<const T*>(fr[GY::index].data); // null: a zero gradient
     const T* ys = static_cast<const T*>(fr[Y::index].data);
     // row r of the stacked carries' gradient (LastRow: only row N has one, the operand's only)
@@ -233,23 +242,16 @@ struct loop_interpreter {
       for (std::int64_t k = 0; k < n; ++k)
         seed[static_cast<std::size_t>(k)] =
             (gr ? gr[k] : T(0)) + carry[static_cast<std::size_t>(k)];
-      std::vector<value> v(Q::slots);
-      bind_body<Q, Carry>(v, ys + i * n, x.dims);
-      bind_body<Q, Seed>(v, seed.data(), x.dims);
-      (bind_layer<Q, Params>(v, fr[S::index], i), ...);
-      ex.template run_body<Q>(v, i);
-      std::int64_t at = 0;
-      for (std::size_t j = 0; j < sizeof...(Params); ++j) {
-        cpu_backend::write_slice<T>(out, at + i * sizes[j], v[grad_slot[j + 1]].data, sizes[j]);
-        at += N * sizes[j];
-      }
-      const value& next = v[grad_slot[0]];
-      if (next.data) {
-        check_carry(next, x, i);
-        std::memcpy(carry.data(), next.data, sizeof(T) * static_cast<std::size_t>(n));
-      } else {
-        std::fill(carry.begin(), carry.end(), T(0));
-      }
+      layer_gradient<N, Q, Carry, Seed>(
+          ex, fr, ys + i * n, x.dims, seed.data(), x.dims, i, out, type_list<G...>{},
+          type_list<Params...>{}, type_list<S...>{}, [&](const value& next) {
+            if (next.data) {
+              check_carry(next, x, i);
+              std::memcpy(carry.data(), next.data, sizeof(T) * static_cast<std::size_t>(n));
+            } else {
+              std::fill(carry.begin(), carry.end(), T(0));
+            }
+          });
     }
     std::int64_t at = 0;
     for (std::int64_t k : sizes)
