@@ -9,12 +9,18 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <span>
 #include <string>
+#include <thread>
 #include <typeflow/typeflow.hpp>
 #include <vector>
+
+#if defined(TYPEFLOW_HAS_ONEDNN)
+#include <omp.h>
+#endif
 
 namespace ty = typeflow;
 namespace cpu = typeflow::cpu_backend;
@@ -281,6 +287,48 @@ TEST_SUITE("onednn") {
     CHECK(run(16) == other);
   }
 }
+
+#if defined(TYPEFLOW_HAS_ONEDNN)
+TEST_SUITE("onednn") {
+  TEST_CASE("oneDNN starts no threads of its own, whatever the caller's OpenMP setting") {
+    // oneDNN sizes a primitive's OpenMP team when it creates it, from the creating thread's
+    // setting. A fresh thread is a fresh OpenMP master with its own team; it asks for four
+    // threads, as a user's OpenMP code might, then a one-thread session creates and runs a
+    // convolution's and a product's primitives on it. Extra OpenMP threads would spin beside the
+    // session's and outlive the run: the process must have as many threads after as before.
+    const auto threads_now = [] {
+      std::size_t n = 0;
+      for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+        ++n;
+      return n;
+    };
+    constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 12, 12, 3>>;
+    constexpr auto w = ty::placeholder<"w", float, ty::shape<3, 3, 3, 8>>;
+    constexpr auto m = ty::placeholder<"m", float, ty::shape<ty::dyn, 64>>;
+    constexpr auto v = ty::placeholder<"v", float, ty::shape<64, 300>>;
+    rng r{9};
+    const auto vx = random_vector(r, 16 * 12 * 12 * 3), vw = random_vector(r, 3 * 3 * 3 * 8);
+    const auto vm = random_vector(r, 16 * 64), vv = random_vector(r, 64 * 300);
+    std::size_t before = 0, after = 0, primitives = 0;
+    std::thread t([&] {
+      omp_set_num_threads(4);
+      ty::session s(ty::session_options{.threads = 1});
+      before = threads_now();
+      for (int i = 0; i < 2; ++i)
+        s.run(ty::fetch(ty::conv2d<ty::padding::same>(x, w), ty::matmul(m, v)),
+              ty::feed(x, ty::tensor<float>({16, 12, 12, 3}, std::span<const float>(vx))),
+              ty::feed(w, ty::tensor<float>({3, 3, 3, 8}, std::span<const float>(vw))),
+              ty::feed(m, ty::tensor<float>({16, 64}, std::span<const float>(vm))),
+              ty::feed(v, ty::tensor<float>({64, 300}, std::span<const float>(vv))));
+      after = threads_now();
+      primitives = s.onednn_primitives();
+    });
+    t.join();
+    CHECK(primitives > 0); // the run went through oneDNN
+    CHECK(after == before);
+  }
+}
+#endif
 
 TEST_SUITE("machine") {
   TEST_CASE("describe_machine names the CPU and each engine's ISA") {

@@ -13,10 +13,11 @@
 // step run with the same batch size reuses its primitive.
 //
 // Threads: the session's pool runs every oneDNN call, one slab of the batch (convolutions) or of
-// the product (matmul) per task, each call single-threaded. Debian's oneDNN is built on OpenMP;
-// each call sets the calling thread's OpenMP team to one, so oneDNN starts no threads of its own
-// and the process runs exactly the session's thread count (no two runtimes competing for two
-// cores), and results do not depend on that count.
+// the product (matmul) per task, each call single-threaded. Debian's oneDNN is built on OpenMP
+// and sizes a primitive's team when it creates it; each creation and each call first sets the
+// calling thread's OpenMP team to one, so oneDNN starts no threads of its own and the process
+// runs exactly the session's thread count (no two runtimes competing for two cores; OpenMP's
+// idle threads spin), and results do not depend on that count.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -200,7 +201,16 @@ struct primitive {
   }
 };
 
+/// Sets the calling thread's OpenMP team to one. oneDNN sizes a primitive's team from the
+/// creating thread's setting when it creates the descriptor and the primitive, and runs that
+/// team at every execution: each creation and execution happens after this call, so oneDNN never
+/// starts threads of its own (test_onednn.cpp checks, from a thread that asked OpenMP for four).
+inline void team_of_one() {
+  omp_set_num_threads(1);
+}
+
 inline std::unique_ptr<primitive> make(const pd_handle& pd, const char* what) {
+  team_of_one();
   auto r = std::make_unique<primitive>();
   check(dnnl_primitive_create(&r->p, pd.pd), what);
   r->scratch = bytes(*dnnl_primitive_desc_query_md(pd.pd, dnnl_query_scratchpad_md, 0));
@@ -210,6 +220,7 @@ inline std::unique_ptr<primitive> make(const pd_handle& pd, const char* what) {
 /// A reorder from layout `from` to `to`.
 inline std::unique_ptr<primitive> make_reorder(const md& from, const md& to) {
   dnnl_primitive_desc_t pd = nullptr;
+  team_of_one();
   check(dnnl_reorder_primitive_desc_create(&pd, &from, engine(), &to, engine(), nullptr),
         "a reorder");
   pd_handle h(pd);
@@ -244,7 +255,7 @@ struct arg {
 /// Runs `p` on the calling thread (an OpenMP team of one: the session's pool owns the cores,
 /// so oneDNN never starts threads of its own), with a thread-local scratchpad.
 inline void execute(const primitive& p, std::initializer_list<arg> args) {
-  omp_set_num_threads(1);
+  team_of_one();
   std::array<dnnl_exec_arg_t, 8> a{};
   std::array<md, 1> scratch_md{};
   int n = 0;
@@ -439,6 +450,7 @@ private:
                                          onednn::epilogue epi = onednn::epilogue::none) {
     onednn::user_scratchpad attr(epi);
     dnnl_primitive_desc_t pd = nullptr;
+    onednn::team_of_one();
     onednn::check(dnnl_primitive_desc_create(&pd, op_desc, attr.a, onednn::engine(), hint),
                   "a primitive descriptor");
     return pd;
