@@ -1,9 +1,9 @@
 // The main job's command line (examples/mnist/main.cpp): its flags, and the parser.
 //
 // The parser lives in its own translation unit (flags.cpp) with CLI11, so the model's
-// translation unit does not compile CLI11 (header-only: 10.7 s of g++ -O2 on AMD Zen 4, 2026-11-26,
-// about a fifth of main.cpp's time before the split) and a change to the model does not
-// recompile it. main.cpp, main_mpi.cpp and main.cu link the same object.
+// translation unit does not compile CLI11 (header-only: about a fifth of main.cpp's time before
+// the split; bench/README.md, *Figures moved from code comments*) and a change to the model does
+// not recompile it. main.cpp, main_mpi.cpp and main.cu link the same object.
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -46,7 +46,7 @@ namespace {
 
 using mnist::flags;
 
-/// Python's datetime.now(): 2026-11-21 22:13:44.123456
+/// The time as Python's str(datetime.now()) writes it: YYYY-MM-DD HH:MM:SS.ffffff
 std::string now_string() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);

@@ -465,10 +465,10 @@ int half_case(A a, B b) {
       worst_rounded = std::max(worst_rounded, std::abs(pv[i * 32 + j] - ref16) / (1 + mag));
       worst_exact = std::max(worst_exact, std::abs(pv[i * 32 + j] - ref) / (1 + mag));
     }
-  // float32 sums of 256 exact products: ~256 * 6e-8 at worst (1e-9 seen on an H200); one
-  // rounding of an operand is 2^-9 (bfloat16) or 2^-12 (float16) relative: a worst error over
-  // the outputs of 4.5e-4 and 5.9e-5 (H200, 2026-11-26), so a GPU that ignored the precision
-  // fails both bounds and one that rounded otherwise (truncating, say) the first.
+  // float32 sums of 256 exact products: ~256 * 6e-8 at worst; one rounding of an operand is
+  // 2^-9 (bfloat16) or 2^-12 (float16) relative, a worst error over the outputs well above the
+  // second bound (bench/README.md, *Figures moved from code comments*), so a GPU that ignored the
+  // precision fails both bounds and one that rounded otherwise (truncating, say) the first.
   if (worst_rounded > 2e-5 || worst_exact < (bf ? 1e-4 : 1e-5)) {
     std::printf("FAIL %s products: worst error against the rounded operands %.3g, against the "
                 "float32 ones %.3g\n",
@@ -490,9 +490,8 @@ int half_case(A a, B b) {
 /// Training on gpu<0> with 16-bit products, and with mixed_precision<bfloat16> (activations
 /// kept as bfloat16): 30 steps on a fixed batch more than halve the loss and end within
 /// 0.15 * (1 + float32's loss) of float32's. (The ops' numerics are cuda.ops' to check; 30 steps of
-/// Nesterov momentum at 0.1 amplify one rounding into a different path: on an H200, 2026-11-26,
-/// float32 reached 0.839, bfloat16 products 0.867, float16 products 0.938 without loss scaling, and
-/// mixed_precision<bfloat16> 0.914.)
+/// Nesterov momentum at 0.1 amplify one rounding into a different path: the losses an H200
+/// reached are in bench/README.md, *Figures moved from code comments*.)
 template <class Train>
 int half_training_case(const char* label, Train train, ty::precision precision) {
   using namespace conv_model;

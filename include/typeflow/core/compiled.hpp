@@ -3,8 +3,8 @@
 // typeflow is header-only: by default every function is defined in its header, and a program
 // includes what it uses. The non-template part (checkpoint files, traces and profiles, graph
 // pictures, IDX files, describe_machine) is compiled again in every translation unit that calls
-// it: examples/mnist/main.cpp took 44.1 s at g++ -O2 with them, 38.4 s without (AMD Zen 4,
-// 2026-11-26).
+// it: in examples/mnist/main.cpp about an eighth of g++'s time (bench/README.md, *Figures moved
+// from code comments*).
 //
 // With TYPEFLOW_SEPARATE_COMPILATION defined in every translation unit of a program (a compile
 // definition of the target), those functions are only declared in the headers, and one
