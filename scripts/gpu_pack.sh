@@ -11,8 +11,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     -DTYPEFLOW_USE_ONEDNN=OFF -DTYPEFLOW_NATIVE=OFF -DTYPEFLOW_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DTYPEFLOW_BUILD_BENCH=ON
 fi
-targets=(test_cuda_graph test_cuda_ops test_cuda_placement test_cuda_runtime mnist_cuda gpu_bench
-  gpu_cudnn_probe)
+targets=(test_cuda_graph test_cuda_ops test_cuda_units mnist_cuda gpu_bench gpu_cudnn_probe)
 cmake --build "$build" -j "${JOBS:-2}" --target "${targets[@]}"
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
 mkdir -p .gpu/bin .gpu/data

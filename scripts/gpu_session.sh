@@ -68,11 +68,12 @@ do_examples() {
 do_sanitize() { # SANITIZE_TOOLS and SANITIZE_TESTS narrow it (default: all of them);
   # SANITIZE_MNIST=0 leaves out the main job's short run
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
-    # (a test_cuda_graph test by its name: "graph fused")
+    # (a test_cuda_graph test by its name: "graph.fused"; a file of test_cuda_units: "units.runtime")
     for t in ${SANITIZE_TESTS:-graph.fused graph.session test_cuda_ops graph.layout \
-      test_cuda_runtime}; do
+      units.runtime}; do
       local cmd=("$BIN/$t")
       [[ $t == graph.* ]] && cmd=("$BIN/test_cuda_graph" "${t#graph.}")
+      [[ $t == units.* ]] && cmd=("$BIN/test_cuda_units" "--source-file=*test_cuda_${t#units.}.cu")
       run "sanitizer.$tool.$t" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "${cmd[@]}"
     done
     [ "${SANITIZE_MNIST:-1}" = 0 ] && continue
