@@ -63,6 +63,9 @@ std::optional<int> parse_flags(int argc, char** argv, flags& f) {
       ->check(non_negative);
   app.add_option("--train-limit", f.train_limit, "use only the first N training examples (0: all)")
       ->check(non_negative);
+  app.add_option("--test-limit", f.test_limit,
+                 "measure the test accuracy on the first N test examples only (0: all)")
+      ->check(non_negative);
   app.add_option("--log-every", f.log_every, "log the loss every N steps")->check(positive);
   app.add_option("--placement", f.placement,
                  "cpu, gpu or variables-on-cpu (the GPU policies need the CUDA build)")

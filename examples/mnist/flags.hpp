@@ -23,6 +23,7 @@ struct flags {
   bool resume = false;
   std::uint64_t seed = 1;
   std::int64_t train_limit = 0; // use only the first N training examples (0: all)
+  std::int64_t test_limit = 0;  // measure the accuracy on the first N test examples (0: all)
   int log_every = 100;
   std::string placement = "cpu";
   int replicas = 1;

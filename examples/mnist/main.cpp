@@ -146,6 +146,11 @@ int run_training(const flags& f) {
     train.images.resize(static_cast<std::size_t>(train.count * 28 * 28));
     train.labels.resize(static_cast<std::size_t>(train.count));
   }
+  if (f.test_limit > 0 && f.test_limit < test.count) {
+    test.count = f.test_limit;
+    test.images.resize(static_cast<std::size_t>(test.count * test.rows * test.cols));
+    test.labels.resize(static_cast<std::size_t>(test.count));
+  }
   const std::int64_t train_count = train.count;
   std::printf("%s: data: %lld training and %lld test images from %s (%s)\n", now_string().c_str(),
               static_cast<long long>(train_count), static_cast<long long>(test.count),

@@ -1,4 +1,5 @@
-# example.mnist: the main job's program on a small slice of Fashion-MNIST: the seed's log line,
+# example.mnist: the main job's program on a small slice of Fashion-MNIST (--train-limit,
+# --test-limit): the seed's log line,
 # the machine line first, the per-epoch test accuracy, a checkpoint that --resume continues from, and clear errors for a
 # missing data directory and bad flags (exit 2), --help (exit 0), and --graph, --trace, --profile
 # and --log-device-placement.
@@ -18,7 +19,7 @@ function(run_mnist out_var)
   set(${out_var} "${out}" PARENT_SCOPE)
 endfunction()
 
-set(common --data-dir "${DATA}" --train-limit 1024 --batch-size 64 --log-every 4 --threads 2
+set(common --data-dir "${DATA}" --train-limit 1024 --test-limit 1000 --batch-size 64 --log-every 4 --threads 2
            --checkpoint-dir "${WORK}")
 run_mnist(out ${common} --epochs 1)
 string(REGEX MATCH "final loss = [0-9.]+, test accuracy = [0-9.]+" one_tower "${out}")
@@ -28,6 +29,9 @@ if(NOT out MATCHES "${date}: step 0, loss = [0-9]+\\.[0-9][0-9] \\([0-9]+\\.[0-9
 endif()
 if(NOT out MATCHES "^${date}: machine: [^\n]+; fused loops: [^\n]+; convolutions and float32 matmul: ")
   message(FATAL_ERROR "the first log line does not describe the machine:\n${out}")
+endif()
+if(NOT out MATCHES "data: 1024 training and 1000 test images from ")
+  message(FATAL_ERROR "--train-limit 1024 --test-limit 1000 should give 1024 and 1000 images:\n${out}")
 endif()
 if(NOT out MATCHES "step 12, loss = ")
   message(FATAL_ERROR "no log line every 4 steps in:\n${out}")
@@ -48,15 +52,15 @@ if(CONVERT)
   if(NOT rc EQUAL 0 OR NOT out MATCHES "wrote 512 records to [^\n]*train-00001-of-00002.tfrecord")
     message(FATAL_ERROR "mnist_to_tfrecord failed (${rc}):\n${out}\n${err}")
   endif()
-  run_mnist(out --data-format tfrecord --data-dir "${WORK}/tfrecord" --batch-size 64 --threads 2
+  run_mnist(out --data-format tfrecord --test-limit 1000 --data-dir "${WORK}/tfrecord" --batch-size 64 --threads 2
             --checkpoint-dir "${WORK}" --resume --epochs 1)
   string(REGEX MATCH "test accuracy = [0-9.]+" tf_accuracy "${out}")
   string(REGEX MATCH "test accuracy = [0-9.]+" idx_accuracy "${one_tower}")
-  if(NOT out MATCHES "1024 training and 10000 test images [^\n]*\(tfrecord\)" OR
+  if(NOT out MATCHES "1024 training and 1000 test images [^\n]*\(tfrecord\)" OR
      NOT tf_accuracy STREQUAL idx_accuracy)
     message(FATAL_ERROR "the IDX checkpoint on test.tfrecord should give ${idx_accuracy}:\n${out}")
   endif()
-  run_mnist(out --data-format tfrecord --data-dir "${WORK}/tfrecord" --batch-size 64 --threads 2
+  run_mnist(out --data-format tfrecord --test-limit 1000 --data-dir "${WORK}/tfrecord" --batch-size 64 --threads 2
             --log-every 4 --epochs 2)
   if(NOT out MATCHES "step 28, loss = " OR NOT out MATCHES "epoch 2 done, step 32, test accuracy = 0\\.[0-9]+")
     message(FATAL_ERROR "training from TFRecord did not run 2 epochs of 16 steps:\n${out}")
@@ -74,7 +78,7 @@ if(NOT out MATCHES "done: 2 epochs, 32 steps, final loss = [0-9.]+, test accurac
 endif()
 
 # Two CPU towers on half a batch each train as one tower on the whole batch.
-run_mnist(out --data-dir "${DATA}" --train-limit 1024 --batch-size 64 --log-every 4 --threads 2
+run_mnist(out --data-dir "${DATA}" --train-limit 1024 --test-limit 1000 --batch-size 64 --log-every 4 --threads 2
           --epochs 1 --replicas 2)
 string(REGEX MATCH "final loss = [0-9.]+, test accuracy = [0-9.]+" two_towers "${out}")
 if(NOT out MATCHES "2 replicas" OR NOT one_tower OR NOT two_towers STREQUAL one_tower)
@@ -86,7 +90,7 @@ if(EXE_MPI AND MPIEXEC)
   set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
   set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
   execute_process(COMMAND "${MPIEXEC}" -n 2 --oversubscribe "${EXE_MPI}" --data-dir "${DATA}"
-                  --train-limit 1024 --batch-size 64 --log-every 4 --threads 1 --epochs 1
+                  --train-limit 1024 --test-limit 1000 --batch-size 64 --log-every 4 --threads 1 --epochs 1
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 240)
   string(REGEX MATCH "test accuracy = [0-9.]+" mpi_accuracy "${out}")
   string(REGEX MATCH "test accuracy = [0-9.]+" one_accuracy "${one_tower}")
@@ -98,7 +102,7 @@ endif()
 # Seeing the graph and the run: --graph draws the training graph through Graphviz, --trace and
 # --profile record steps 1 and 2 (the trace checked by scripts/check_trace.py), and
 # --log-device-placement prints each node's device once per plan.
-execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 256 --batch-size 64 --threads 2
+execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 256 --test-limit 1000 --batch-size 64 --threads 2
                 --epochs 1 --graph "${WORK}/train.svg" --trace "${WORK}/trace.json" --profile
                 --trace-first 1 --trace-steps 2 --log-device-placement
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
@@ -130,7 +134,7 @@ endif()
 
 # --precision bfloat16: the session line says what the products compute in (bfloat16 where the
 # CPU runs it natively, else float32, said so), and the step trains.
-execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 256 --batch-size 64 --threads 2
+execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 256 --test-limit 1000 --batch-size 64 --threads 2
                 --epochs 1 --precision bfloat16
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR NOT out MATCHES
@@ -140,7 +144,7 @@ if(NOT rc EQUAL 0 OR NOT out MATCHES
 endif()
 # --precision float16: float16-rounded products (emulated) under dynamic loss scaling, whose
 # scale each epoch logs.
-execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 256 --batch-size 64 --threads 2
+execute_process(COMMAND "${EXE}" --data-dir "${DATA}" --train-limit 256 --test-limit 1000 --batch-size 64 --threads 2
                 --epochs 1 --precision float16
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR NOT out MATCHES
