@@ -89,6 +89,65 @@ shape_rule_failed(std::string_view op, std::string_view why, const backend::rt_d
   }
 }
 
+/// What a placeholder expects of its feed: its name, static extents (dyn for the batch), and its
+/// dtype's size, alignment and name.
+struct feed_expectation {
+  std::string_view name;
+  const std::int64_t* dims;
+  std::size_t rank;
+  std::size_t elem_bytes;
+  std::size_t align;
+  std::string_view dtype;
+};
+/// The batch extent that every feed's dyn extents share, and the feed it was first read from.
+struct feed_batch {
+  bool known = false;
+  std::int64_t extent = 0;
+  std::string from;
+};
+/// Checks one feed (extents `fed`, data at `data`) against its placeholder, the batch extent
+/// against the feeds checked before it: one function for every feed of every run.
+[[gnu::noinline]] inline void check_feed(const feed_expectation& e, const backend::rt_dims& fed,
+                                         const void* data, feed_batch& batch) {
+  const auto fail = [&](const std::string& why) {
+    throw error("feed: placeholder \"" + std::string(e.name) + "\" expects " +
+                dims_string(e.dims, e.dims + e.rank) + ", fed " + fed.str() + why);
+  };
+  if (fed.rank != e.rank)
+    fail(" (rank differs)");
+  for (std::size_t i = 0; i < e.rank; ++i) {
+    if (fed.d[i] < 0)
+      fail(" (negative extent)");
+    if (e.dims[i] == dyn) {
+      if (!batch.known) {
+        batch.known = true;
+        batch.extent = fed.d[i];
+        batch.from = "placeholder \"" + std::string(e.name) + "\" fed " + fed.str();
+      } else if (fed.d[i] != batch.extent) {
+        fail("; dyn extent " + std::to_string(fed.d[i]) + " disagrees with " +
+             std::to_string(batch.extent) + " from " + batch.from);
+      }
+    } else if (fed.d[i] != e.dims[i]) {
+      fail("");
+    }
+  }
+  if (!fed.valid(e.elem_bytes))
+    fail(" (more elements than can be addressed)");
+  if (data == nullptr && fed.numel() != 0)
+    fail(" (null data for " + std::to_string(fed.numel()) + " elements)");
+  if (reinterpret_cast<std::uintptr_t>(data) % e.align != 0)
+    fail(" (data not aligned to " + std::to_string(e.align) + " bytes for " + std::string(e.dtype) +
+         ")");
+}
+/// What placeholder Ph expects of its feed.
+template <class Ph>
+inline constexpr feed_expectation feed_expectation_of{Ph::op::name,
+                                                      Ph::shape_type::dims.data(),
+                                                      Ph::shape_type::rank,
+                                                      sizeof(typename Ph::value_type),
+                                                      alignof(typename Ph::value_type),
+                                                      dtype_name<typename Ph::value_type>};
+
 /// check_numerics' error: element e of node `self` (extents d) is not finite.
 [[gnu::cold, gnu::noinline]] inline void not_finite(double x, std::int64_t e,
                                                     const backend::rt_dims& d, std::size_t self,
@@ -192,45 +251,10 @@ public:
   // The parts of a run, for replication's phases (replicate.hpp).
   template <class... Feeds>
   void check_feeds(const Feeds&... feeds) {
-    std::int64_t batch = 0;
-    bool have_batch = false;
-    std::string batch_from;
-    auto one = [&](const auto& f) {
-      using Ph = typename std::remove_cvref_t<decltype(f)>::placeholder;
-      const std::string name(Ph::op::name);
-      auto fail = [&](const std::string& why) {
-        throw error("feed: placeholder \"" + name + "\" expects " +
-                    dims_string(Ph::shape_type::dims) + ", fed " + f.dims.str() + why);
-      };
-      if (f.dims.rank != Ph::shape_type::rank)
-        fail(" (rank differs)");
-      for (std::size_t i = 0; i < Ph::shape_type::rank; ++i) {
-        if (f.dims.d[i] < 0)
-          fail(" (negative extent)");
-        if (Ph::shape_type::dims[i] == dyn) {
-          if (!have_batch) {
-            have_batch = true;
-            batch = f.dims.d[i];
-            batch_from = "placeholder \"" + name + "\" fed " + f.dims.str();
-          } else if (f.dims.d[i] != batch) {
-            fail("; dyn extent " + std::to_string(f.dims.d[i]) + " disagrees with " +
-                 std::to_string(batch) + " from " + batch_from);
-          }
-        } else if (f.dims.d[i] != Ph::shape_type::dims[i]) {
-          fail("");
-        }
-      }
-      using U = typename Ph::value_type;
-      if (!f.dims.valid(sizeof(U)))
-        fail(" (more elements than can be addressed)");
-      if (f.data == nullptr && f.dims.numel() != 0)
-        fail(" (null data for " + std::to_string(f.dims.numel()) + " elements)");
-      if (reinterpret_cast<std::uintptr_t>(f.data) % alignof(U) != 0)
-        fail(" (data not aligned to " + std::to_string(alignof(U)) + " bytes for " +
-             std::string(dtype_name<U>) + ")");
-    };
-    (one(feeds), ...);
-    (void)one;
+    detail::feed_batch batch;
+    (detail::check_feed(detail::feed_expectation_of<typename Feeds::placeholder>, feeds.dims,
+                        feeds.data, batch),
+     ...);
   }
 
   /// A run that assigns variables (a training step) on an empty batch is an error: a mean over
