@@ -31,25 +31,21 @@ export ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 
-dir_of() { echo "build-sanitize-$1"; }
 libs=()
-declare -A tests_of=()
 for kind in "${KINDS[@]}"; do
   case "$kind" in
     address)
       flags=(-DTYPEFLOW_SANITIZE=address,undefined)
-      tests_of[$kind]="${ASAN_TESTS[*]}"
       ;;
     thread)
       flags=(-DTYPEFLOW_SANITIZE=thread -DTYPEFLOW_USE_ONEDNN=OFF -DTYPEFLOW_USE_BLAS=OFF)
-      tests_of[$kind]="${TSAN_TESTS[*]}"
       ;;
     *)
       echo "sanitize: unknown kind $kind (address or thread)" >&2
       exit 2
       ;;
   esac
-  dir="$(dir_of "$kind")"
+  dir="build-sanitize-$kind"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG= -DTYPEFLOW_CUDA=OFF -DTYPEFLOW_BUILD_EXAMPLES=OFF \
     -DTYPEFLOW_NATIVE=ON -DTYPEFLOW_TEST_OPT=-O0 -DTYPEFLOW_TEST_UNITY=OFF "${flags[@]}" >/dev/null
   libs+=("$dir typeflow_doctest_main" "$dir typeflow_test_src")
@@ -86,11 +82,12 @@ export TSAN_EXCLUDE
 
 # The jobs, the kinds' lists interleaved (each list longest first).
 jobs=()
-for ((i = 0; i < ${#ASAN_TESTS[@]} + ${#TSAN_TESTS[@]}; ++i)); do
+for ((i = 0; i < ${#ASAN_TESTS[@]} || i < ${#TSAN_TESTS[@]}; ++i)); do
   for kind in "${KINDS[@]}"; do
-    read -r -a list <<<"${tests_of[$kind]}"
-    if ((i < ${#list[@]})); then
-      jobs+=("$kind ${list[i]}")
+    if [[ "$kind" == address && i -lt ${#ASAN_TESTS[@]} ]]; then
+      jobs+=("address ${ASAN_TESTS[i]}")
+    elif [[ "$kind" == thread && i -lt ${#TSAN_TESTS[@]} ]]; then
+      jobs+=("thread ${TSAN_TESTS[i]}")
     fi
   done
 done
