@@ -560,9 +560,10 @@ void reduce_case(T) {
 }
 
 // matmul: the four transpose combinations of 37x53 times 53x19, and batched [3,37,53] x
-// [3,53,19] without and with both transposes; gradients with respect to both operands (they
-// are matmuls with the other transpose combinations). Forward sums run over 53 terms, dA over
-// 19 (= n), dB over 37 (= m). float64: three of the forward products.
+// [3,53,19] without and with both transposes, and [2,1,37,53] x [3,53,19] (both operands
+// stretched: one cuBLAS call per run of the last batch dimension); gradients with respect to
+// both operands (they are matmuls with the other transpose combinations). Forward sums run over 53
+// terms, dA over 19 (= n), dB over 37 (= m). float64: three of the forward products.
 template <class T>
 void matmul_case(T, const char* name = "matmul") {
   constexpr auto a = ty::placeholder<"a", T, ty::shape<37, 53>>;
@@ -575,10 +576,12 @@ void matmul_case(T, const char* name = "matmul") {
   constexpr auto ba_t = ty::placeholder<"bat", T, ty::shape<3, 53, 37>>;
   constexpr auto bb_t = ty::placeholder<"bbt", T, ty::shape<3, 19, 53>>;
   constexpr auto bw = ty::placeholder<"bw", T, ty::shape<3, 37, 19>>;
+  constexpr auto sa = ty::placeholder<"sa", T, ty::shape<2, 1, 37, 53>>;
+  constexpr auto sw = ty::placeholder<"sw", T, ty::shape<2, 3, 37, 19>>;
   const auto av = make(a, wave(0.1)), atv = make(a_t, wave(0.2)), bv = make(b, wave(0.3)),
              btv = make(b_t, wave(0.4)), wv = make(w, wave(0.5)), bav = make(ba, wave(0.6)),
              bbv = make(bb, wave(0.7)), batv = make(ba_t, wave(0.8)), bbtv = make(bb_t, wave(0.9)),
-             bwv = make(bw, wave(1.0));
+             bwv = make(bw, wave(1.0)), sav = make(sa, wave(1.1)), swv = make(sw, wave(1.2));
   constexpr auto nn = ty::matmul<false, false>(a, b);
   constexpr auto nt = ty::matmul<false, true>(a, b_t);
   constexpr auto tn = ty::matmul<true, false>(a_t, b);
@@ -587,10 +590,11 @@ void matmul_case(T, const char* name = "matmul") {
   constexpr auto btt = ty::matmul<true, true>(ba_t, bb_t);
   constexpr auto bxm = ty::matmul<false, false>(ba, b); // a batch times one matrix
   constexpr auto bxmt = ty::matmul<false, true>(ba, b_t);
-  const auto feeds =
-      std::make_tuple(ty::feed(a, av), ty::feed(a_t, atv), ty::feed(b, bv), ty::feed(b_t, btv),
-                      ty::feed(w, wv), ty::feed(ba, bav), ty::feed(bb, bbv), ty::feed(ba_t, batv),
-                      ty::feed(bb_t, bbtv), ty::feed(bw, bwv));
+  constexpr auto sxb = ty::matmul<false, false>(sa, bb); // [2, 3, 37, 19]
+  const auto feeds = std::make_tuple(ty::feed(a, av), ty::feed(a_t, atv), ty::feed(b, bv),
+                                     ty::feed(b_t, btv), ty::feed(w, wv), ty::feed(ba, bav),
+                                     ty::feed(bb, bbv), ty::feed(ba_t, batv), ty::feed(bb_t, bbtv),
+                                     ty::feed(bw, bwv), ty::feed(sa, sav), ty::feed(sw, swv));
   const std::string group = dtype_group<T>(name);
   if constexpr (std::is_same_v<T, float>)
     check(group, feeds, at("nn", nn, accum(53)), at("nt", nt, accum(53)), at("tn", tn, accum(53)),
@@ -605,7 +609,10 @@ void matmul_case(T, const char* name = "matmul") {
           at("batch x matrix", bxm, accum(53)), at("batch x matrix^T", bxmt, accum(53)),
           at("grad batch x matrix a", ty::grad(ty::sum(bxm * bw), ba), accum(19)),
           at("grad batch x matrix b", ty::grad(ty::sum(bxm * bw), b), accum(3 * 37)),
-          at("grad batch x matrix^T b", ty::grad(ty::sum(bxmt * bw), b_t), accum(3 * 37)));
+          at("grad batch x matrix^T b", ty::grad(ty::sum(bxmt * bw), b_t), accum(3 * 37)),
+          at("broadcast batch", sxb, accum(53)),
+          at("grad broadcast batch a", ty::grad(ty::sum(sxb * sw), sa), accum(3 * 19)),
+          at("grad broadcast batch b", ty::grad(ty::sum(sxb * sw), bb), accum(2 * 37)));
   else
     check(group, feeds, at("nn", nn, accum(53)), at("tt", tt, accum(53)),
           at("batched nn", bnn, accum(53)));

@@ -1,5 +1,5 @@
-// matmul: 2-D, batched (equal leading batch extents), and a batch times one matrix
-// ([..., m, k] x [k, n], np.matmul's broadcast), with transpose flags.
+// matmul: 2-D and batched, the batch dimensions broadcast as np.matmul's ([..., m, k] x [k, n],
+// [b, h, t, d] x [1, h, d, t]), with transpose flags.
 #pragma once
 #include <string>
 
@@ -25,52 +25,35 @@ struct matmul {
       return "arithmetic on bool";
     return {};
   }
+  /// The batch dimensions (all but the last two) broadcast as np.matmul's: aligned from the
+  /// right, an absent one or an extent of 1 stretched to the other operand's. A dyn extent
+  /// against a static n is n (the rule runs again on the fed extents: 1 is stretched, another
+  /// extent than n is an error), against 1 or dyn it stays dyn.
   template <std::size_t RA, std::size_t RB>
-  static constexpr rule_result<RA> rule(const dims_t<RA>& a, const dims_t<RB>& b) {
-    rule_result<RA> r;
+  static constexpr rule_result<(RA > RB ? RA : RB)> rule(const dims_t<RA>& a, const dims_t<RB>& b) {
+    constexpr std::size_t R = RA > RB ? RA : RB;
+    rule_result<R> r;
     if (RA < 2 || RB < 2) {
       r.error = "operands must have rank 2 or more";
       return r;
     }
-    if constexpr (RB == 2 && RA > 2 && !TA) {
-      // [..., m, k] x [k, n]: the leading extents of a fold into the rows (np.matmul's
-      // broadcast of a matrix over a batch); the matrix's extents must be static, so that the
-      // gradient can fold the batch away (matmul_grad.hpp)
-      if (b[0] == dyn || b[1] == dyn) {
-        r.error = "broadcasting a matrix over a batch needs its extents static";
-        return r;
-      }
-      for (std::size_t i = 0; i + 1 < RA; ++i)
-        r.dims[i] = a[i];
-      const std::int64_t ka = a[RA - 1], kb = TB ? b[1] : b[0];
-      if (ka != kb && ka != dyn)
-        r.error = "inner dimensions differ";
-      r.dims[RA - 1] = TB ? b[0] : b[1];
-      return r;
-    } else if constexpr (RA != RB) {
-      r.error = "ranks differ";
-      return r;
-    } else {
-      return same_rank_rule(a, b, r);
-    }
-  }
-  template <std::size_t R>
-  static constexpr rule_result<R> same_rank_rule(const dims_t<R>& a, const dims_t<R>& b,
-                                                 rule_result<R> r) {
-    constexpr std::size_t RA = R, RB = R;
-    for (std::size_t i = 0; i + 2 < RA; ++i) {
-      if (a[i] != b[i] && a[i] != dyn && b[i] != dyn) {
+    for (std::size_t i = 0; i + 2 < R; ++i) {
+      const std::int64_t ea = i + RA < R ? 1 : a[i + RA - R], eb = i + RB < R ? 1 : b[i + RB - R];
+      if (ea == eb || eb == 1 || eb == dyn) {
+        r.dims[i] = ea == 1 ? eb : ea;
+      } else if (ea == 1 || ea == dyn) {
+        r.dims[i] = eb;
+      } else {
         r.error = "batch dimensions differ";
         return r;
       }
-      r.dims[i] = a[i] == dyn ? b[i] : a[i];
     }
     const std::int64_t m = TA ? a[RA - 1] : a[RA - 2], ka = TA ? a[RA - 2] : a[RA - 1];
     const std::int64_t kb = TB ? b[RB - 1] : b[RB - 2], n = TB ? b[RB - 2] : b[RB - 1];
     if (ka != kb && ka != dyn && kb != dyn)
       r.error = "inner dimensions differ";
-    r.dims[RA - 2] = m;
-    r.dims[RA - 1] = n;
+    r.dims[R - 2] = m;
+    r.dims[R - 1] = n;
     return r;
   }
   static constexpr void attrs_message(detail::msg_buf& b) {
@@ -87,9 +70,10 @@ struct matmul {
 
 } // namespace ops
 
-/// matmul<transpose_a, transpose_b>(a, b): [..., m, k] x [..., k, n] -> [..., m, n] (equal batch
-/// extents), or [..., k] x [k, n] -> [..., n] (a matrix with static extents applied to every row
-/// of a batch, as np.matmul and tf.matmul broadcast it; a not transposed).
+/// matmul<transpose_a, transpose_b>(a, b): [..., m, k] x [..., k, n] -> [..., m, n], the batch
+/// dimensions `...` broadcast as np.matmul and tf.matmul broadcast them: [b, t, k] x [k, n] ->
+/// [b, t, n], [b, h, t, d] x [1, h, d, t] -> [b, h, t, t], [h, m, k] x [b, 1, k, n] -> [b, h, m,
+/// n].
 template <bool TA = false, bool TB = false, expression A, expression B>
 consteval auto matmul(A, B) {
   return make_node<ops::matmul<TA, TB>, A, B>();

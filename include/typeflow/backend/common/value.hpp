@@ -111,7 +111,7 @@ struct matmul_extents {
   /// (b of rank 2, a of a higher rank) is one product whose rows are the batch's rows.
   static matmul_extents of(const rt_dims& a, const rt_dims& b, const rt_dims& out, bool ta) {
     const std::size_t r = out.rank;
-    if (b.rank == 2 && r > 2) {
+    if (b.rank == 2 && r > 2 && !ta) {
       std::int64_t rows = 1;
       for (std::size_t i = 0; i + 1 < r; ++i)
         rows *= out.d[i];
@@ -120,7 +120,53 @@ struct matmul_extents {
     std::int64_t batch = 1;
     for (std::size_t i = 0; i + 2 < r; ++i)
       batch *= out.d[i];
-    return {out.d[r - 2], out.d[r - 1], ta ? a.d[r - 2] : a.d[r - 1], batch};
+    return {out.d[r - 2], out.d[r - 1], ta ? a.d[a.rank - 2] : a.d[a.rank - 1], batch};
+  }
+};
+
+/// Where the products of a batched matmul read their operands when its batch dimensions
+/// broadcast (np.matmul's): product i, counted row-major over the output's batch dimensions,
+/// reads a at a(i) and b at b(i) elements from their starts; a batch dimension an operand lacks
+/// or has as 1 gets stride 0. Without broadcasting a(i) = i m k and b(i) = i k n.
+struct matmul_batch {
+  std::size_t rank = 0; ///< the output's batch dimensions
+  std::array<std::int64_t, max_rank> extent{}, stride_a{}, stride_b{};
+  bool broadcast = false; ///< some operand is read again by several products
+  static matmul_batch of(const rt_dims& a, const rt_dims& b, const rt_dims& out) {
+    matmul_batch r;
+    r.rank = out.rank - 2;
+    for (std::size_t j = 0; j < r.rank; ++j)
+      r.extent[j] = out.d[j];
+    const auto strides = [&](const rt_dims& x, std::array<std::int64_t, max_rank>& s) {
+      const std::size_t lead = r.rank - (x.rank - 2); // leading batch dimensions x lacks
+      std::int64_t step = x.d[x.rank - 2] * x.d[x.rank - 1];
+      for (std::size_t j = r.rank; j-- > 0;) {
+        const std::int64_t e = j < lead ? 1 : x.d[j - lead];
+        s[j] = e == 1 && out.d[j] != 1 ? 0 : step;
+        r.broadcast = r.broadcast || s[j] == 0;
+        step *= e;
+      }
+    };
+    strides(a, r.stride_a);
+    strides(b, r.stride_b);
+    return r;
+  }
+  std::int64_t a(std::int64_t i) const { return offset(i, stride_a); }
+  std::int64_t b(std::int64_t i) const { return offset(i, stride_b); }
+  /// The products as runs of `inner` products along the last batch dimension: run q starts at
+  /// product q * inner, and within it a and b advance by inner_a and inner_b elements.
+  std::int64_t inner() const { return rank == 0 ? 1 : extent[rank - 1]; }
+  std::int64_t inner_a() const { return rank == 0 ? 0 : stride_a[rank - 1]; }
+  std::int64_t inner_b() const { return rank == 0 ? 0 : stride_b[rank - 1]; }
+
+private:
+  std::int64_t offset(std::int64_t i, const std::array<std::int64_t, max_rank>& s) const {
+    std::int64_t off = 0;
+    for (std::size_t j = rank; j-- > 0 && i > 0;) {
+      off += i % extent[j] * s[j];
+      i /= extent[j];
+    }
+    return off;
   }
 };
 

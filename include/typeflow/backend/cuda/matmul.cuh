@@ -1,4 +1,4 @@
-// matmul on the GPU (compiled by nvcc): 2-D and batched, one strided-batched cuBLAS call, for
+// matmul on the GPU (compiled by nvcc): 2-D and batched, strided-batched cuBLAS calls, for
 // float32 and float64. The convolutions (nn.cuh) use the same GEMM. Under a session precision of
 // bfloat16 or float16, float32 products read their operands rounded to that type and run on the
 // tensor cores (cublasGemmStridedBatchedEx, float32 sums, float32 output).
@@ -80,10 +80,11 @@ constexpr cudaDataType_t cuda_type() {
 }
 
 /// Row-major C[b] = op(A[b]) op(B[b]) with H operands on the tensor cores, float32 sums and a
-/// float32 C (column-major cuBLAS as in gemm_strided_batched).
+/// float32 C (column-major cuBLAS as in gemm_strided_batched; A[b] at a + b sa, B[b] at b + b sb).
 template <class H>
 void gemm_half(cublasHandle_t h, bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
-               const H* a, const H* b, float* c, std::int64_t batch) {
+               const H* a, const H* b, float* c, std::int64_t batch, std::int64_t sa = -1,
+               std::int64_t sb = -1) {
   static_assert(std::is_same_v<H, bfloat16> || std::is_same_v<H, float16>,
                 "CUDA backend: tensor-core products take bfloat16 or float16 operands");
   const float alpha = 1, beta = 0;
@@ -91,8 +92,8 @@ void gemm_half(cublasHandle_t h, bool ta, bool tb, std::int64_t m, std::int64_t 
   const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
   TYPEFLOW_CUDA_CHECK(cublasGemmStridedBatchedEx(
       h, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
-      cuda_type<H>(), ldb, k * n, a, cuda_type<H>(), lda, m * k, &beta, c, CUDA_R_32F,
-      static_cast<int>(n), m * n, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+      cuda_type<H>(), ldb, sb < 0 ? k * n : sb, a, cuda_type<H>(), lda, sa < 0 ? m * k : sa, &beta,
+      c, CUDA_R_32F, static_cast<int>(n), m * n, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
 }
 
@@ -109,41 +110,49 @@ void with_half_type(const context& ctx, F f) {
     f(static_cast<float16*>(nullptr));
 }
 
-/// Row-major C[b] = op(A[b]) op(B[b]) through column-major cuBLAS: C^T = op(B)^T op(A)^T.
+/// Row-major C[b] = op(A[b]) op(B[b]) through column-major cuBLAS: C^T = op(B)^T op(A)^T. A[b]
+/// starts at a + b sa and B[b] at b + b sb (contiguous matrices when not given; 0 reads one
+/// matrix again for every product).
 template <class T>
 void gemm_strided_batched(cublasHandle_t h, bool ta, bool tb, std::int64_t m, std::int64_t n,
-                          std::int64_t k, const T* a, const T* b, T* c, std::int64_t batch) {
+                          std::int64_t k, const T* a, const T* b, T* c, std::int64_t batch,
+                          std::int64_t sa = -1, std::int64_t sb = -1) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                 "CUDA backend: matmul on the GPU takes float32 or float64");
   const T alpha = 1, beta = 0;
   const auto opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int lda = static_cast<int>(ta ? m : k), ldb = static_cast<int>(tb ? k : n);
+  sa = sa < 0 ? m * k : sa;
+  sb = sb < 0 ? k * n : sb;
   if constexpr (std::is_same_v<T, float>)
     TYPEFLOW_CUDA_CHECK(cublasSgemmStridedBatched(
         h, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, ldb,
-        k * n, a, lda, m * k, &beta, c, static_cast<int>(n), m * n, static_cast<int>(batch)));
+        sb, a, lda, sa, &beta, c, static_cast<int>(n), m * n, static_cast<int>(batch)));
   else
     TYPEFLOW_CUDA_CHECK(cublasDgemmStridedBatched(
         h, opb, opa, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b, ldb,
-        k * n, a, lda, m * k, &beta, c, static_cast<int>(n), m * n, static_cast<int>(batch)));
+        sb, a, lda, sa, &beta, c, static_cast<int>(n), m * n, static_cast<int>(batch)));
 }
 
-/// The float32 product C = op(A) op(B) under the session's precision: a and b rounded to
-/// bfloat16 or float16 (scratch buffers) and multiplied on the tensor cores, or plain float32
-/// (TF32 where allowed).
-inline void gemm_float(context& ctx, bool ta, bool tb, std::int64_t m, std::int64_t n,
-                       std::int64_t k, const float* a, const float* b, float* c,
-                       std::int64_t batch) {
+/// The float32 products C[i] = op(A[i]) op(B[i]) of a batch under the session's precision: a
+/// and b (na and nb values) rounded to bfloat16 or float16 (scratch buffers, once for every
+/// product) and multiplied on the tensor cores, or plain float32 (TF32 where allowed). `run(f)`
+/// calls f(a, b, c) once per cuBLAS call, with the operands to read.
+template <class Run>
+void gemm_float(context& ctx, const float* a, std::int64_t na, const float* b, std::int64_t nb,
+                Run run) {
   if (!half_products(ctx))
-    return gemm_strided_batched<float>(ctx.blas(), ta, tb, m, n, k, a, b, c, batch);
+    return run(a, b, [&](auto... args) { gemm_strided_batched<float>(ctx.blas(), args...); });
   with_half_type(ctx, [&]<class H>(H*) {
     value ha, hb;
-    const auto [a16, b16] = rounded<H>(ctx, a, m * k * batch, ha, b, k * n * batch, &hb);
-    gemm_half<H>(ctx.blas(), ta, tb, m, n, k, a16, b16, c, batch);
+    const auto [a16, b16] = rounded<H>(ctx, a, na, ha, b, nb, &hb);
+    run(a16, b16, [&](auto... args) { gemm_half<H>(ctx.blas(), args...); });
   });
 }
 
-/// matmul, 2-D or batched.
+/// matmul, 2-D or batched: one strided-batched cuBLAS call, or, where the batch dimensions
+/// broadcast, one call per run along the last batch dimension (an operand broadcast along it
+/// has stride 0 there).
 template <std::size_t I, bool TA, bool TB, class T, class A, class B>
 void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) {
   const value &a = vals[A::index], &b = vals[B::index];
@@ -157,12 +166,22 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
         out, 0, sizeof(T) * static_cast<std::size_t>(o.dims.numel()), ctx.stream()));
     return;
   }
+  const auto at = backend::matmul_batch::of(a.dims, b.dims, o.dims);
+  // gemm(pa, pb, c, count, sa, sb): one cuBLAS call over `count` products
+  const auto products = [&](const auto* pa, const auto* pb, auto gemm) {
+    if (!at.broadcast || batch == 1)
+      return gemm(TA, TB, m, n, k, pa, pb, out, batch, std::int64_t{-1}, std::int64_t{-1});
+    const std::int64_t inner = at.inner();
+    for (std::int64_t q = 0; q < batch; q += inner)
+      gemm(TA, TB, m, n, k, pa + at.a(q), pb + at.b(q), out + q * m * n, inner, at.inner_a(),
+           at.inner_b());
+  };
+  const T* pa = static_cast<const T*>(a.data);
+  const T* pb = static_cast<const T*>(b.data);
   if constexpr (std::is_same_v<T, float>)
-    gemm_float(ctx, TA, TB, m, n, k, static_cast<const T*>(a.data), static_cast<const T*>(b.data),
-               out, batch);
+    gemm_float(ctx, pa, a.dims.numel(), pb, b.dims.numel(), products);
   else
-    gemm_strided_batched<T>(ctx.blas(), TA, TB, m, n, k, static_cast<const T*>(a.data),
-                            static_cast<const T*>(b.data), out, batch);
+    products(pa, pb, [&](auto... args) { gemm_strided_batched<T>(ctx.blas(), args...); });
 }
 
 } // namespace typeflow::cuda_backend

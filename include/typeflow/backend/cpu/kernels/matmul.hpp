@@ -49,12 +49,14 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
   value& o = vals[I];
   T* out = ctx.allocate<T>(o);
   const auto [m, n, k, batch] = backend::matmul_extents::of(a.dims, b.dims, o.dims, TA);
+  const auto at = backend::matmul_batch::of(a.dims, b.dims, o.dims);
   const T* pa = static_cast<const T*>(a.data);
   const T* pb = static_cast<const T*>(b.data);
 #if defined(TYPEFLOW_HAS_ONEDNN)
   if constexpr (std::is_same_v<T, float>) {
+    const std::int64_t na = a.dims.numel(), nb = b.dims.numel();
     if (k > 0 && m > 0 && n > 0 && ctx.dnnl.bf16()) { // bfloat16 operands, float32 result
-      const bf16_operands ab(ctx, pa, batch * m * k, pb, batch * k * n);
+      const bf16_operands ab(ctx, pa, na, pb, nb);
       const bfloat16 *a_16 = ab.a, *b_16 = ab.b;
       const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
                               const bfloat16* a_, std::int64_t lda, const bfloat16* b_,
@@ -62,13 +64,13 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
         onednn_gemm_serial(ctx.dnnl, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc);
       };
       for (std::int64_t i = 0; i < batch; ++i)
-        gemm_split(ctx.pool, TA, TB, m, n, k, a_16 + i * m * k, b_16 + i * k * n, out + i * m * n,
+        gemm_split(ctx.pool, TA, TB, m, n, k, a_16 + at.a(i), b_16 + at.b(i), out + i * m * n,
                    serial);
       return;
     }
     std::optional<f16_operands> rounded; // float16 products: the operands rounded first
     if (k > 0 && m > 0 && n > 0 && ctx.dnnl.f16()) {
-      rounded.emplace(ctx, pa, batch * m * k, pb, batch * k * n);
+      rounded.emplace(ctx, pa, na, pb, nb);
       pa = rounded->a;
       pb = rounded->b;
     }
@@ -79,14 +81,13 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
         onednn_gemm_serial(ctx.dnnl, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc);
       };
       for (std::int64_t i = 0; i < batch; ++i)
-        gemm_split(ctx.pool, TA, TB, m, n, k, pa + i * m * k, pb + i * k * n, out + i * m * n,
-                   serial);
+        gemm_split(ctx.pool, TA, TB, m, n, k, pa + at.a(i), pb + at.b(i), out + i * m * n, serial);
       return;
     }
   }
 #endif
   for (std::int64_t i = 0; i < batch; ++i)
-    gemm<T>(ctx.pool, TA, TB, m, n, k, pa + i * m * k, pb + i * k * n, out + i * m * n);
+    gemm<T>(ctx.pool, TA, TB, m, n, k, pa + at.a(i), pb + at.b(i), out + i * m * n);
 }
 
 #if defined(TYPEFLOW_HAS_ONEDNN)
@@ -98,6 +99,8 @@ bool kernel(context& ctx, ops::matmul<TA, TB>*, float*, value* vals,
   const value &a = vals[A::index], &b = vals[Bm::index];
   value& o = vals[I];
   const auto [m, n, k, batch] = backend::matmul_extents::of(a.dims, b.dims, o.dims, TA);
+  const auto at = backend::matmul_batch::of(a.dims, b.dims, o.dims);
+  const std::int64_t na = a.dims.numel(), nb = b.dims.numel();
   if (k <= 0 || m == 0 || n == 0)
     return false;
   float* out = ctx.allocate<float>(o);
@@ -106,12 +109,12 @@ bool kernel(context& ctx, ops::matmul<TA, TB>*, float*, value* vals,
   const float* bias = static_cast<const float*>(vals[B::index].data);
   std::optional<f16_operands> rounded; // float16 products: the operands rounded first
   if (ctx.dnnl.f16()) {
-    rounded.emplace(ctx, pa, batch * m * k, pb, batch * k * n);
+    rounded.emplace(ctx, pa, na, pb, nb);
     pa = rounded->a;
     pb = rounded->b;
   }
   if (ctx.dnnl.bf16()) { // bfloat16 operands, float32 result and bias
-    const bf16_operands ab(ctx, pa, batch * m * k, pb, batch * k * n);
+    const bf16_operands ab(ctx, pa, na, pb, nb);
     const bfloat16 *a_16 = ab.a, *b_16 = ab.b;
     for (std::int64_t i = 0; i < batch; ++i) {
       float* c = out + i * m * n;
@@ -122,7 +125,7 @@ bool kernel(context& ctx, ops::matmul<TA, TB>*, float*, value* vals,
                            bias + (c_ - c) % n,
                            Relu ? onednn::epilogue::bias_relu : onednn::epilogue::bias);
       };
-      gemm_split(ctx.pool, TA, TB, m, n, k, a_16 + i * m * k, b_16 + i * k * n, c, serial);
+      gemm_split(ctx.pool, TA, TB, m, n, k, a_16 + at.a(i), b_16 + at.b(i), c, serial);
     }
     return true;
   }
@@ -135,7 +138,7 @@ bool kernel(context& ctx, ops::matmul<TA, TB>*, float*, value* vals,
                          bias + (c_ - c) % n,
                          Relu ? onednn::epilogue::bias_relu : onednn::epilogue::bias);
     };
-    gemm_split(ctx.pool, TA, TB, m, n, k, pa + i * m * k, pb + i * k * n, c, serial);
+    gemm_split(ctx.pool, TA, TB, m, n, k, pa + at.a(i), pb + at.b(i), c, serial);
   }
   return true;
 }
