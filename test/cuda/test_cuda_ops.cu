@@ -876,7 +876,8 @@ void batch_norm_case(T) {
 }
 
 // attention on [2, 3, 37, 8] queries over 41 keys (not causal) and 37 keys (causal), and the
-// gradients of q, k and v (sums over the keys, or over the queries for k and v).
+// gradients of q, k and v (sums over the keys, or over the queries for k and v); q, k and v of
+// one shape (self-attention) take the three gradients from one attention_grads op.
 template <class T>
 void attention_case(T) {
   constexpr auto q = ty::placeholder<"q", T, ty::shape<2, 3, 37, 8>>;
@@ -885,12 +886,16 @@ void attention_case(T) {
   constexpr auto kc = ty::placeholder<"kc", T, ty::shape<2, 3, 37, 8>>;
   constexpr auto vc = ty::placeholder<"vc", T, ty::shape<2, 3, 37, 5>>;
   constexpr auto w = ty::placeholder<"w", T, ty::shape<2, 3, 37, 5>>;
+  constexpr auto vs = ty::placeholder<"vs", T, ty::shape<2, 3, 37, 8>>;
+  constexpr auto ws = ty::placeholder<"ws", T, ty::shape<2, 3, 37, 8>>;
   const auto feeds =
       std::make_tuple(ty::feed(q, make(q, wave(0.1, 1.5))), ty::feed(k, make(k, wave(0.7, 1.5))),
                       ty::feed(v, make(v, wave(1.3))), ty::feed(kc, make(kc, wave(0.4, 1.5))),
-                      ty::feed(vc, make(vc, wave(2.2))), ty::feed(w, make(w, wave(1.1))));
+                      ty::feed(vc, make(vc, wave(2.2))), ty::feed(w, make(w, wave(1.1))),
+                      ty::feed(vs, make(vs, wave(1.7))), ty::feed(ws, make(ws, wave(0.9))));
   constexpr auto y = ty::attention(q, k, v);
   constexpr auto yc = ty::attention<true>(q, kc, vc);
+  constexpr auto ys = ty::attention<true>(q, kc, vs);
   check(dtype_group<T>("attention"), feeds, at("attention", y, accum_transc(41 * 8)),
         at("causal", yc, accum_transc(37 * 8)),
         at("grad q", ty::grad(ty::sum(y * w), q), accum_transc(41 * 8)),
@@ -898,7 +903,10 @@ void attention_case(T) {
         at("grad v", ty::grad(ty::sum(y * w), v), accum_transc(37)),
         at("causal grad q", ty::grad(ty::sum(yc * w), q), accum_transc(37 * 8)),
         at("causal grad k", ty::grad(ty::sum(yc * w), kc), accum_transc(37 * 8)),
-        at("causal grad v", ty::grad(ty::sum(yc * w), vc), accum_transc(37)));
+        at("causal grad v", ty::grad(ty::sum(yc * w), vc), accum_transc(37)),
+        at("self grad q", ty::grad(ty::sum(ys * ws), q), accum_transc(37 * 8)),
+        at("self grad k", ty::grad(ty::sum(ys * ws), kc), accum_transc(37 * 8)),
+        at("self grad v", ty::grad(ty::sum(ys * ws), vs), accum_transc(37)));
 }
 
 // Layout ops on a GPU-computed tensor h = -x: reshape, expand_dims, transpose, slice, concat

@@ -1,10 +1,10 @@
 // Scaled dot-product attention as one op: softmax(q k^T / sqrt(D) [+ causal mask]) v, with the
 // FlashAttention algorithm's memory behaviour: the forward pass keeps one running maximum, sum
 // and output row per query (an online softmax over blocks of keys) and never stores the
-// [T, S] scores; the backward pass recomputes them. Its gradients are three ops
-// (attention_grad<Causal, 0/1/2>: q's, k's, v's), each reading q, k, v, the forward output and
-// the upstream gradient through one attention_stats op (each query row's log-sum-exp and
-// g . o, computed once for the three). Kernels: backend/cpu/kernels/attention.hpp,
+// [T, S] scores; the backward pass recomputes them. Its gradients read q, k, v and the upstream
+// gradient through one attention_stats op (each query row's log-sum-exp and g . o): for
+// self-attention (q, k, v of one static shape) one attention_grads op computes all three, else
+// three attention_grad ops (q's, k's, v's). Kernels: backend/cpu/kernels/attention.hpp,
 // backend/cuda/attention.cuh.
 #pragma once
 #include <cstdint>
@@ -112,6 +112,29 @@ struct attention_grad : attention_backward_base<Causal> {
       return {detail::attention_error(q, k, v), k};
     else
       return {detail::attention_error(q, k, v), v};
+  }
+};
+
+/// The three gradients in one op, for self-attention's shapes (q, k and v of one shape
+/// [..., T, D]): [3, ..., T, D] holding q's, k's and v's gradients, from (q, k, v, the upstream
+/// gradient g, attention_stats). One pass over the tiles forms each tile's scores and dS once
+/// for all three (FlashAttention-2's backward), where three attention_grad ops form them three
+/// times.
+template <bool Causal>
+struct attention_grads : attention_backward_base<Causal> {
+  static constexpr std::string_view name = "attention_grads";
+  template <std::size_t RQ, std::size_t RK, std::size_t RV, std::size_t RG, std::size_t RS>
+  static constexpr rule_result<RQ + 1> rule(const dims_t<RQ>& q, const dims_t<RK>& k,
+                                            const dims_t<RV>& v, const dims_t<RG>&,
+                                            const dims_t<RS>&) {
+    rule_result<RQ + 1> r{detail::attention_error(q, k, v), {}};
+    r.dims[0] = 3;
+    for (std::size_t i = 0; i < RQ; ++i)
+      r.dims[i + 1] = q[i];
+    if constexpr (RQ >= 2 && RK == RQ && RV == RQ)
+      if (r.ok() && (q[RQ - 2] != k[RK - 2] || q[RQ - 1] != v[RV - 1]))
+        r.error = "q, k and v need one shape (self-attention)";
+    return r;
   }
 };
 

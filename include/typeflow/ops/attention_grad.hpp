@@ -1,20 +1,50 @@
-// Gradient rule of the attention op: one attention_grad op per operand, each reading q, k, v,
-// the upstream gradient and one shared attention_stats op (each query row's log-sum-exp and
-// g . o); the scores are recomputed, as FlashAttention's backward pass does. The gradient ops have
-// no rule of their own (no second derivatives).
+// Gradient rule of the attention op. The gradients read q, k, v, the upstream gradient and one
+// shared attention_stats op (each query row's log-sum-exp and g . o), and recompute the scores,
+// as FlashAttention's backward pass does. For self-attention (q, k and v of one static shape in
+// their last two axes, and alike in the others) one attention_grads op computes the three
+// gradients in one pass over the tiles, and each operand's gradient is its slice of that op's
+// [3, ...] result; otherwise each operand gets an attention_grad op of its own. The gradient
+// ops have no rule of their own (no second derivatives).
 #pragma once
 #include "attention.hpp"
 #include "fold.hpp"
+#include "layout.hpp"
 
 namespace typeflow {
 
 template <bool Causal>
 struct grad_rule<ops::attention<Causal>> {
+  /// Whether q, k and v have one shape (static in the last two axes): attention_grads applies.
+  template <class Q, class K, class V>
+  static constexpr bool self_attention() {
+    constexpr auto q = Q::shape_type::dims;
+    constexpr auto k = K::shape_type::dims;
+    constexpr auto v = V::shape_type::dims;
+    if constexpr (q.size() < 2 || k.size() != q.size() || v.size() != q.size()) {
+      return false;
+    } else {
+      bool same = q[q.size() - 1] != dyn && q[q.size() - 2] != dyn;
+      for (std::size_t i = 0; same && i < q.size(); ++i)
+        same = q[i] == k[i] && q[i] == v[i];
+      return same;
+    }
+  }
   template <std::size_t S, class Y, class G, class Q, class K, class V>
-  static consteval auto vjp(Y, G, Q, K, V) {
+  static consteval auto vjp(Y, G, Q q, K, V) {
     // one stats node for the three gradients (one node identity: the same operands)
     using stats = decltype(make_node<ops::attention_stats<Causal>, Q, K, V, Y, G>());
-    return make_node<ops::attention_grad<Causal, static_cast<int>(S)>, Q, K, V, G, stats>();
+    if constexpr (self_attention<Q, K, V>()) {
+      constexpr std::size_t r = Q::shape_type::rank;
+      const auto all = make_node<ops::attention_grads<Causal>, Q, K, V, G, stats>();
+      const auto piece = [all]<std::size_t... I>(std::index_sequence<I...>) {
+        return typeflow::slice<ints<(I == 0 ? static_cast<std::int64_t>(S) : 0)...>,
+                               ints<(I == 0 ? 1 : -1)...>>(all);
+      }
+      (std::make_index_sequence<r + 1>{});
+      return typeflow::reshape_like(piece, q);
+    } else {
+      return make_node<ops::attention_grad<Causal, static_cast<int>(S)>, Q, K, V, G, stats>();
+    }
   }
 };
 

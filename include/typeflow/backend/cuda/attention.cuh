@@ -178,4 +178,30 @@ requires(std::is_same_v<T, float> ||
   TYPEFLOW_CUDA_CHECK(cudaGetLastError());
 }
 
+/// The three gradients of self-attention in one op (attention_grads: dq, dk, dv one after
+/// another in out): the three kernels above, each writing its third.
+template <std::size_t I, bool C, class T, class Q, class K, class V, class G, class St>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context& ctx, ops::attention_grads<C>*, T*,
+                                                value* vals, void*, Q*, K*, V*, G*, St*) {
+  const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
+                                                 vals[V::index].dims);
+  T* out = ctx.output<T>(vals[I]);
+  if (vals[I].dims.numel() == 0)
+    return;
+  const T* q = static_cast<const T*>(vals[Q::index].data);
+  const T* k = static_cast<const T*>(vals[K::index].data);
+  const T* v = static_cast<const T*>(vals[V::index].data);
+  const T* up = static_cast<const T*>(vals[G::index].data);
+  const T* st = static_cast<const T*>(vals[St::index].data);
+  const std::int64_t n = g.batch * g.t * g.d;
+  attention_grad_q_kernel<C, T>
+      <<<grid_for(g.batch * g.t), 128, 0, ctx.stream()>>>(q, k, v, up, st, g, out);
+  attention_grad_kv_kernel<C, 1, T>
+      <<<grid_for(g.batch * g.s), 128, 0, ctx.stream()>>>(q, k, v, up, st, g, out + n);
+  attention_grad_kv_kernel<C, 2, T>
+      <<<grid_for(g.batch * g.s), 128, 0, ctx.stream()>>>(q, k, v, up, st, g, out + 2 * n);
+  TYPEFLOW_CUDA_CHECK(cudaGetLastError());
+}
+
 } // namespace typeflow::cuda_backend

@@ -104,6 +104,10 @@ template <std::size_t I, bool C, int W, class T, class Q, class K, class V, clas
 requires(std::is_same_v<T, float> ||
          std::is_same_v<T, double>) void kernel(context&, ops::attention_grad<C, W>*, T*, value*,
                                                 void*, Q*, K*, V*, G*, St*);
+template <std::size_t I, bool C, class T, class Q, class K, class V, class G, class St>
+requires(std::is_same_v<T, float> ||
+         std::is_same_v<T, double>) void kernel(context&, ops::attention_grads<C>*, T*, value*,
+                                                void*, Q*, K*, V*, G*, St*);
 
 // ---- norm.cuh (float32 and float64) ---------------------------------------------------------
 template <std::size_t I, std::uint64_t E, class T, class X, class G, class B>

@@ -2,9 +2,10 @@
 // the forward pass keeps a running maximum, sum and output per query row (an online softmax),
 // so memory is O(64 * (64 + Dv)) per thread and the [T, S] scores are never stored. The
 // gradients recompute each tile's scores from each row's log-sum-exp L and D = dO . O (the
-// attention_stats op, once for the three): q's tile row by tile row, k's and v's tile column by
-// tile column (no atomics; each task owns its output rows). Arithmetic in the operands' dtype;
-// products on the BLAS.
+// attention_stats op, once for the three): attention_grads all three in one pass per batch
+// entry; attention_grad q's tile row by tile row, k's and v's tile column by tile column (no
+// atomics; each task owns its output rows). Arithmetic in the operands' dtype; products on the
+// BLAS.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -234,6 +235,87 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
       }
     });
   }
+}
+
+/// The three gradients at once (attention_grads, q, k, v of one shape [..., T, D]): out holds
+/// dq, dk and dv, each [batch, T, D]. Each tile of queries by keys forms P and dS once and adds
+/// its share to all three (FlashAttention-2's backward: dv += P^T dO, dk += dS^T q, dq += dS k):
+/// five products per tile, where three attention_grad ops take nine. A task owns a batch entry
+/// (dq's rows gather from every key tile, so nothing else writes them); with fewer batch
+/// entries than threads, k's and v's gradients run by key tile and q's by query tile instead,
+/// seven products per tile, every thread busy.
+template <std::size_t I, bool C, class T, class Q, class K, class V, class G, class St>
+void kernel(context& ctx, ops::attention_grads<C>*, T*, value* vals, void*, Q*, K*, V*, G*, St*) {
+  const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
+                                                 vals[V::index].dims);
+  const T* q = static_cast<const T*>(vals[Q::index].data);
+  const T* k = static_cast<const T*>(vals[K::index].data);
+  const T* v = static_cast<const T*>(vals[V::index].data);
+  const T* up = static_cast<const T*>(vals[G::index].data);
+  const T* st = static_cast<const T*>(vals[St::index].data);
+  T* out = ctx.allocate<T>(vals[I]);
+  const std::int64_t n = g.batch * g.t * g.d; // each gradient's elements
+  T *dq = out, *dk = out + n, *dv = out + 2 * n;
+  constexpr std::int64_t tile = detail::att_tile;
+  const std::int64_t tiles = detail::att_tiles(g.t);
+  const T scale = static_cast<T>(g.scale);
+  const auto scaled = [scale](T* p, std::int64_t count) {
+    for (std::int64_t e = 0; e < count; ++e)
+      p[e] *= scale;
+  };
+  // One tile (queries [i0, i0 + nq), keys [j0, j0 + nk)) of batch entry b: P and dS, then
+  // dv and dk of the keys (and, with `with_dq`, dq of the queries) accumulated; scale later.
+  const auto tile_step = [&](std::int64_t b, std::int64_t i0, std::int64_t nq, std::int64_t j0,
+                             std::int64_t nk, T* p, T* ds, bool with_kv, bool with_dq) {
+    const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
+    const T* dout = up + b * g.t * g.dv;
+    detail::att_grad_tile<C>(a, dout, st + 2 * b * g.t, g, i0, nq, j0, nk, p, ds);
+    if (with_kv) {
+      gemm_serial<T>(true, false, nk, g.dv, nq, p, tile, dout + i0 * g.dv, g.dv,
+                     dv + (b * g.s + j0) * g.dv, g.dv, true);
+      gemm_serial<T>(true, false, nk, g.d, nq, ds, tile, a.q + i0 * g.d, g.d,
+                     dk + (b * g.s + j0) * g.d, g.d, true);
+    }
+    if (with_dq)
+      gemm_serial<T>(false, false, nq, g.d, nk, ds, tile, a.k + j0 * g.d, g.d,
+                     dq + (b * g.t + i0) * g.d, g.d, true);
+  };
+  std::fill(out, out + 3 * n, T(0));
+  if (g.batch >= ctx.pool.size()) {
+    ctx.pool.parallel_for(g.batch, 1, [&](std::int64_t b0, std::int64_t b1) {
+      std::vector<T> p(static_cast<std::size_t>(tile * tile)), ds(p.size());
+      for (std::int64_t b = b0; b < b1; ++b) {
+        for (std::int64_t j0 = 0; j0 < g.s; j0 += tile)
+          for (std::int64_t i0 = C ? j0 : 0; i0 < g.t; i0 += tile)
+            tile_step(b, i0, std::min(tile, g.t - i0), j0, std::min(tile, g.s - j0), p.data(),
+                      ds.data(), true, true);
+        scaled(dq + b * g.t * g.d, g.t * g.d);
+        scaled(dk + b * g.s * g.d, g.s * g.d);
+      }
+    });
+    return;
+  }
+  ctx.pool.parallel_for(g.batch * tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+    std::vector<T> p(static_cast<std::size_t>(tile * tile)), ds(p.size());
+    for (std::int64_t task = t0; task < t1; ++task) { // k's and v's, by key tile
+      const std::int64_t b = task / tiles, j0 = (task % tiles) * tile;
+      const std::int64_t nk = std::min(tile, g.s - j0);
+      for (std::int64_t i0 = C ? j0 : 0; i0 < g.t; i0 += tile)
+        tile_step(b, i0, std::min(tile, g.t - i0), j0, nk, p.data(), ds.data(), true, false);
+      scaled(dk + (b * g.s + j0) * g.d, nk * g.d);
+    }
+  });
+  ctx.pool.parallel_for(g.batch * tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+    std::vector<T> p(static_cast<std::size_t>(tile * tile)), ds(p.size());
+    for (std::int64_t task = t0; task < t1; ++task) { // q's, by query tile
+      const std::int64_t b = task / tiles, i0 = (task % tiles) * tile;
+      const std::int64_t nq = std::min(tile, g.t - i0);
+      const std::int64_t end = C ? std::min(g.s, i0 + nq) : g.s;
+      for (std::int64_t j0 = 0; j0 < end; j0 += tile)
+        tile_step(b, i0, nq, j0, std::min(tile, end - j0), p.data(), ds.data(), false, true);
+      scaled(dq + (b * g.t + i0) * g.d, nq * g.d);
+    }
+  });
 }
 
 } // namespace typeflow::cpu_backend
