@@ -171,4 +171,9 @@ BENCHMARK(layer_norm_fwd)->UseRealTime();
 BENCHMARK(layer_norm_bwd)->UseRealTime();
 BENCHMARK(attention_bench<0>)->Name("attention_fwd")->Arg(64)->Arg(512)->Arg(1024)->UseRealTime();
 BENCHMARK(attention_bench<2>)->Name("written_out_fwd")->Arg(64)->Arg(512)->Arg(1024)->UseRealTime();
-BENCHMARK(attention_bench<1>)->Name("attention_fwd_bwd")->Arg(64)->Arg(512)->UseRealTime();
+BENCHMARK(attention_bench<1>)
+    ->Name("attention_fwd_bwd")
+    ->Arg(64)
+    ->Arg(512)
+    ->Arg(1024)
+    ->UseRealTime();

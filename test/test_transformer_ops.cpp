@@ -638,6 +638,38 @@ TEST_SUITE("transformer ops") {
     constexpr auto v1 = ty::variable<"gv1", double, ty::shape<1, 1, 70, 4>>;
     check(q1, k1, v1, std::false_type{}, 39);
     check(q1, k1, v1, std::true_type{}, 43);
+    SUBCASE("a run-time sequence extent: the fed one, and a reshape's that differs") {
+      constexpr auto pq = ty::placeholder<"gpq", double, ty::shape<1, 2, ty::dyn, 4>>;
+      constexpr auto pk = ty::placeholder<"gpk", double, ty::shape<1, 2, ty::dyn, 4>>;
+      constexpr auto pv = ty::placeholder<"gpv", double, ty::shape<1, 2, ty::dyn, 4>>;
+      constexpr auto pu = ty::placeholder<"gpu", double, ty::shape<1, 2, ty::dyn, 4>>;
+      constexpr auto py = ty::attention<true>(pq, pk, pv);
+      constexpr auto ploss = ty::sum(py * pu);
+      using PQ = std::remove_cvref_t<decltype(pq)>;
+      using PK = std::remove_cvref_t<decltype(pk)>;
+      using PV = std::remove_cvref_t<decltype(pv)>;
+      using PU = std::remove_cvref_t<decltype(pu)>;
+      using stats = decltype(ty::make_node<ty::ops::attention_stats<true>, PQ, PK, PV,
+                                           std::remove_cvref_t<decltype(py)>, PU>());
+      constexpr auto g1 = ty::make_node<ty::ops::attention_grad<true, 1>, PQ, PK, PV, PU, stats>();
+      const auto qv = filled({1, 2, 70, 4}, 47), kv = filled({1, 2, 70, 4}, 48),
+                 vv = filled({1, 2, 70, 4}, 49), uv = filled({1, 2, 70, 4}, 50);
+      auto [dk, want] = s.run(ty::fetch(ty::grad(ploss, pk), g1), ty::feed(pq, qv),
+                              ty::feed(pk, kv), ty::feed(pv, vv), ty::feed(pu, uv));
+      REQUIRE(dk.shape() == std::vector<i64>{1, 2, 70, 4});
+      for (i64 i = 0; i < dk.size(); ++i)
+        CHECK(dk[i] == doctest::Approx(want[i]).epsilon(1e-12).scale(1e-12));
+      // keys from a reshape whose -1 is twice the fed extent: q, k and v have one shape at
+      // compile time, not when run
+      constexpr auto wide = ty::placeholder<"gwide", double, ty::shape<1, 2, ty::dyn, 8>>;
+      constexpr auto rk = ty::reshape<1, 2, -1, 4>(wide);
+      constexpr auto rloss = ty::sum(ty::attention(pq, rk, rk));
+      CHECK_THROWS_WITH_AS(
+          s.run(ty::fetch(ty::grad(rloss, pq)), ty::feed(pq, qv),
+                ty::feed(wide, filled({1, 2, 70, 8}, 51))),
+          doctest::Contains("attention_grads: q, k and v need one shape (self-attention)"),
+          ty::error);
+    }
     // the graph has one attention_grads node for the three gradients and no attention_grad
     constexpr auto loss = ty::sum(ty::attention<true>(q, k, v));
     const std::string graph = ty::to_string(ty::grad(loss, q) + ty::grad(loss, k));

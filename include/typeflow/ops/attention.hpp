@@ -3,7 +3,7 @@
 // and output row per query (an online softmax over blocks of keys) and never stores the
 // [T, S] scores; the backward pass recomputes them. Its gradients read q, k, v and the upstream
 // gradient through one attention_stats op (each query row's log-sum-exp and g . o): for
-// self-attention (q, k, v of one static shape) one attention_grads op computes all three, else
+// self-attention (q, k, v of one shape) one attention_grads op computes all three, else
 // three attention_grad ops (q's, k's, v's). Kernels: backend/cpu/kernels/attention.hpp,
 // backend/cuda/attention.cuh.
 #pragma once
@@ -116,7 +116,7 @@ struct attention_grad : attention_backward_base<Causal> {
 };
 
 /// The three gradients in one op, for self-attention's shapes (q, k and v of one shape
-/// [..., T, D]): [3, ..., T, D] holding q's, k's and v's gradients, from (q, k, v, the upstream
+/// [..., T, D], checked again on the run's extents): [3, ..., T, D] holding q's, k's and v's gradients, from (q, k, v, the upstream
 /// gradient g, attention_stats). One pass over the tiles forms each tile's scores and dS once
 /// for all three (FlashAttention-2's backward), where three attention_grad ops form them three
 /// times.

@@ -1,10 +1,12 @@
 // Gradient rule of the attention op. The gradients read q, k, v, the upstream gradient and one
 // shared attention_stats op (each query row's log-sum-exp and g . o), and recompute the scores,
-// as FlashAttention's backward pass does. For self-attention (q, k and v of one static shape in
-// their last two axes, and alike in the others) one attention_grads op computes the three
-// gradients in one pass over the tiles, and each operand's gradient is its slice of that op's
-// [3, ...] result; otherwise each operand gets an attention_grad op of its own. The gradient
-// ops have no rule of their own (no second derivatives).
+// as FlashAttention's backward pass does. For self-attention (q, k and v of one shape: equal
+// static extents, dyn in the same axes) one attention_grads op computes the three gradients in
+// one pass over the tiles, and each operand's gradient is its slice of that op's [3, ...]
+// result; otherwise each operand gets an attention_grad op of its own. (Every placeholder's dyn
+// is one extent when fed, so q, k and v read from fed tensors agree at run time; a dyn extent
+// from elsewhere, a reshape's -1, that differs is attention_grads' run-time error naming the
+// shapes.) The gradient ops have no rule of their own (no second derivatives).
 #pragma once
 #include "attention.hpp"
 #include "fold.hpp"
@@ -14,7 +16,7 @@ namespace typeflow {
 
 template <bool Causal>
 struct grad_rule<ops::attention<Causal>> {
-  /// Whether q, k and v have one shape (static in the last two axes): attention_grads applies.
+  /// Whether q, k and v have one shape: attention_grads applies.
   template <class Q, class K, class V>
   static constexpr bool self_attention() {
     constexpr auto q = Q::shape_type::dims;
@@ -23,7 +25,7 @@ struct grad_rule<ops::attention<Causal>> {
     if constexpr (q.size() < 2 || k.size() != q.size() || v.size() != q.size()) {
       return false;
     } else {
-      bool same = q[q.size() - 1] != dyn && q[q.size() - 2] != dyn;
+      bool same = true;
       for (std::size_t i = 0; same && i < q.size(); ++i)
         same = q[i] == k[i] && q[i] == v[i];
       return same;

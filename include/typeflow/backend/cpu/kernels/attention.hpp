@@ -17,6 +17,7 @@
 #include "../../common/attention.hpp"
 #include "../context.hpp"
 #include "../gemm.hpp"
+#include "../simd.hpp"
 
 namespace typeflow::cpu_backend {
 
@@ -27,6 +28,34 @@ namespace detail {
 /// are one GEMM (gemm_serial: single-threaded BLAS), the softmax runs over the tile in
 /// registers, and the product with v (or the gradients' products) is a second GEMM.
 inline constexpr std::int64_t att_tile = 64;
+
+/// x[c] = exp(x[c] - shift) for c < n, in vectors where xsimd is found (exp(-inf) = 0); returns
+/// the sum of the results when Sum.
+template <bool Sum, class T>
+T att_exp(T* x, std::int64_t n, T shift) {
+  T sum = 0;
+  std::int64_t c = 0;
+#if defined(TYPEFLOW_HAS_XSIMD)
+  using V = xsimd::batch<T>;
+  constexpr auto lanes = static_cast<std::int64_t>(V::size);
+  const V sv(shift);
+  V acc(T(0));
+  for (; c + lanes <= n; c += lanes) {
+    const V e = xsimd::exp(V::load_unaligned(x + c) - sv);
+    e.store_unaligned(x + c);
+    if constexpr (Sum)
+      acc += e;
+  }
+  if constexpr (Sum)
+    sum = xsimd::hadd(acc);
+#endif
+  for (; c < n; ++c) {
+    x[c] = std::exp(x[c] - shift);
+    if constexpr (Sum)
+      sum += x[c];
+  }
+  return sum;
+}
 
 /// The attention's operands of one batch entry (one head of one sequence).
 template <class T>
@@ -72,11 +101,7 @@ void att_rows(const att_slice<T>& a, const backend::attention_geometry& g, std::
         continue;
       }
       const T alpha = std::exp(m[r] - bm); // 0 while m is -inf
-      T sum = 0;
-      for (std::int64_t c = 0; c < nk; ++c) {
-        row[c] = std::exp(row[c] - bm);
-        sum += row[c];
-      }
+      const T sum = att_exp<true>(row, nk, bm);
       l[r] = l[r] * alpha + sum;
       m[r] = bm;
       if (o && alpha != T(1))
@@ -106,13 +131,14 @@ void att_grad_tile(const att_slice<T>& a, const T* up, const T* st,
   att_scores<Causal>(a, g, i0, nq, j0, nk, p);
   gemm_serial<T>(false, true, nq, nk, g.dv, up + i0 * g.dv, g.dv, a.v + j0 * g.dv, g.dv, ds,
                  att_tile);
-  for (std::int64_t r = 0; r < nq; ++r)
-    for (std::int64_t c = 0; c < nk; ++c) {
-      T& pe = p[r * att_tile + c];
-      pe = std::exp(pe - st[2 * (i0 + r)]); // exp(-inf) = 0 where masked
-      T& de = ds[r * att_tile + c];
-      de = pe * (de - st[2 * (i0 + r) + 1]);
-    }
+  for (std::int64_t r = 0; r < nq; ++r) {
+    T* pr = p + r * att_tile;
+    T* dr = ds + r * att_tile;
+    att_exp<false>(pr, nk, st[2 * (i0 + r)]); // exp(-inf) = 0 where masked
+    const T d = st[2 * (i0 + r) + 1];
+    for (std::int64_t c = 0; c < nk; ++c)
+      dr[c] = pr[c] * (dr[c] - d);
+  }
 }
 
 inline std::int64_t att_tiles(std::int64_t n) {
