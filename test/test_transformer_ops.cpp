@@ -624,7 +624,7 @@ TEST_SUITE("transformer ops") {
       for (auto [got, want] : {std::pair{&dq, &wq}, {&dk, &wk}, {&dv, &wv}}) {
         REQUIRE(got->shape() == want->shape());
         for (i64 i = 0; i < got->size(); ++i)
-          CHECK((*got)[i] == doctest::Approx((*want)[i]).epsilon(1e-12).scale(1e-12));
+          CHECK(std::abs((*got)[i] - (*want)[i]) <= 1e-14 + 1e-12 * std::abs((*want)[i]));
       }
       expect_gradcheck(s, loss, ty::wrt(q, k, v), ty::feed(up, uv));
     };
@@ -658,7 +658,7 @@ TEST_SUITE("transformer ops") {
                               ty::feed(pk, kv), ty::feed(pv, vv), ty::feed(pu, uv));
       REQUIRE(dk.shape() == std::vector<i64>{1, 2, 70, 4});
       for (i64 i = 0; i < dk.size(); ++i)
-        CHECK(dk[i] == doctest::Approx(want[i]).epsilon(1e-12).scale(1e-12));
+        CHECK(std::abs(dk[i] - want[i]) <= 1e-14 + 1e-12 * std::abs(want[i]));
       // keys from a reshape whose -1 is twice the fed extent: q, k and v have one shape at
       // compile time, not when run
       constexpr auto wide = ty::placeholder<"gwide", double, ty::shape<1, 2, ty::dyn, 8>>;
@@ -669,6 +669,58 @@ TEST_SUITE("transformer ops") {
                 ty::feed(wide, filled({1, 2, 70, 8}, 51))),
           doctest::Contains("attention_grads: q, k and v need one shape (self-attention)"),
           ty::error);
+    }
+    SUBCASE("several key blocks (T 200, S 150 and 200) against the ops written out") {
+      // Independent of the attention kernels: scores by matmul, causal_mask, softmax, matmul,
+      // and their gradients by the graph's own rules.
+      const auto compare = [&](auto q, auto k, auto v, auto causal_c, unsigned seed) {
+        constexpr bool causal = decltype(causal_c)::value;
+        using Q = decltype(q);
+        using K = decltype(k);
+        using V = decltype(v);
+        set(s, q, uniform_gen(seed, -2, 2));
+        set(s, k, uniform_gen(seed + 1, -2, 2));
+        set(s, v, uniform_gen(seed + 2, -1, 1));
+        constexpr auto scores = ty::matmul<false, true>(Q{}, K{}) * ty::constant<0.5>; // D = 4
+        constexpr auto probs = [] {
+          if constexpr (causal)
+            return ty::softmax(ty::causal_mask(scores));
+          else
+            return ty::softmax(scores);
+        }();
+        constexpr auto written = ty::matmul(probs, V{});
+        constexpr auto fused = ty::attention<causal>(Q{}, K{}, V{});
+        constexpr auto up = ty::placeholder<"ag_up2", double, typename decltype(fused)::shape_type>;
+        const auto uv = filled(std::vector<i64>(decltype(fused)::shape_type::dims.begin(),
+                                                decltype(fused)::shape_type::dims.end()),
+                               seed + 3);
+        constexpr auto lf = ty::sum(fused * up);
+        constexpr auto lw = ty::sum(written * up);
+        auto [yf, yw, qf, qw, kf, kw, vf, vw] =
+            s.run(ty::fetch(fused, written, ty::grad(lf, Q{}), ty::grad(lw, Q{}), ty::grad(lf, K{}),
+                            ty::grad(lw, K{}), ty::grad(lf, V{}), ty::grad(lw, V{})),
+                  ty::feed(up, uv));
+        INFO("causal " << causal << ", T " << yf.shape()[2] << ", S " << kf.shape()[2]);
+        for (auto [got, want] : {std::pair{&yf, &yw}, {&qf, &qw}, {&kf, &kw}, {&vf, &vw}}) {
+          REQUIRE(got->shape() == want->shape());
+          for (i64 i = 0; i < got->size(); ++i)
+            CHECK(std::abs((*got)[i] - (*want)[i]) <= 1e-12 + 1e-10 * std::abs((*want)[i]));
+        }
+      };
+      constexpr auto lq = ty::variable<"bq", double, ty::shape<2, 2, 200, 4>>;
+      constexpr auto lk = ty::variable<"bk", double, ty::shape<2, 2, 200, 4>>;
+      constexpr auto lv = ty::variable<"bv", double, ty::shape<2, 2, 200, 4>>;
+      compare(lq, lk, lv, std::true_type{}, 51);
+      compare(lq, lk, lv, std::false_type{}, 55);
+      constexpr auto oq = ty::variable<"bq1", double, ty::shape<1, 1, 200, 4>>;
+      constexpr auto ok = ty::variable<"bk1", double, ty::shape<1, 1, 200, 4>>;
+      constexpr auto ov = ty::variable<"bv1", double, ty::shape<1, 1, 200, 4>>;
+      compare(oq, ok, ov, std::true_type{}, 59);
+      compare(oq, ok, ov, std::false_type{}, 63);
+      constexpr auto xq = ty::variable<"bxq", double, ty::shape<1, 2, 150, 4>>;
+      constexpr auto xk = ty::variable<"bxk", double, ty::shape<1, 2, 200, 4>>;
+      constexpr auto xv = ty::variable<"bxv", double, ty::shape<1, 2, 200, 3>>;
+      compare(xq, xk, xv, std::false_type{}, 67);
     }
     // the graph has one attention_grads node for the three gradients and no attention_grad
     constexpr auto loss = ty::sum(ty::attention<true>(q, k, v));

@@ -116,10 +116,10 @@ struct attention_grad : attention_backward_base<Causal> {
 };
 
 /// The three gradients in one op, for self-attention's shapes (q, k and v of one shape
-/// [..., T, D], checked again on the run's extents): [3, ..., T, D] holding q's, k's and v's gradients, from (q, k, v, the upstream
-/// gradient g, attention_stats). One pass over the tiles forms each tile's scores and dS once
-/// for all three (FlashAttention-2's backward), where three attention_grad ops form them three
-/// times.
+/// [..., T, D], checked again on the run's extents): [3, ..., T, D] holding q's, k's and v's
+/// gradients, from (q, k, v, the upstream gradient g, attention_stats). One pass over the tiles
+/// forms each tile's scores and dS once for all three (FlashAttention-2's backward), where three
+/// attention_grad ops form them three times.
 template <bool Causal>
 struct attention_grads : attention_backward_base<Causal> {
   static constexpr std::string_view name = "attention_grads";

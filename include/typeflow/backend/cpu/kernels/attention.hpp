@@ -28,6 +28,10 @@ namespace detail {
 /// are one GEMM (gemm_serial: single-threaded BLAS), the softmax runs over the tile in
 /// registers, and the product with v (or the gradients' products) is a second GEMM.
 inline constexpr std::int64_t att_tile = 64;
+/// Keys per block: a tile is att_tile queries by att_keys keys, and att_keys is each score
+/// buffer's row stride. A multiple of att_tile (the causal loops skip whole query tiles).
+inline constexpr std::int64_t att_keys = 128;
+static_assert(att_keys % att_tile == 0);
 
 /// x[c] = exp(x[c] - shift) for c < n, in vectors where xsimd is found (exp(-inf) = 0); returns
 /// the sum of the results when Sum.
@@ -68,11 +72,11 @@ struct att_slice {
 template <bool Causal, class T>
 void att_scores(const att_slice<T>& a, const backend::attention_geometry& g, std::int64_t i0,
                 std::int64_t nq, std::int64_t j0, std::int64_t nk, T* sc) {
-  gemm_serial<T>(false, true, nq, nk, g.d, a.q + i0 * g.d, g.d, a.k + j0 * g.d, g.d, sc, att_tile);
+  gemm_serial<T>(false, true, nq, nk, g.d, a.q + i0 * g.d, g.d, a.k + j0 * g.d, g.d, sc, att_keys);
   const T scale = static_cast<T>(g.scale);
   for (std::int64_t r = 0; r < nq; ++r)
     for (std::int64_t c = 0; c < nk; ++c) {
-      T& e = sc[r * att_tile + c];
+      T& e = sc[r * att_keys + c];
       e = Causal && j0 + c > i0 + r ? -std::numeric_limits<T>::infinity() : e * scale;
     }
 }
@@ -88,11 +92,11 @@ void att_rows(const att_slice<T>& a, const backend::attention_geometry& g, std::
   if (o)
     std::fill(o, o + nq * g.dv, T(0));
   const std::int64_t end = Causal ? std::min(g.s, i0 + nq) : g.s;
-  for (std::int64_t j0 = 0; j0 < end; j0 += att_tile) {
-    const std::int64_t nk = std::min(att_tile, end - j0);
+  for (std::int64_t j0 = 0; j0 < end; j0 += att_keys) {
+    const std::int64_t nk = std::min(att_keys, end - j0);
     att_scores<Causal>(a, g, i0, nq, j0, nk, sc);
     for (std::int64_t r = 0; r < nq; ++r) {
-      T* row = sc + r * att_tile;
+      T* row = sc + r * att_keys;
       T bm = m[r];
       for (std::int64_t c = 0; c < nk; ++c)
         bm = row[c] > bm ? row[c] : bm;
@@ -109,7 +113,7 @@ void att_rows(const att_slice<T>& a, const backend::attention_geometry& g, std::
           o[r * g.dv + c] *= alpha;
     }
     if (o) // o += P v[j0 .. j0 + nk)
-      gemm_serial<T>(false, false, nq, g.dv, nk, sc, att_tile, a.v + j0 * g.dv, g.dv, o, g.dv,
+      gemm_serial<T>(false, false, nq, g.dv, nk, sc, att_keys, a.v + j0 * g.dv, g.dv, o, g.dv,
                      true);
   }
   for (std::int64_t r = 0; r < nq; ++r) {
@@ -130,10 +134,10 @@ void att_grad_tile(const att_slice<T>& a, const T* up, const T* st,
                    std::int64_t j0, std::int64_t nk, T* p, T* ds) {
   att_scores<Causal>(a, g, i0, nq, j0, nk, p);
   gemm_serial<T>(false, true, nq, nk, g.dv, up + i0 * g.dv, g.dv, a.v + j0 * g.dv, g.dv, ds,
-                 att_tile);
+                 att_keys);
   for (std::int64_t r = 0; r < nq; ++r) {
-    T* pr = p + r * att_tile;
-    T* dr = ds + r * att_tile;
+    T* pr = p + r * att_keys;
+    T* dr = ds + r * att_keys;
     att_exp<false>(pr, nk, st[2 * (i0 + r)]); // exp(-inf) = 0 where masked
     const T d = st[2 * (i0 + r) + 1];
     for (std::int64_t c = 0; c < nk; ++c)
@@ -141,8 +145,8 @@ void att_grad_tile(const att_slice<T>& a, const T* up, const T* st,
   }
 }
 
-inline std::int64_t att_tiles(std::int64_t n) {
-  return (n + att_tile - 1) / att_tile;
+inline std::int64_t att_tiles(std::int64_t n, std::int64_t tile = att_tile) {
+  return (n + tile - 1) / tile;
 }
 
 } // namespace detail
@@ -157,7 +161,7 @@ void kernel(context& ctx, ops::attention<C>*, T*, value* vals, void*, Q*, K*, V*
   T* out = ctx.allocate<T>(vals[I]);
   const std::int64_t tiles = detail::att_tiles(g.t);
   ctx.pool.parallel_for(g.batch * tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<T> sc(static_cast<std::size_t>(detail::att_tile * detail::att_tile));
+    std::vector<T> sc(static_cast<std::size_t>(detail::att_tile * detail::att_keys));
     T lse[detail::att_tile];
     for (std::int64_t task = t0; task < t1; ++task) {
       const std::int64_t b = task / tiles, i0 = (task % tiles) * detail::att_tile;
@@ -178,10 +182,10 @@ void kernel(context& ctx, ops::attention_stats<C>*, T*, value* vals, void*, Q*, 
   const T* o = static_cast<const T*>(vals[O::index].data);
   const T* up = static_cast<const T*>(vals[G::index].data);
   T* st = ctx.allocate<T>(vals[I]); // [rows, 2]: L, D
-  constexpr std::int64_t tile = detail::att_tile;
+  constexpr std::int64_t tile = detail::att_tile, keys = detail::att_keys;
   const std::int64_t qtiles = detail::att_tiles(g.t);
   ctx.pool.parallel_for(g.batch * qtiles, 1, [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<T> sc(static_cast<std::size_t>(tile * tile));
+    std::vector<T> sc(static_cast<std::size_t>(tile * keys));
     T lse[tile];
     for (std::int64_t task = t0; task < t1; ++task) {
       const std::int64_t b = task / qtiles, i0 = (task % qtiles) * tile;
@@ -210,12 +214,12 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
   const T* up = static_cast<const T*>(vals[G::index].data);
   const T* st = static_cast<const T*>(vals[St::index].data);
   T* out = ctx.allocate<T>(vals[I]);
-  constexpr std::int64_t tile = detail::att_tile;
-  const std::int64_t qtiles = detail::att_tiles(g.t), ktiles = detail::att_tiles(g.s);
+  constexpr std::int64_t tile = detail::att_tile, keys = detail::att_keys;
+  const std::int64_t qtiles = detail::att_tiles(g.t), ktiles = detail::att_tiles(g.s, keys);
   const T scale = static_cast<T>(g.scale);
   if constexpr (W == 0) { // dq = scale * dS k, tile row by tile row
     ctx.pool.parallel_for(g.batch * qtiles, 1, [&](std::int64_t t0, std::int64_t t1) {
-      std::vector<T> p(static_cast<std::size_t>(tile * tile)), ds(p.size());
+      std::vector<T> p(static_cast<std::size_t>(tile * keys)), ds(p.size());
       for (std::int64_t task = t0; task < t1; ++task) {
         const std::int64_t b = task / qtiles, i0 = (task % qtiles) * tile;
         const std::int64_t nq = std::min(tile, g.t - i0);
@@ -223,11 +227,11 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
         T* dq = out + (b * g.t + i0) * g.d;
         std::fill(dq, dq + nq * g.d, T(0));
         const std::int64_t end = C ? std::min(g.s, i0 + nq) : g.s;
-        for (std::int64_t j0 = 0; j0 < end; j0 += tile) {
-          const std::int64_t nk = std::min(tile, end - j0);
+        for (std::int64_t j0 = 0; j0 < end; j0 += keys) {
+          const std::int64_t nk = std::min(keys, end - j0);
           detail::att_grad_tile<C>(a, up + b * g.t * g.dv, st + 2 * b * g.t, g, i0, nq, j0, nk,
                                    p.data(), ds.data());
-          gemm_serial<T>(false, false, nq, g.d, nk, ds.data(), tile, a.k + j0 * g.d, g.d, dq, g.d,
+          gemm_serial<T>(false, false, nq, g.d, nk, ds.data(), keys, a.k + j0 * g.d, g.d, dq, g.d,
                          true);
         }
         for (std::int64_t e = 0; e < nq * g.d; ++e)
@@ -237,10 +241,10 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
   } else { // dv = P^T dO and dk = scale * dS^T q, tile column by tile column
     const std::int64_t width = W == 1 ? g.d : g.dv;
     ctx.pool.parallel_for(g.batch * ktiles, 1, [&](std::int64_t t0, std::int64_t t1) {
-      std::vector<T> p(static_cast<std::size_t>(tile * tile)), ds(p.size());
+      std::vector<T> p(static_cast<std::size_t>(tile * keys)), ds(p.size());
       for (std::int64_t task = t0; task < t1; ++task) {
-        const std::int64_t b = task / ktiles, j0 = (task % ktiles) * tile;
-        const std::int64_t nk = std::min(tile, g.s - j0);
+        const std::int64_t b = task / ktiles, j0 = (task % ktiles) * keys;
+        const std::int64_t nk = std::min(keys, g.s - j0);
         const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
         T* dst = out + (b * g.s + j0) * width;
         std::fill(dst, dst + nk * width, T(0));
@@ -249,10 +253,10 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
           detail::att_grad_tile<C>(a, up + b * g.t * g.dv, st + 2 * b * g.t, g, i0, nq, j0, nk,
                                    p.data(), ds.data());
           if constexpr (W == 2)
-            gemm_serial<T>(true, false, nk, g.dv, nq, p.data(), tile, up + (b * g.t + i0) * g.dv,
+            gemm_serial<T>(true, false, nk, g.dv, nq, p.data(), keys, up + (b * g.t + i0) * g.dv,
                            g.dv, dst, g.dv, true);
           else
-            gemm_serial<T>(true, false, nk, g.d, nq, ds.data(), tile, a.q + i0 * g.d, g.d, dst, g.d,
+            gemm_serial<T>(true, false, nk, g.d, nq, ds.data(), keys, a.q + i0 * g.d, g.d, dst, g.d,
                            true);
         }
         if constexpr (W == 1)
@@ -282,8 +286,8 @@ void kernel(context& ctx, ops::attention_grads<C>*, T*, value* vals, void*, Q*, 
   T* out = ctx.allocate<T>(vals[I]);
   const std::int64_t n = g.batch * g.t * g.d; // each gradient's elements
   T *dq = out, *dk = out + n, *dv = out + 2 * n;
-  constexpr std::int64_t tile = detail::att_tile;
-  const std::int64_t tiles = detail::att_tiles(g.t);
+  constexpr std::int64_t tile = detail::att_tile, keys = detail::att_keys;
+  const std::int64_t qtiles = detail::att_tiles(g.t), ktiles = detail::att_tiles(g.s, keys);
   const T scale = static_cast<T>(g.scale);
   const auto scaled = [scale](T* p, std::int64_t count) {
     for (std::int64_t e = 0; e < count; ++e)
@@ -297,23 +301,23 @@ void kernel(context& ctx, ops::attention_grads<C>*, T*, value* vals, void*, Q*, 
     const T* dout = up + b * g.t * g.dv;
     detail::att_grad_tile<C>(a, dout, st + 2 * b * g.t, g, i0, nq, j0, nk, p, ds);
     if (with_kv) {
-      gemm_serial<T>(true, false, nk, g.dv, nq, p, tile, dout + i0 * g.dv, g.dv,
+      gemm_serial<T>(true, false, nk, g.dv, nq, p, keys, dout + i0 * g.dv, g.dv,
                      dv + (b * g.s + j0) * g.dv, g.dv, true);
-      gemm_serial<T>(true, false, nk, g.d, nq, ds, tile, a.q + i0 * g.d, g.d,
+      gemm_serial<T>(true, false, nk, g.d, nq, ds, keys, a.q + i0 * g.d, g.d,
                      dk + (b * g.s + j0) * g.d, g.d, true);
     }
     if (with_dq)
-      gemm_serial<T>(false, false, nq, g.d, nk, ds, tile, a.k + j0 * g.d, g.d,
+      gemm_serial<T>(false, false, nq, g.d, nk, ds, keys, a.k + j0 * g.d, g.d,
                      dq + (b * g.t + i0) * g.d, g.d, true);
   };
   std::fill(out, out + 3 * n, T(0));
   if (g.batch >= ctx.pool.size()) {
     ctx.pool.parallel_for(g.batch, 1, [&](std::int64_t b0, std::int64_t b1) {
-      std::vector<T> p(static_cast<std::size_t>(tile * tile)), ds(p.size());
+      std::vector<T> p(static_cast<std::size_t>(tile * keys)), ds(p.size());
       for (std::int64_t b = b0; b < b1; ++b) {
-        for (std::int64_t j0 = 0; j0 < g.s; j0 += tile)
+        for (std::int64_t j0 = 0; j0 < g.s; j0 += keys)
           for (std::int64_t i0 = C ? j0 : 0; i0 < g.t; i0 += tile)
-            tile_step(b, i0, std::min(tile, g.t - i0), j0, std::min(tile, g.s - j0), p.data(),
+            tile_step(b, i0, std::min(tile, g.t - i0), j0, std::min(keys, g.s - j0), p.data(),
                       ds.data(), true, true);
         scaled(dq + b * g.t * g.d, g.t * g.d);
         scaled(dk + b * g.s * g.d, g.s * g.d);
@@ -321,24 +325,24 @@ void kernel(context& ctx, ops::attention_grads<C>*, T*, value* vals, void*, Q*, 
     });
     return;
   }
-  ctx.pool.parallel_for(g.batch * tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<T> p(static_cast<std::size_t>(tile * tile)), ds(p.size());
-    for (std::int64_t task = t0; task < t1; ++task) { // k's and v's, by key tile
-      const std::int64_t b = task / tiles, j0 = (task % tiles) * tile;
-      const std::int64_t nk = std::min(tile, g.s - j0);
+  ctx.pool.parallel_for(g.batch * ktiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+    std::vector<T> p(static_cast<std::size_t>(tile * keys)), ds(p.size());
+    for (std::int64_t task = t0; task < t1; ++task) { // k's and v's, by key block
+      const std::int64_t b = task / ktiles, j0 = (task % ktiles) * keys;
+      const std::int64_t nk = std::min(keys, g.s - j0);
       for (std::int64_t i0 = C ? j0 : 0; i0 < g.t; i0 += tile)
         tile_step(b, i0, std::min(tile, g.t - i0), j0, nk, p.data(), ds.data(), true, false);
       scaled(dk + (b * g.s + j0) * g.d, nk * g.d);
     }
   });
-  ctx.pool.parallel_for(g.batch * tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<T> p(static_cast<std::size_t>(tile * tile)), ds(p.size());
+  ctx.pool.parallel_for(g.batch * qtiles, 1, [&](std::int64_t t0, std::int64_t t1) {
+    std::vector<T> p(static_cast<std::size_t>(tile * keys)), ds(p.size());
     for (std::int64_t task = t0; task < t1; ++task) { // q's, by query tile
-      const std::int64_t b = task / tiles, i0 = (task % tiles) * tile;
+      const std::int64_t b = task / qtiles, i0 = (task % qtiles) * tile;
       const std::int64_t nq = std::min(tile, g.t - i0);
       const std::int64_t end = C ? std::min(g.s, i0 + nq) : g.s;
-      for (std::int64_t j0 = 0; j0 < end; j0 += tile)
-        tile_step(b, i0, nq, j0, std::min(tile, end - j0), p.data(), ds.data(), false, true);
+      for (std::int64_t j0 = 0; j0 < end; j0 += keys)
+        tile_step(b, i0, nq, j0, std::min(keys, end - j0), p.data(), ds.data(), false, true);
       scaled(dq + (b * g.t + i0) * g.d, nq * g.d);
     }
   });
