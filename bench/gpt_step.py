@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""examples/gpt's training step against PyTorch's on the same CPU, interleaved (issue 45).
+
+    PYTHON bench/gpt_step.py BUILD/examples/gpt [--rounds 3] [--steps 60] [--threads 2]
+
+PYTHON is any interpreter with PyTorch: Debian's python3-torch (/usr/bin/python3, 1.13: eager
+only) or bench/peers/setup.sh's .deps/venv-torch/bin/python (PyTorch 2: eager and
+torch.compile). The model is examples/gpt/model.hpp's (vocabulary 128, context 32, width 64,
+two pre-norm blocks of causal two-head attention with one qkv layer and a gelu MLP of 256, a
+final layer norm, a linear head, the mean cross-entropy, Adam) at batch 32, as
+examples/gpt/replay_torch.py writes it, with scaled_dot_product_attention where PyTorch has it.
+Each round runs typeflow's program for --steps steps (its sec/batch over the steps after the
+first log line: the steady state), then each PyTorch form for as many steps (the median after
+its warm-up; torch.compile's first steps compile), with the same thread count. Prints each
+round and the median ratio typeflow / peer (below 1: typeflow is faster), with the CPU."""
+import argparse
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+VOCAB, CONTEXT, WIDTH, HEADS, HIDDEN, BLOCKS, BATCH = 128, 32, 64, 2, 256, 2, 32
+
+
+def cpu_name() -> str:
+    """The model name, with the family and model numbers (some hosts name only the vendor)."""
+    info = {}
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        info.setdefault(key.strip(), value.strip())
+    return (f"{info.get('model name', 'an unknown CPU')} (family {info.get('cpu family', '?')} "
+            f"model {info.get('model', '?')})")
+
+
+def typeflow_step(exe: str, steps: int, threads: int) -> float:
+    out = subprocess.run([exe, "--steps", str(steps), "--log-every", str(steps - 1),
+                          "--threads", str(threads), "--sample", "0"],
+                         capture_output=True, text=True, check=True).stdout
+    rates = re.findall(r"step (\d+), loss = \S+ \((\S+) examples/sec; \S+ sec/batch\)", out)
+    if len(rates) < 2:
+        sys.exit(f"gpt_step.py: no steady-state rate in {exe}'s output:\n{out}")
+    # step 1 alone, then steps 2 .. steps-1 (the steady state), then the last one; the step time
+    # from examples/sec (sec/batch is printed to the millisecond)
+    return BATCH / float(rates[1][1])
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok = torch.nn.Embedding(VOCAB, WIDTH)
+        self.pos = torch.nn.Parameter(torch.randn(CONTEXT, WIDTH) * 0.02)
+        self.blocks = torch.nn.ModuleList()
+        for _ in range(BLOCKS):
+            self.blocks.append(torch.nn.ModuleDict({
+                "ln1": torch.nn.LayerNorm(WIDTH), "qkv": torch.nn.Linear(WIDTH, 3 * WIDTH),
+                "proj": torch.nn.Linear(WIDTH, WIDTH), "ln2": torch.nn.LayerNorm(WIDTH),
+                "fc": torch.nn.Linear(WIDTH, HIDDEN), "out": torch.nn.Linear(HIDDEN, WIDTH)}))
+        self.ln_f = torch.nn.LayerNorm(WIDTH)
+        self.head = torch.nn.Linear(WIDTH, VOCAB)
+        self.register_buffer("causal", torch.ones(CONTEXT, CONTEXT, dtype=torch.bool).tril())
+
+    def attention(self, q, k, v):
+        if hasattr(F, "scaled_dot_product_attention"):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        s = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+        return torch.softmax(s.masked_fill(~self.causal, float("-inf")), dim=-1) @ v
+
+    def forward(self, tokens, targets):
+        b, t = tokens.shape
+        h = self.tok(tokens) + self.pos
+        for blk in self.blocks:
+            q, k, v = blk["qkv"](blk["ln1"](h)).split(WIDTH, dim=-1)
+            q, k, v = (z.reshape(b, t, HEADS, WIDTH // HEADS).transpose(1, 2) for z in (q, k, v))
+            a = self.attention(q, k, v)
+            h = h + blk["proj"](a.transpose(1, 2).reshape(b, t, WIDTH))
+            h = h + blk["out"](F.gelu(blk["fc"](blk["ln2"](h))))
+        logits = self.head(self.ln_f(h))
+        return F.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+
+
+def torch_step(steps: int, threads: int, compiled: bool) -> float:
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = Gpt()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    run = torch.compile(model) if compiled else model
+    x = torch.randint(0, VOCAB, (BATCH, CONTEXT))
+    y = torch.randint(0, VOCAB, (BATCH, CONTEXT))
+    warm = 10 if compiled else 5
+    times = []
+    for i in range(steps + warm):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = run(x, y)
+        loss.backward()
+        opt.step()
+        loss.item()
+        if i >= warm:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("exe")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    peers = {"PyTorch eager": False}
+    if hasattr(torch, "compile"):
+        peers["torch.compile"] = True
+    print(f"{cpu_name()}, {args.threads} threads, PyTorch {torch.__version__}")
+    ratios = {name: [] for name in peers}
+    for r in range(1, args.rounds + 1):
+        ours = typeflow_step(args.exe, args.steps, args.threads)
+        line = f"round {r}: typeflow {ours * 1e3:.2f} ms"
+        for name, compiled in peers.items():
+            peer = torch_step(args.steps, args.threads, compiled)
+            ratios[name].append(ours / peer)
+            line += f", {name} {peer * 1e3:.2f} ms (ratio {ours / peer:.2f})"
+        print(line, flush=True)
+    for name, rs in ratios.items():
+        print(f"median ratio typeflow / {name}: {statistics.median(rs):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
