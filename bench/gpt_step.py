@@ -15,38 +15,17 @@ its warm-up; torch.compile's first steps compile), with the same thread count. P
 round and the median ratio typeflow / peer (below 1: typeflow is faster), with the CPU."""
 import argparse
 import pathlib
-import re
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from example_step import cpu_name, typeflow_step  # noqa: E402  (bench/)
+
 VOCAB, CONTEXT, WIDTH, HEADS, HIDDEN, BLOCKS, BATCH = 128, 32, 64, 2, 256, 2, 32
-
-
-def cpu_name() -> str:
-    """The model name, with the family and model numbers (some hosts name only the vendor)."""
-    info = {}
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        info.setdefault(key.strip(), value.strip())
-    return (f"{info.get('model name', 'an unknown CPU')} (family {info.get('cpu family', '?')} "
-            f"model {info.get('model', '?')})")
-
-
-def typeflow_step(exe: str, steps: int, threads: int) -> float:
-    out = subprocess.run([exe, "--steps", str(steps), "--log-every", str(steps - 1),
-                          "--threads", str(threads), "--sample", "0"],
-                         capture_output=True, text=True, check=True).stdout
-    rates = re.findall(r"step (\d+), loss = \S+ \((\S+) examples/sec; \S+ sec/batch\)", out)
-    if len(rates) < 2:
-        sys.exit(f"gpt_step.py: no steady-state rate in {exe}'s output:\n{out}")
-    # step 1 alone, then steps 2 .. steps-1 (the steady state), then the last one; the step time
-    # from examples/sec (sec/batch is printed to the millisecond)
-    return BATCH / float(rates[1][1])
 
 
 class Gpt(torch.nn.Module):
@@ -118,7 +97,7 @@ def main() -> int:
     print(f"{cpu_name()}, {args.threads} threads, PyTorch {torch.__version__}")
     ratios = {name: [] for name in peers}
     for r in range(1, args.rounds + 1):
-        ours = typeflow_step(args.exe, args.steps, args.threads)
+        ours = typeflow_step(args.exe, args.steps, args.threads, BATCH)
         line = f"round {r}: typeflow {ours * 1e3:.2f} ms"
         for name, compiled in peers.items():
             peer = torch_step(args.steps, args.threads, compiled)

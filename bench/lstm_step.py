@@ -13,32 +13,14 @@ count. Prints each round and the median ratio typeflow / PyTorch (below 1: typef
 faster), with the CPU it ran on. Needs Debian's python3-torch (/usr/bin/python3)."""
 import argparse
 import pathlib
-import re
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
 
-
-def cpu_name() -> str:
-    """The model name, with the family and model numbers (some hosts name only the vendor)."""
-    info = {}
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-        key, _, value = line.partition(":")
-        info.setdefault(key.strip(), value.strip())
-    return (f"{info.get('model name', 'an unknown CPU')} (family {info.get('cpu family', '?')} "
-            f"model {info.get('model', '?')})")
-
-
-def typeflow_step(exe: str, steps: int, threads: int) -> float:
-    out = subprocess.run([exe, "--steps", str(steps), "--log-every", str(steps - 1),
-                          "--threads", str(threads), "--sample", "0"],
-                         capture_output=True, text=True, check=True).stdout
-    rates = re.findall(r"step (\d+), loss = \S+ \(\S+ examples/sec; (\S+) sec/batch\)", out)
-    # step 1 alone, then steps 2 .. steps-1 (the steady state), then the last one
-    return float(rates[1][1])
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from example_step import cpu_name, typeflow_step  # noqa: E402  (bench/)
 
 
 def torch_step(steps: int, threads: int) -> float:
@@ -75,7 +57,7 @@ def main() -> int:
     print(f"{cpu_name()}, {args.threads} threads, PyTorch {torch.__version__}")
     ratios = []
     for r in range(1, args.rounds + 1):
-        ours = typeflow_step(args.exe, args.steps, args.threads)
+        ours = typeflow_step(args.exe, args.steps, args.threads, 32)
         peer = torch_step(args.steps, args.threads)
         ratios.append(ours / peer)
         print(f"round {r}: typeflow {ours * 1e3:.1f} ms, PyTorch eager {peer * 1e3:.1f} ms, "
