@@ -9,8 +9,8 @@ torch.compile). The model is examples/gpt/model.hpp's (vocabulary 128, context 3
 two pre-norm blocks of causal two-head attention with one qkv layer and a gelu MLP of 256, a
 final layer norm, a linear head, the mean cross-entropy, Adam) at batch 32, as
 examples/gpt/replay_torch.py writes it, with scaled_dot_product_attention where PyTorch has it.
-Each round runs typeflow's program for --steps steps (its sec/batch over the steps after the
-first log line: the steady state), then each PyTorch form for as many steps (the median after
+Each round runs typeflow's program for --steps steps (its step from the examples/sec of the
+steps after the first log line), then each PyTorch form for as many steps (the median after
 its warm-up; torch.compile's first steps compile), with the same thread count. Prints each
 round and the median ratio typeflow / peer (below 1: typeflow is faster), with the CPU."""
 import argparse

@@ -7,7 +7,7 @@
 The model is examples/lstm/model.hpp's (vocab 128, embedding 32, one LSTM of 256 units over
 64 steps, a linear head, the mean cross-entropy, Adam) at batch 32; PyTorch's is nn.Embedding,
 nn.LSTM(batch_first), nn.Linear and torch.optim.Adam. Each round runs typeflow's program for
---steps steps (its sec/batch over the steps after the first log line: the steady state) and
+--steps steps (its step from the examples/sec of the steps after the first log line) and
 then PyTorch's for as many steps (the median after 5 warm-up steps), with the same thread
 count. Prints each round and the median ratio typeflow / PyTorch (below 1: typeflow is
 faster), with the CPU it ran on. Needs Debian's python3-torch (/usr/bin/python3)."""
