@@ -247,6 +247,77 @@ TEST_SUITE("batch_norm") {
                          ty::error);
   }
 
+  TEST_CASE("float32 over many channels and rows (vector lanes) against a double loop") {
+    // 43 channels: whole groups of vectors, a single vector and a scalar tail on any vector
+    // width; 300 rows: several row blocks, each over more than one span of float partial sums.
+    // The values sit far from zero (100 + a spread of 2): the sums must stay shifted.
+    constexpr i64 n = 300, c = 43;
+    constexpr auto x = ty::variable<"wide_x", float, ty::shape<n, c>>;
+    constexpr auto gm = ty::variable<"wide_g", float, ty::shape<c>>;
+    constexpr auto bt = ty::variable<"wide_b", float, ty::shape<c>>;
+    constexpr auto mm = ty::variable<"wide_mm", float, ty::shape<c>, ty::not_trainable<ty::zeros>>;
+    constexpr auto mv = ty::variable<"wide_mv", float, ty::shape<c>, ty::not_trainable<ty::ones>>;
+    constexpr auto u = ty::placeholder<"wide_u", float, ty::shape<n, c>>;
+    constexpr auto y = ty::batch_norm(x, gm, bt, mm, mv);
+    constexpr auto dx = ty::grad(ty::sum(y * u), x);
+    session_t s;
+    ty::tensor<float> xv({n, c}), gv({c}), bv({c}), uv({n, c});
+    uniform_gen gx(21, 99, 101), gg(22, 0.5, 1.5), gb(23, -1, 1), gu(24, -1, 1);
+    for (i64 i = 0; i < xv.size(); ++i) {
+      xv[i] = static_cast<float>(gx());
+      uv[i] = static_cast<float>(gu());
+    }
+    for (i64 j = 0; j < c; ++j) {
+      gv[j] = static_cast<float>(gg());
+      bv[j] = static_cast<float>(gb());
+    }
+    s.write(x, xv);
+    s.write(gm, gv);
+    s.write(bt, bv);
+    auto [m, yv, dxv] = s.run(ty::fetch(ty::batch_moments(x), y, dx), ty::feed(u, uv));
+    i64 bad = 0;
+    double worst = 0;
+    for (i64 j = 0; j < c; ++j) {
+      double mean = 0, var = 0, su = 0, sux = 0;
+      for (i64 r = 0; r < n; ++r)
+        mean += static_cast<double>(xv[r * c + j]);
+      mean /= n;
+      for (i64 r = 0; r < n; ++r) {
+        const double d = static_cast<double>(xv[r * c + j]) - mean;
+        var += d * d;
+      }
+      const double rstd = 1 / std::sqrt(var / n + 1e-5);
+      for (i64 r = 0; r < n; ++r) {
+        const double xh = (static_cast<double>(xv[r * c + j]) - mean) * rstd;
+        su += static_cast<double>(uv[r * c + j]);
+        sux += static_cast<double>(uv[r * c + j]) * xh;
+      }
+      // moments: mean, biased and unbiased variance
+      const double want_m[3] = {mean, var / n, var / (n - 1)};
+      for (int k = 0; k < 3; ++k) {
+        const double err = std::abs(static_cast<double>(m[k * c + j]) - want_m[k]) /
+                           (k == 0 ? 1e-6 * std::abs(mean) : 1e-5 * want_m[k]);
+        worst = std::max(worst, err);
+        bad += err > 1;
+      }
+      for (i64 r = 0; r < n; ++r) {
+        const double xh = (static_cast<double>(xv[r * c + j]) - mean) * rstd;
+        const double g = static_cast<double>(gv[j]);
+        const double want_y = xh * g + static_cast<double>(bv[j]);
+        const double want_dx =
+            g * rstd * (static_cast<double>(uv[r * c + j]) - su / n - xh * sux / n);
+        const double ey =
+            std::abs(static_cast<double>(yv[r * c + j]) - want_y) / (5e-5 * (1 + std::abs(want_y)));
+        const double ed = std::abs(static_cast<double>(dxv[r * c + j]) - want_dx) /
+                          (5e-5 * g * rstd * (1 + std::abs(want_dx)));
+        worst = std::max({worst, ey, ed});
+        bad += (ey > 1) + (ed > 1);
+      }
+    }
+    INFO("worst error over its tolerance: " << worst);
+    CHECK(bad == 0);
+  }
+
   TEST_CASE("shape rules and a graph without batch norm") {
     using bn = ty::ops::batch_norm<0, 0>;
     static_assert(bn::rule(ty::dims_t<2>{3, 4}, ty::dims_t<2>{3, 4}, ty::dims_t<1>{4},

@@ -6,7 +6,8 @@
 // partial sums in double.
 // batch norm's channel sums (its moments, its gradient's sums) run over a fixed number of row
 // blocks (at most 256, set by the row count alone, so the result does not depend on the thread
-// count), each block's sums in double, then added in order; its normalization and input
+// count), each block's sums in double (float32's in float lanes over spans of 32 rows first),
+// then added in order; its normalization and input
 // gradient are one elementwise pass over rows with per-channel coefficients.
 #pragma once
 #include <algorithm>
@@ -183,6 +184,66 @@ std::vector<double> channel_sums(context& ctx, std::int64_t rows, std::int64_t c
       total[k] += partial[static_cast<std::size_t>(b) * width + k];
   return total;
 }
+/// acc[j] += the sum over rows [r0, r1) of a(r, j), and acc[c + j] += that of a(r, j) b(r, j),
+/// with a = p[r, j] - kp[j] and b = q[r, j] - kq[j] (b = a where Same: q = p and kq = kp), for
+/// x [rows, c] rows. float32 with xsimd: groups of up to four vectors of channels, their sums in
+/// float lanes over spans of 32 rows, each span's added to acc in double; a double accumulator
+/// per element read and written for every row kept this pass at a third of the read bandwidth
+/// (bench/README.md, *Batch norm*). Other dtypes and the channels past the last whole vector:
+/// double throughout.
+template <bool Same, class T>
+void channel_sums2(const T* p, const T* kp, const T* q, const T* kq, std::int64_t r0,
+                   std::int64_t r1, std::int64_t c, double* acc) {
+  std::int64_t j0 = 0;
+#if defined(TYPEFLOW_HAS_XSIMD)
+  if constexpr (std::is_same_v<T, float>) {
+    using V = simd::vec<float>;
+    constexpr std::int64_t w = static_cast<std::int64_t>(V::size), span = 32;
+    const auto group = [&]<int G>(std::integral_constant<int, G>) {
+      V ka[G], kb[G];
+      for (int g = 0; g < G; ++g) {
+        ka[g] = V::load_unaligned(kp + j0 + g * w);
+        kb[g] = Same ? ka[g] : V::load_unaligned(kq + j0 + g * w);
+      }
+      alignas(V::arch_type::alignment()) float t1[G * w], t2[G * w];
+      for (std::int64_t r = r0; r < r1;) {
+        const std::int64_t end = std::min(r1, r + span);
+        V s1[G], s2[G];
+        for (int g = 0; g < G; ++g)
+          s1[g] = s2[g] = V(0.0f);
+        for (; r < end; ++r)
+          for (int g = 0; g < G; ++g) {
+            const V a = V::load_unaligned(p + r * c + j0 + g * w) - ka[g];
+            const V b = Same ? a : V::load_unaligned(q + r * c + j0 + g * w) - kb[g];
+            s1[g] += a;
+            s2[g] = xsimd::fma(a, b, s2[g]);
+          }
+        for (int g = 0; g < G; ++g) {
+          s1[g].store_aligned(t1 + g * w);
+          s2[g].store_aligned(t2 + g * w);
+        }
+        for (std::int64_t k = 0; k < G * w; ++k) {
+          acc[j0 + k] += static_cast<double>(t1[k]);
+          acc[c + j0 + k] += static_cast<double>(t2[k]);
+        }
+      }
+      j0 += G * w;
+    };
+    for (; j0 + 4 * w <= c;)
+      group(std::integral_constant<int, 4>{});
+    for (; j0 + w <= c;)
+      group(std::integral_constant<int, 1>{});
+  }
+#endif
+  for (std::int64_t r = r0; r < r1; ++r)
+    for (std::int64_t j = j0; j < c; ++j) {
+      const double a = static_cast<double>(p[r * c + j]) - static_cast<double>(kp[j]);
+      const double b = Same ? a : static_cast<double>(q[r * c + j]) - static_cast<double>(kq[j]);
+      acc[j] += a;
+      acc[c + j] += a * b;
+    }
+}
+
 /// Each channel's mean and 1 / sqrt(biased variance + eps) from moments [3, c].
 template <class T>
 void channel_scale(const T* m, std::int64_t c, double eps, std::vector<double>& mean,
@@ -211,17 +272,50 @@ void channel_affine(context& ctx, const T* x, const T* u, std::int64_t rows, std
   const T* b = k.b.data();
   const T* e = k.e.data();
   ctx.pool.parallel_for(rows, row_grain(c), [&](std::int64_t r0, std::int64_t r1) {
+    std::int64_t j0 = 0;
+#if defined(TYPEFLOW_HAS_XSIMD)
+    // float32: groups of up to four vectors of channels, their coefficients held in registers
+    // across the rows (a loop per row of c elements paid its set-up in every row).
+    if constexpr (std::is_same_v<T, float>) {
+      using V = simd::vec<float>;
+      constexpr std::int64_t w = static_cast<std::int64_t>(V::size);
+      const auto group = [&]<int G>(std::integral_constant<int, G>) {
+        V vm[G], va[G], vb[G], ve[G];
+        for (int g = 0; g < G; ++g) {
+          vm[g] = V::load_unaligned(m + j0 + g * w);
+          va[g] = V::load_unaligned(a + j0 + g * w);
+          vb[g] = V::load_unaligned(b + j0 + g * w);
+          ve[g] = V::load_unaligned(e + j0 + g * w);
+        }
+        for (std::int64_t r = r0; r < r1; ++r)
+          for (int g = 0; g < G; ++g) {
+            const std::int64_t i = r * c + j0 + g * w;
+            V y = xsimd::fma(V::load_unaligned(x + i) - vm[g], va[g], vb[g]);
+            if (u != nullptr)
+              y = xsimd::fma(V::load_unaligned(u + i), ve[g], y);
+            y.store_unaligned(out + i);
+          }
+        j0 += G * w;
+      };
+      for (; j0 + 4 * w <= c;)
+        group(std::integral_constant<int, 4>{});
+      for (; j0 + w <= c;)
+        group(std::integral_constant<int, 1>{});
+      if (j0 == c)
+        return;
+    }
+#endif
     for (std::int64_t r = r0; r < r1; ++r) {
       // restrict: the output overlaps no input, so the compiler vectorizes without a runtime
       // overlap check per row
       const T* __restrict__ xr = x + r * c;
       T* __restrict__ o = out + r * c;
       if (u == nullptr) {
-        for (std::int64_t j = 0; j < c; ++j)
+        for (std::int64_t j = j0; j < c; ++j)
           o[j] = (xr[j] - m[j]) * a[j] + b[j];
       } else {
         const T* __restrict__ ur = u + r * c;
-        for (std::int64_t j = 0; j < c; ++j)
+        for (std::int64_t j = j0; j < c; ++j)
           o[j] = ur[j] * e[j] + (xr[j] - m[j]) * a[j] + b[j];
       }
     }
@@ -241,12 +335,7 @@ void kernel(context& ctx, ops::batch_moments*, T*, value* vals, void*, X*) {
   // sums of x - k and (x - k)^2 with k the first row: no cancellation when |mean| >> std
   const auto s =
       detail::channel_sums<2>(ctx, g.rows, c, [&](double* acc, std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t r = r0; r < r1; ++r)
-          for (std::int64_t j = 0; j < c; ++j) {
-            const double d = static_cast<double>(x[r * c + j]) - static_cast<double>(x[j]);
-            acc[j] += d;
-            acc[c + j] += d * d;
-          }
+        detail::channel_sums2<true>(x, x, x, x, r0, r1, c, acc);
       });
   const double n = static_cast<double>(g.rows);
   for (std::int64_t j = 0; j < c; ++j) {
@@ -289,15 +378,13 @@ void kernel(context& ctx, ops::batch_norm_grad_stats<E>*, T*, value* vals, void*
   detail::channel_scale(static_cast<const T*>(vals[M::index].data), c,
                         ops::batch_norm_grad_stats<E>::eps, mean, rstd);
   T* out = ctx.allocate<T>(vals[I]);
+  // sums of u and u (x - mean), the mean in T (the centring of the forward pass's output too)
+  std::vector<T> zero(static_cast<std::size_t>(c), T(0)), center(zero.size());
+  for (std::size_t j = 0; j < center.size(); ++j)
+    center[j] = static_cast<T>(mean[j]);
   const auto s =
       detail::channel_sums<2>(ctx, g.rows, c, [&](double* acc, std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t r = r0; r < r1; ++r)
-          for (std::int64_t j = 0; j < c; ++j) {
-            const double u = static_cast<double>(up[r * c + j]);
-            acc[j] += u;
-            acc[c + j] +=
-                u * (static_cast<double>(x[r * c + j]) - mean[static_cast<std::size_t>(j)]);
-          }
+        detail::channel_sums2<false>(up, zero.data(), x, center.data(), r0, r1, c, acc);
       });
   for (std::int64_t j = 0; j < c; ++j) {
     const auto k = static_cast<std::size_t>(j);
