@@ -526,6 +526,57 @@ TEST_SUITE("transformer ops") {
             .error == "gamma and beta must have x's last extent");
   }
 
+  TEST_CASE("layer_norm float32: rows wider than the vector loops, x's gradient against a double "
+            "loop") {
+    // 100 features: whole vector iterations and a scalar tail on any vector width; rows far
+    // from zero (50 + a spread of 2)
+    constexpr i64 n = 5, d = 100;
+    constexpr auto x = ty::variable<"lwx", float, ty::shape<n, d>>;
+    constexpr auto g = ty::variable<"lwg", float, ty::shape<d>>;
+    constexpr auto b = ty::variable<"lwb", float, ty::shape<d>>;
+    constexpr auto u = ty::placeholder<"lwu", float, ty::shape<n, d>>;
+    constexpr auto dx = ty::grad(ty::sum(ty::layer_norm(x, g, b) * u), x);
+    session_t s;
+    ty::tensor<float> xv({n, d}), gv({d}), bv({d}), uv({n, d});
+    uniform_gen gx(31, 49, 51), gg(32, 0.5, 1.5), gu(33, -1, 1);
+    for (i64 i = 0; i < xv.size(); ++i) {
+      xv[i] = static_cast<float>(gx());
+      uv[i] = static_cast<float>(gu());
+    }
+    for (i64 j = 0; j < d; ++j) {
+      gv[j] = static_cast<float>(gg());
+      bv[j] = 0;
+    }
+    s.write(x, xv);
+    s.write(g, gv);
+    s.write(b, bv);
+    auto [dxv] = s.run(ty::fetch(dx), ty::feed(u, uv));
+    double worst = 0;
+    for (i64 r = 0; r < n; ++r) {
+      double mean = 0, var = 0, mh = 0, mhx = 0;
+      for (i64 j = 0; j < d; ++j)
+        mean += static_cast<double>(xv[r * d + j]) / d;
+      for (i64 j = 0; j < d; ++j)
+        var += (static_cast<double>(xv[r * d + j]) - mean) *
+               (static_cast<double>(xv[r * d + j]) - mean) / d;
+      const double rstd = 1 / std::sqrt(var + 1e-5);
+      for (i64 j = 0; j < d; ++j) {
+        const double h = static_cast<double>(uv[r * d + j]) * static_cast<double>(gv[j]);
+        mh += h / d;
+        mhx += h * (static_cast<double>(xv[r * d + j]) - mean) * rstd / d;
+      }
+      for (i64 j = 0; j < d; ++j) {
+        const double h = static_cast<double>(uv[r * d + j]) * static_cast<double>(gv[j]);
+        const double want =
+            rstd * (h - mh - (static_cast<double>(xv[r * d + j]) - mean) * rstd * mhx);
+        worst = std::max(worst, std::abs(static_cast<double>(dxv[r * d + j]) - want) /
+                                    (5e-5 * rstd * (1 + std::abs(want))));
+      }
+    }
+    INFO("worst error over its tolerance: " << worst);
+    CHECK(worst <= 1);
+  }
+
   TEST_CASE("attention: values and the gradients of q, k and v against PyTorch float64") {
     session_t s;
     auto run_case = [&](auto q, auto k, auto v, auto up, auto y, const char* what, const auto& fq,
