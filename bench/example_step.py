@@ -1,5 +1,5 @@
-"""What bench/lstm_step.py and bench/gpt_step.py share: the CPU's name and an example program's
-steady-state training step."""
+"""What bench/lstm_step.py, gpt_step.py and resnet_step.py share: the CPU's name and an example
+program's steady-state training step."""
 import pathlib
 import re
 import subprocess
@@ -16,12 +16,14 @@ def cpu_name() -> str:
             f"model {info.get('model', '?')})")
 
 
-def typeflow_step(exe: str, steps: int, threads: int, batch: int) -> float:
+def typeflow_step(exe: str, steps: int, threads: int, batch: int, run_args=None) -> float:
     """Seconds per step of example program exe (flags like the main job's) over steps 2 ..
     steps-1, from the examples/sec of its second log line (sec/batch is printed to the
-    millisecond)."""
-    out = subprocess.run([exe, "--steps", str(steps), "--log-every", str(steps - 1),
-                          "--threads", str(threads), "--sample", "0"],
+    millisecond). run_args: the flags that make it train `steps` steps of `batch` examples
+    (the text examples' --steps and --sample 0 when None)."""
+    if run_args is None:
+        run_args = ["--steps", str(steps), "--sample", "0"]
+    out = subprocess.run([exe, *run_args, "--log-every", str(steps - 1), "--threads", str(threads)],
                          capture_output=True, text=True, check=True).stdout
     rates = re.findall(r"step (\d+), loss = \S+ \((\S+) examples/sec; \S+ sec/batch\)", out)
     if len(rates) < 2:

@@ -1,16 +1,17 @@
 #!/usr/bin/python3
-"""examples/lstm's training step against PyTorch eager's on the same CPU, interleaved.
+"""examples/lstm's training step against PyTorch's on the same CPU, interleaved.
 
-    /usr/bin/python3 bench/lstm_step.py BUILD/examples/lstm [--rounds 3] [--steps 40]
-                                        [--threads 2]
+    PYTHON bench/lstm_step.py BUILD/examples/lstm [--rounds 3] [--steps 40] [--threads 2]
 
-The model is examples/lstm/model.hpp's (vocab 128, embedding 32, one LSTM of 256 units over
-64 steps, a linear head, the mean cross-entropy, Adam) at batch 32; PyTorch's is nn.Embedding,
-nn.LSTM(batch_first), nn.Linear and torch.optim.Adam. Each round runs typeflow's program for
---steps steps (its step from the examples/sec of the steps after the first log line) and
-then PyTorch's for as many steps (the median after 5 warm-up steps), with the same thread
-count. Prints each round and the median ratio typeflow / PyTorch (below 1: typeflow is
-faster), with the CPU it ran on. Needs Debian's python3-torch (/usr/bin/python3)."""
+PYTHON is any interpreter with PyTorch: Debian's python3-torch (/usr/bin/python3, 1.13: eager
+only) or bench/peers/setup.sh's .deps/venv-torch/bin/python (PyTorch 2: eager and
+torch.compile). The model is examples/lstm/model.hpp's (vocab 128, embedding 32, one LSTM of
+256 units over 64 steps, a linear head, the mean cross-entropy, Adam) at batch 32; PyTorch's is
+nn.Embedding, nn.LSTM(batch_first), nn.Linear and torch.optim.Adam. Each round runs typeflow's
+program for --steps steps (its step from the examples/sec of the steps after the first log
+line), then each PyTorch form for as many steps (the median after its warm-up; torch.compile's
+first steps compile), with the same thread count. Prints each round and the median ratio
+typeflow / peer (below 1: typeflow is faster), with the CPU it ran on."""
 import argparse
 import pathlib
 import statistics
@@ -23,26 +24,36 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from example_step import cpu_name, typeflow_step  # noqa: E402  (bench/)
 
 
-def torch_step(steps: int, threads: int) -> float:
+class CharLstm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(128, 32)
+        self.lstm = torch.nn.LSTM(32, 256, batch_first=True)
+        self.head = torch.nn.Linear(256, 128)
+
+    def forward(self, x, y):
+        h, _ = self.lstm(self.emb(x))
+        return torch.nn.functional.cross_entropy(self.head(h).reshape(-1, 128), y.reshape(-1))
+
+
+def torch_step(steps: int, threads: int, compiled: bool) -> float:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    emb = torch.nn.Embedding(128, 32)
-    lstm = torch.nn.LSTM(32, 256, batch_first=True)
-    head = torch.nn.Linear(256, 128)
-    params = [*emb.parameters(), *lstm.parameters(), *head.parameters()]
-    opt = torch.optim.Adam(params, lr=3e-3)
+    model = CharLstm()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    run = torch.compile(model) if compiled else model
     x = torch.randint(0, 128, (32, 64))
     y = torch.randint(0, 128, (32, 64))
+    warm = 10 if compiled else 5
     times = []
-    for i in range(steps):
+    for i in range(steps + warm):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        h, _ = lstm(emb(x))
-        loss = torch.nn.functional.cross_entropy(head(h).reshape(-1, 128), y.reshape(-1))
+        loss = run(x, y)
         loss.backward()
         opt.step()
         loss.item()
-        if i >= 5:
+        if i >= warm:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -54,15 +65,21 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    peers = {"PyTorch eager": False}
+    if hasattr(torch, "compile"):
+        peers["torch.compile"] = True
     print(f"{cpu_name()}, {args.threads} threads, PyTorch {torch.__version__}")
-    ratios = []
+    ratios = {name: [] for name in peers}
     for r in range(1, args.rounds + 1):
         ours = typeflow_step(args.exe, args.steps, args.threads, 32)
-        peer = torch_step(args.steps, args.threads)
-        ratios.append(ours / peer)
-        print(f"round {r}: typeflow {ours * 1e3:.1f} ms, PyTorch eager {peer * 1e3:.1f} ms, "
-              f"ratio {ours / peer:.2f}")
-    print(f"median ratio typeflow / PyTorch eager: {statistics.median(ratios):.2f}")
+        line = f"round {r}: typeflow {ours * 1e3:.1f} ms"
+        for name, compiled in peers.items():
+            peer = torch_step(args.steps, args.threads, compiled)
+            ratios[name].append(ours / peer)
+            line += f", {name} {peer * 1e3:.1f} ms (ratio {ours / peer:.2f})"
+        print(line, flush=True)
+    for name, rs in ratios.items():
+        print(f"median ratio typeflow / {name}: {statistics.median(rs):.2f}")
     return 0
 
 

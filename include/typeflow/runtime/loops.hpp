@@ -2,8 +2,9 @@
 // interface. A scan runs the same way over a sequence's steps (the carry, the step's slice of xs
 // and the shared variables bound to the body's placeholders), writing each carry into its value;
 // its gradient (scan_vjp) reads the carries from that value, runs the body's gradient plan from
-// the last step down and sums the shared variables' gradients over the steps.
-//
+// the last step down and sums the shared variables' gradients over the steps: a gradient that is
+// a^T b of a step's values (an LSTM's weights) as one product of the steps' stacked a and b
+// after the loop (tn_product below).
 //
 // A repeat runs its body's own plan once per layer, on cpu<0>: the carried value and the
 // layer's slice of each stacked variable are bound to the body's placeholders (no copy), the
@@ -24,10 +25,12 @@
 #include <vector>
 
 #include "../backend/common/value.hpp"
+#include "../backend/cpu/gemm.hpp"
 #include "../backend/cpu/loops.hpp"
 #include "../compile/plan.hpp"
 #include "../core/error.hpp"
 #include "../device/device.hpp"
+#include "../ops/matmul.hpp"
 #include "../ops/repeat.hpp"
 
 namespace typeflow {
@@ -298,21 +301,107 @@ struct loop_interpreter {
     }
   }
 
+  /// Whether a shared variable's gradient in a scan's body, node G, is a^T b (matmul<true,
+  /// false>) of two rank-2 values in T = float or double, a [m, k] and b [m, n] with k and n
+  /// static (m, a step's rows, may be a run-time batch). Its sum over the steps is then one
+  /// product of the steps' a and b stacked by rows, after the loop, instead of one product of
+  /// inner extent m (an LSTM's batch) and an addition of the whole [k, n] gradient per step.
+  template <class T, class D>
+  struct tn_product : std::false_type {
+    using fetches = type_list<>;
+  };
+  template <class T, class A, class B>
+  requires(std::is_same_v<T, float> || std::is_same_v<T, double>) &&
+      std::is_same_v<typename A::value_type, T>&& std::is_same_v<typename B::value_type, T> &&
+      (A::shape_type::rank == 2) && (B::shape_type::rank == 2) && (A::shape_type::dims[1] != dyn) &&
+      (B::shape_type::dims[1] != dyn) struct tn_product<T, expr<ops::matmul<true, false>, A, B>>
+      : std::true_type {
+    using fetches = type_list<A, B>;
+    using a = A;
+    using b = B;
+  };
+  template <class T, class G>
+  using hoisted = tn_product<T, def_t<G>>;
+  /// What the body's gradient plan fetches for the gradient G: G, or a and b where hoisted.
+  template <class T, class G>
+  using grad_fetches =
+      std::conditional_t<hoisted<T, G>::value, typename hoisted<T, G>::fetches, type_list<G>>;
+  template <class... L>
+  struct joined;
+  template <class... A>
+  struct joined<type_list<A...>> {
+    using type = body_plan<A...>;
+  };
+  template <class... A, class... B, class... L>
+  struct joined<type_list<A...>, type_list<B...>, L...> : joined<type_list<A..., B...>, L...> {};
+  /// The scan gradient's body plan: the carry's and the input's gradients, then each shared
+  /// variable's (or its a and b, where hoisted).
+  template <class T, class G0, class G1, class... GP>
+  using scan_grad_plan = typename joined<type_list<G0, G1>, grad_fetches<T, GP>...>::type;
+
+  /// A hoisted gradient's a and b over the steps, stacked by rows (step t's at rows t m); a step
+  /// whose a or b has no buffer (a zero gradient) keeps its zeros.
+  template <class T>
+  struct hoist_stack {
+    std::vector<T> a, b;
+    std::int64_t m = -1, k = 0, n = 0; ///< a [m, k] and b [m, n] per step; m < 0: none seen
+  };
+  template <class T, class Q, class G>
+  static void stack_step(hoist_stack<T>& h, const std::vector<value>& v, std::int64_t t,
+                         std::int64_t steps) {
+    if constexpr (hoisted<T, G>::value) {
+      using A = typename hoisted<T, G>::a;
+      using B = typename hoisted<T, G>::b;
+      const value& va = v[Q::template index_c<A>::value];
+      const value& vb = v[Q::template index_c<B>::value];
+      if (!va.data || !vb.data)
+        return; // a^T b is zero at this step
+      const std::int64_t m = va.dims.d[0];
+      if (h.m < 0) {
+        h.m = m;
+        h.k = A::shape_type::dims[1];
+        h.n = B::shape_type::dims[1];
+        h.a.assign(static_cast<std::size_t>(steps * h.m * h.k), T(0));
+        h.b.assign(static_cast<std::size_t>(steps * h.m * h.n), T(0));
+      }
+      if (m != h.m || vb.dims.d[0] != h.m)
+        throw error("scan_grad: step " + std::to_string(t) + " has " + std::to_string(m) + " and " +
+                    std::to_string(vb.dims.d[0]) + " rows where the others have " +
+                    std::to_string(h.m));
+      std::memcpy(h.a.data() + t * h.m * h.k, va.data,
+                  sizeof(T) * static_cast<std::size_t>(h.m * h.k));
+      std::memcpy(h.b.data() + t * h.m * h.n, vb.data,
+                  sizeof(T) * static_cast<std::size_t>(h.m * h.n));
+    }
+  }
+
   template <class Body, class Carry, class Input, class Seed, class... G, bool InitFirst,
             class... Params, class GY, class Y, class H, class X, class... S>
   static void run(Ex& ex,
                   ops::scan_vjp<Body, Carry, Input, Seed, type_list<G...>, InitFirst, Params...>*,
                   value* fr, GY*, Y*, H*, X*, S*...) {
-    using T = typename H::value_type;
-    using Q = body_plan<G...>;
     static_assert(sizeof...(G) == 2 + sizeof...(Params), "scan_grad: one gradient per input");
+    run_scan_grad<Body, Carry, Input, Seed, InitFirst, Params...>(ex, fr, type_list<G...>{},
+                                                                  type_list<GY, Y, H, X, S...>{});
+  }
+
+  template <class Body, class Carry, class Input, class Seed, bool InitFirst, class... Params,
+            class G0, class G1, class... GP, class GY, class Y, class H, class X, class... S>
+  static void run_scan_grad(Ex& ex, value* fr, type_list<G0, G1, GP...>,
+                            type_list<GY, Y, H, X, S...>) {
+    using T = typename H::value_type;
+    using Q = scan_grad_plan<T, G0, G1, GP...>;
     const value& h0 = fr[H::index];
     const value& xs = fr[X::index];
     const backend::rt_dims xd = step_dims(xs.dims);
     const std::int64_t steps = xs.dims.d[0], nx = xd.numel(), nh = h0.dims.numel();
     T* out = ex.cpu_context().template allocate<T>(fr[0]);
     constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
-    constexpr std::size_t slot[] = {Q::template index_c<G>::value...};
+    constexpr std::size_t slot[] = {Q::template index_c<G0>::value, Q::template index_c<G1>::value};
+    constexpr bool hoist[] = {hoisted<T, GP>::value..., false};
+    // where a gradient is not hoisted, its slot in the body's values
+    constexpr std::size_t param_slot[] = {param_slot_of<Q, T, GP>()..., 0};
+    hoist_stack<T> stacks[sizeof...(GP) + 1];
     std::int64_t shared = 0;
     for (std::int64_t n : sizes)
       shared += n;
@@ -336,8 +425,13 @@ struct loop_interpreter {
       ex.template run_body<Q>(v, t);
       std::int64_t at = 0;
       for (std::size_t j = 0; j < sizeof...(Params); ++j) {
-        cpu_backend::add_slice<T>(out, at, v[slot[j + 2]].data, sizes[j]);
+        if (!hoist[j])
+          cpu_backend::add_slice<T>(out, at, v[param_slot[j]].data, sizes[j]);
         at += sizes[j];
+      }
+      {
+        std::size_t j = 0;
+        (stack_step<T, Q, GP>(stacks[j++], v, t, steps), ...);
       }
       check_step(v[slot[1]], xd, t, "the gradient of a step's input");
       cpu_backend::write_slice<T>(out, at_x + t * nx, v[slot[1]].data, nx);
@@ -348,6 +442,22 @@ struct loop_interpreter {
         std::fill(carry.begin(), carry.end(), T(0));
     }
     cpu_backend::write_slice<T>(out, at_h, carry.data(), nh);
+    // the hoisted gradients: sum over the steps of a_t^T b_t = (stacked a)^T (stacked b)
+    std::int64_t at = 0;
+    for (std::size_t j = 0; j < sizeof...(Params); ++j) {
+      const hoist_stack<T>& h = stacks[j];
+      if (hoist[j] && h.m > 0)
+        cpu_backend::gemm(ex.cpu_context().pool, true, false, h.k, h.n, steps * h.m, h.a.data(),
+                          h.b.data(), out + at);
+      at += sizes[j];
+    }
+  }
+  template <class Q, class T, class G>
+  static constexpr std::size_t param_slot_of() {
+    if constexpr (hoisted<T, G>::value)
+      return 0;
+    else
+      return Q::template index_c<G>::value;
   }
 };
 
