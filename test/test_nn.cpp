@@ -760,6 +760,44 @@ TEST_SUITE("nn") {
     check_close("grad l2_loss", g, z, 0, 0);
   }
 
+  TEST_CASE("cross-entropy float32 (vector lanes): loss and gradient against a double loop") {
+    // 133 classes: whole vectors and a scalar tail on any vector width; one row of large logits
+    constexpr i64 n = 7, k = 133;
+    constexpr auto z = ty::variable<"xent32_z", float, ty::shape<n, k>>;
+    constexpr auto y = ty::placeholder<"xent32_y", std::int32_t, ty::shape<n>>;
+    constexpr auto xent = ty::sparse_softmax_cross_entropy_with_logits(z, y);
+    constexpr auto g = ty::grad(ty::sum(xent), z);
+    session_t s;
+    ty::tensor<float> zv({n, k});
+    ty::tensor<std::int32_t> yv({n});
+    uniform_gen gen(41, -4, 4);
+    for (i64 i = 0; i < zv.size(); ++i)
+      zv[i] = static_cast<float>(gen());
+    for (i64 j = 0; j < k; ++j)
+      zv[3 * k + j] = static_cast<float>(1000 + j % 5); // row 3: large, ties at its maximum
+    for (i64 i = 0; i < n; ++i)
+      yv[i] = static_cast<std::int32_t>((i * 37 + 5) % k);
+    s.write(z, zv);
+    auto [l, gv] = s.run(ty::fetch(xent, g), ty::feed(y, yv));
+    double worst = 0;
+    for (i64 i = 0; i < n; ++i) {
+      double m = -1e300, sum = 0;
+      for (i64 j = 0; j < k; ++j)
+        m = std::max(m, static_cast<double>(zv[i * k + j]));
+      for (i64 j = 0; j < k; ++j)
+        sum += std::exp(static_cast<double>(zv[i * k + j]) - m);
+      const double want = m + std::log(sum) - static_cast<double>(zv[i * k + yv[i]]);
+      worst = std::max(worst, std::abs(static_cast<double>(l[i]) - want) / (1e-6 * (1 + want)));
+      for (i64 j = 0; j < k; ++j) {
+        const double p = std::exp(static_cast<double>(zv[i * k + j]) - m) / sum;
+        const double gw = p - (j == yv[i] ? 1.0 : 0.0);
+        worst = std::max(worst, std::abs(static_cast<double>(gv[i * k + j]) - gw) / 1e-6);
+      }
+    }
+    INFO("worst error over its tolerance: " << worst);
+    CHECK(worst <= 1);
+  }
+
   TEST_CASE("cross-entropy: a label out of range throws, and the session stays usable") {
     session_t s;
     constexpr auto xent = ty::sparse_softmax_cross_entropy_with_logits(lg, lab);
