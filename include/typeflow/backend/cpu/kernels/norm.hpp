@@ -261,9 +261,9 @@ void channel_sums2(const T* p, const T* kp, const T* q, const T* kq, std::int64_
       }
       j0 += G * w;
     };
-    for (; j0 + 4 * w <= c;)
+    while (j0 + 4 * w <= c)
       group(std::integral_constant<int, 4>{});
-    for (; j0 + w <= c;)
+    while (j0 + w <= c)
       group(std::integral_constant<int, 1>{});
   }
 #endif
@@ -329,9 +329,9 @@ void channel_affine(context& ctx, const T* x, const T* u, std::int64_t rows, std
           }
         j0 += G * w;
       };
-      for (; j0 + 4 * w <= c;)
+      while (j0 + 4 * w <= c)
         group(std::integral_constant<int, 4>{});
-      for (; j0 + w <= c;)
+      while (j0 + w <= c)
         group(std::integral_constant<int, 1>{});
       if (j0 == c)
         return;
