@@ -733,7 +733,7 @@ TEST_SUITE("transformer ops") {
         set(s, k, uniform_gen(seed + 1, -2, 2));
         set(s, v, uniform_gen(seed + 2, -1, 1));
         constexpr auto scores = ty::matmul<false, true>(Q{}, K{}) * ty::constant<0.5>; // D = 4
-        constexpr auto probs = [] {
+        constexpr auto probs = [scores] {
           if constexpr (causal)
             return ty::softmax(ty::causal_mask(scores));
           else
