@@ -14,14 +14,13 @@ first steps compile), with the same thread count. Prints each round and the medi
 typeflow / peer (below 1: typeflow is faster), with the CPU it ran on."""
 import argparse
 import pathlib
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from example_step import cpu_name, typeflow_step  # noqa: E402  (bench/)
+from example_step import cpu_name, race, typeflow_step  # noqa: E402  (bench/)
+from example_step import torch_step as timed_step  # noqa: E402
 
 
 class CharLstm(torch.nn.Module):
@@ -41,21 +40,9 @@ def torch_step(steps: int, threads: int, compiled: bool) -> float:
     torch.manual_seed(0)
     model = CharLstm()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    run = torch.compile(model) if compiled else model
     x = torch.randint(0, 128, (32, 64))
     y = torch.randint(0, 128, (32, 64))
-    warm = 10 if compiled else 5
-    times = []
-    for i in range(steps + warm):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = run(x, y)
-        loss.backward()
-        opt.step()
-        loss.item()
-        if i >= warm:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return timed_step(model, opt, (x, y), steps, compiled)
 
 
 def main() -> int:
@@ -69,17 +56,9 @@ def main() -> int:
     if hasattr(torch, "compile"):
         peers["torch.compile"] = True
     print(f"{cpu_name()}, {args.threads} threads, PyTorch {torch.__version__}")
-    ratios = {name: [] for name in peers}
-    for r in range(1, args.rounds + 1):
-        ours = typeflow_step(args.exe, args.steps, args.threads, 32)
-        line = f"round {r}: typeflow {ours * 1e3:.1f} ms"
-        for name, compiled in peers.items():
-            peer = torch_step(args.steps, args.threads, compiled)
-            ratios[name].append(ours / peer)
-            line += f", {name} {peer * 1e3:.1f} ms (ratio {ours / peer:.2f})"
-        print(line, flush=True)
-    for name, rs in ratios.items():
-        print(f"median ratio typeflow / {name}: {statistics.median(rs):.2f}")
+    race(args.rounds, lambda: typeflow_step(args.exe, args.steps, args.threads, 32),
+         {name: (lambda c=compiled: torch_step(args.steps, args.threads, c))
+          for name, compiled in peers.items()})
     return 0
 
 

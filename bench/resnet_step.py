@@ -19,15 +19,14 @@ count. Prints each round and the median ratio typeflow / peer (below 1: typeflow
 with the CPU."""
 import argparse
 import pathlib
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from example_step import cpu_name, typeflow_step  # noqa: E402  (bench/)
+from example_step import cpu_name, race, typeflow_step  # noqa: E402  (bench/)
+from example_step import torch_step as timed_step  # noqa: E402
 
 
 def conv_bn(cin: int, cout: int, k: int, stride: int) -> torch.nn.Sequential:
@@ -74,19 +73,7 @@ def torch_step(steps: int, batch: int, threads: int, compiled: bool, channels_la
         x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (batch,))
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)
-    run = torch.compile(model) if compiled else model
-    warm = 10 if compiled else 5
-    times = []
-    for i in range(steps + warm):
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = run(x, y)
-        loss.backward()
-        opt.step()
-        loss.item()
-        if i >= warm:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return timed_step(model, opt, (x, y), steps, compiled)
 
 
 def main() -> int:
@@ -107,17 +94,10 @@ def main() -> int:
     if args.data_dir:
         run_args += ["--data-dir", args.data_dir]
     print(f"{cpu_name()}, {args.threads} threads, batch {args.batch}, PyTorch {torch.__version__}")
-    ratios = {name: [] for name in peers}
-    for r in range(1, args.rounds + 1):
-        ours = typeflow_step(args.exe, args.steps, args.threads, args.batch, run_args)
-        line = f"round {r}: typeflow {ours * 1e3:.1f} ms"
-        for name, (compiled, channels_last) in peers.items():
-            peer = torch_step(args.steps, args.batch, args.threads, compiled, channels_last)
-            ratios[name].append(ours / peer)
-            line += f", {name} {peer * 1e3:.1f} ms (ratio {ours / peer:.2f})"
-        print(line, flush=True)
-    for name, rs in ratios.items():
-        print(f"median ratio typeflow / {name}: {statistics.median(rs):.2f}")
+    race(args.rounds,
+         lambda: typeflow_step(args.exe, args.steps, args.threads, args.batch, run_args),
+         {name: (lambda f=form: torch_step(args.steps, args.batch, args.threads, *f))
+          for name, form in peers.items()})
     return 0
 
 

@@ -25,9 +25,9 @@ namespace typeflow {
 namespace detail {
 /// Whether a session under Placement builds no plan in this pass: only in nvcc's device pass
 /// (__CUDA_ARCH__), and only for a placement of every node on a CPU. That pass emits no host
-/// code; it reads host code for the kernels it launches, and such a session launches none. The
-/// CPU plans' constant evaluation was about a third of the device pass of a unit that checks
-/// each GPU result against a CPU session's (bench/README.md, *CI time*).
+/// code; it reads host code for the kernels it launches, and such a session launches none. What
+/// it saves a unit that checks each GPU result against a CPU session's: bench/README.md (*CPU
+/// sessions out of nvcc's device pass*).
 template <class Placement>
 inline constexpr bool plans_skipped = false;
 #if defined(__CUDA_ARCH__)

@@ -622,7 +622,7 @@ void check_label(L label, std::int64_t k, std::int64_t row) {
 /// One float32 row of sparse_xent in vector lanes: its maximum, exp(z - max) by xsimd (written
 /// to the gradient's row d where Grad, so that each is computed once), their sum in float lanes
 /// then in double; the loss m + log(sum) - z[label] in double. (Scalar double exp, twice per
-/// element for the gradient, was about a tenth of examples/gpt's step.)
+/// element for the gradient, was a visible share of examples/gpt's step: bench/README.md.)
 template <bool Grad>
 void xent_row(const float* row, std::int64_t k, std::int64_t label, float* d, float* loss) {
   using V = simd::vec<float>;

@@ -219,10 +219,10 @@ std::vector<double> channel_sums(context& ctx, std::int64_t rows, std::int64_t c
 /// acc[j] += the sum over rows [r0, r1) of a(r, j), and acc[c + j] += that of a(r, j) b(r, j),
 /// with a = p[r, j] - kp[j] and b = q[r, j] - kq[j] (b = a where Same: q = p and kq = kp), for
 /// x [rows, c] rows. float32 with xsimd: groups of up to four vectors of channels, their sums in
-/// float lanes over spans of 32 rows, each span's added to acc in double; a double accumulator
-/// per element read and written for every row kept this pass at a third of the read bandwidth
-/// (bench/README.md, *Batch norm*). Other dtypes and the channels past the last whole vector:
-/// double throughout.
+/// float lanes over spans of 32 rows, each span's added to acc in double (a double accumulator
+/// per element, read and written for every row, held this pass far below the read bandwidth:
+/// bench/README.md, *Batch norm's passes*). Other dtypes and the channels past the last whole
+/// vector: double throughout.
 template <bool Same, class T>
 void channel_sums2(const T* p, const T* kp, const T* q, const T* kq, std::int64_t r0,
                    std::int64_t r1, std::int64_t c, double* acc) {
