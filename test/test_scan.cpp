@@ -193,6 +193,88 @@ TEST_CASE("scan: a body whose step gradients are the seed itself or no buffer at
   CHECK(dh2[1] == 0.0);
 }
 
+namespace {
+struct policy_outcome {
+  std::vector<ty::tensor<float>> values; ///< the loss, its gradients, the loss of a forward run
+  std::size_t steps_grad, steps_forward; ///< steps run by the two runs
+};
+/// The Elman RNN of rnn<> under scan policy Policy, float32, static steps.
+template <class Policy>
+struct rnn_policy {
+  static constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 5, in_width>>;
+  static constexpr auto h0 = ty::placeholder<"h0", float, ty::shape<ty::dyn, units>>;
+  static constexpr auto hs = ty::scan<"rnn", Policy>(
+      [](auto h, auto xt) {
+        return ty::tanh(ty::dense<"cell", units, ty::uniform<-0.7, 0.7>, ty::uniform<-0.3, 0.3>>(
+                   ty::concat<-1>(xt, h))) +
+               ty::sigmoid(h) * h;
+      },
+      h0, ty::transpose<1, 0, 2>(x));
+  static constexpr auto loss = ty::sum(ty::square(hs)) + ty::sum(hs);
+  static constexpr auto w = ty::find_variable<"cell/weights">(hs);
+  static policy_outcome run() {
+    const auto [gx, gh, gw] = ty::grad(loss, x, h0, w);
+    ty::session<> s(ty::session_options{.threads = 2, .seed = 3});
+    const auto xv = wave<float>({3, 5, in_width}, 0.7, 0.3);
+    const auto hv = wave<float>({3, units}, 1.1, 0.2);
+    auto [l, dx, dh, dw] = s.run(ty::fetch(loss, gx, gh, gw), ty::feed(x, xv), ty::feed(h0, hv));
+    const std::size_t steps_grad = s.stats().steps;
+    auto [l2] = s.run(ty::fetch(loss), ty::feed(x, xv), ty::feed(h0, hv));
+    const std::size_t steps_forward = s.stats().steps;
+    return {{l, dx, dh, dw, l2}, steps_grad, steps_forward};
+  }
+};
+} // namespace
+
+TEST_CASE("scan: ty::store keeps the steps' activations for the gradient, bit for bit the same") {
+  const auto stored = rnn_policy<ty::store>::run();
+  const auto recomputed = rnn_policy<ty::recompute>::run();
+  const auto fits = rnn_policy<ty::memory_budget<(1u << 20)>>::run();
+  const auto over = rnn_policy<ty::memory_budget<64>>::run(); // not one step's activations
+  for (const auto* o : {&recomputed, &fits, &over}) {
+    REQUIRE(o->values.size() == stored.values.size());
+    for (std::size_t k = 0; k < stored.values.size(); ++k) {
+      REQUIRE(o->values[k].shape() == stored.values[k].shape());
+      for (i64 i = 0; i < stored.values[k].size(); ++i)
+        CHECK(o->values[k][i] == stored.values[k][i]);
+    }
+  }
+  // the forward alone runs the same steps under every policy (nothing is kept without a
+  // gradient to keep it for)
+  CHECK(stored.steps_forward == recomputed.steps_forward);
+  CHECK(over.steps_forward == recomputed.steps_forward);
+  // with the gradient, a kept step is one the backward loop does not run again
+  CHECK(stored.steps_grad < recomputed.steps_grad);
+  CHECK(fits.steps_grad == stored.steps_grad);
+  CHECK(over.steps_grad == recomputed.steps_grad);
+}
+
+TEST_CASE("scan: a body without a gradient (argmax) compiles and runs under the default policy") {
+  // greedy decoding: the next carry is the one-hot of the step's argmax; nothing to keep, since
+  // nothing can differentiate it, so ty::store falls back to recomputing
+  static constexpr auto x = ty::placeholder<"x", float, ty::shape<4, 2, units>>;
+  static constexpr auto h0 = ty::placeholder<"h0", float, ty::shape<2, units>>;
+  static constexpr auto hs = ty::scan<"greedy">(
+      [](auto h, auto xt) { return ty::one_hot<units, float>(ty::argmax<1>(h + xt)); }, h0, x);
+  ty::session<> s(ty::session_options{.threads = 1});
+  const auto xv = wave<float>({4, 2, units}, 0.9, 0.2);
+  const auto hv = wave<float>({2, units}, 0.5, 1.0);
+  auto [y] = s.run(ty::fetch(hs), ty::feed(x, xv), ty::feed(h0, hv));
+  std::vector<float> h(hv.data(), hv.data() + 2 * units);
+  for (i64 t = 0; t < 4; ++t)
+    for (i64 b = 0; b < 2; ++b) {
+      i64 best = 0;
+      for (i64 j = 1; j < units; ++j)
+        if (h[b * units + j] + xv[(t * 2 + b) * units + j] >
+            h[b * units + best] + xv[(t * 2 + b) * units + best])
+          best = j;
+      for (i64 j = 0; j < units; ++j) {
+        h[b * units + j] = j == best ? 1.0f : 0.0f;
+        CHECK(y[(t * 2 + b) * units + j] == h[b * units + j]);
+      }
+    }
+}
+
 TEST_CASE("scan: float32 Adam trains through the loop") {
   using M = rnn<float, 6>;
   static constexpr auto target = ty::placeholder<"target", float, ty::shape<ty::dyn, 6, units>>;

@@ -15,10 +15,14 @@
 // any other.
 //
 // The gradient (grad, minimize) runs the body's gradient plan from step T - 1 down to 0. It reads
-// each step's carry from the scan's value (stored by the forward: nothing is recomputed but the
-// body's own insides, as jax.checkpoint around the body would); a step's own activations are
-// recomputed from its carry and input. Random ops in the body draw per step, and the gradient's
-// recomputation draws as the forward did.
+// each step's carry from the scan's value. scan<"block", Policy>: under ty::store (the default)
+// the forward also keeps each step's activations (what the gradient's body plan would compute
+// from the step's carry, input and variables) in a run that runs the scan's gradient, and the
+// gradient reads them instead of recomputing them; under ty::recompute the gradient recomputes
+// them from the step's carry and input (as jax.checkpoint around the body would);
+// ty::memory_budget<Bytes> keeps them where the T steps' take at most Bytes. A body with an op
+// that has no gradient rule is recomputed under any policy. Random ops in the body draw per
+// step, and a recomputation draws as the forward did.
 //
 // The body must return its carry's dtype and shape, read no placeholder but its two arguments and
 // assign no variable; xs and the body's variables have the carry's dtype (float32 or float64).
@@ -98,19 +102,80 @@ struct scan_rule_message {
   }
 };
 
-template <class Block, class Body, class Carry, class Input, class H, class X, class... V>
+/// The body's gradients with respect to its carry, its input and its variables, from upstream
+/// gradient Seed (what scan_vjp runs per step, and what scan_store keeps activations for).
+template <class Body, class Carry, class Input, class Seed, class... Params>
+struct scan_body_grads {
+  template <class G>
+  struct as_list;
+  template <class... G>
+  struct as_list<gradients<G...>> {
+    using type = type_list<G...>;
+  };
+  using type = typename as_list<decltype(typeflow::grad(Body{}, Carry{}, Input{}, Params{}...,
+                                                        typeflow::seed(Seed{})))>::type;
+};
+template <class Carry>
+using scan_seed_t = expr<
+    ops::placeholder<scan_upstream_name, typename Carry::value_type, typename Carry::shape_type>>;
+
+/// Whether every op of a body's graph has a gradient rule (a body that has not is run under
+/// ty::recompute, so that a scan nobody differentiates, such as a sampling loop, compiles).
+template <class Nodes>
+struct all_differentiable;
+template <class... N>
+struct all_differentiable<type_list<N...>>
+    : std::bool_constant<((is_leaf<N> || has_rule<typename N::op>)&&...)> {};
+
+/// What scan's op keeps under a policy (ops::scan_recompute or ops::scan_store with a byte
+/// budget).
+template <std::uint64_t Budget, class Body, class Carry, class Input, class... Params>
+struct scan_store_of {
+  using type = ops::scan_store<
+      scan_seed_t<Carry>,
+      typename scan_body_grads<Body, Carry, Input, scan_seed_t<Carry>, Params...>::type, Budget>;
+};
+template <class Policy, class Body, class Carry, class Input, class... Params>
+struct scan_keep {
+  using type = ops::scan_recompute;
+};
+template <class Body, class Carry, class Input, class... Params>
+requires all_differentiable<graph::topological_order<Body>>::value struct scan_keep<
+    typeflow::store, Body, Carry, Input, Params...>
+    : scan_store_of<~std::uint64_t{0}, Body, Carry, Input, Params...> {
+};
+template <std::uint64_t Bytes, class Body, class Carry, class Input, class... Params>
+requires all_differentiable<graph::topological_order<Body>>::value struct scan_keep<
+    typeflow::memory_budget<Bytes>, Body, Carry, Input, Params...>
+    : scan_store_of<Bytes, Body, Carry, Input, Params...> {
+};
+template <class Policy>
+inline constexpr bool is_scan_policy = false;
+template <>
+inline constexpr bool is_scan_policy<typeflow::store> = true;
+template <>
+inline constexpr bool is_scan_policy<typeflow::recompute> = true;
+template <std::uint64_t Bytes>
+inline constexpr bool is_scan_policy<typeflow::memory_budget<Bytes>> = true;
+
+template <class Block, class Body, class Carry, class Input, class Policy, class H, class X,
+          class... V>
 consteval auto make_scan(H, X, type_list<V...>) {
   using B = typename body_with_params<Body>::type;
-  return make_node<ops::scan<B, Carry, Input, typename param_of<V>::type...>, H, X, V...>();
+  using Keep = typename scan_keep<Policy, B, Carry, Input, typename param_of<V>::type...>::type;
+  return make_node<ops::scan<B, Carry, Input, Keep, typename param_of<V>::type...>, H, X, V...>();
 }
 
 } // namespace detail
 
-/// scan<"block">(body, init, xs): see the header comment.
-template <fixed_string Block, class Body, expression H, expression X>
+/// scan<"block", Policy = ty::store>(body, init, xs): see the header comment.
+template <fixed_string Block, class Policy = store, class Body, expression H, expression X>
 consteval auto scan(Body body, H, X) {
   using T = typename H::value_type;
   static_assert(is_floating<T>, "scan: the carry must be float32 or float64");
+  static_assert(detail::is_scan_policy<Policy>,
+                "scan: the policy is ty::store, ty::recompute or ty::memory_budget<Bytes> (a scan "
+                "keeps its carries: checkpoint_every is repeat's)");
   if constexpr (X::shape_type::rank == 0 || !std::is_same_v<typename X::value_type, T>) {
     using invalid [[maybe_unused]] = detail::reject<
         detail::scan_input_message<typename X::value_type, typename X::shape_type, T>>;
@@ -141,8 +206,8 @@ consteval auto scan(Body body, H, X) {
         using invalid [[maybe_unused]] = detail::reject<detail::scan_rule_message<2, H>>;
         return invalid_expr{};
       } else {
-        return detail::make_scan<name_t<Block>, Out, Carry, Input>(H{}, X{},
-                                                                   typename L::variables{});
+        return detail::make_scan<name_t<Block>, Out, Carry, Input, Policy>(H{}, X{},
+                                                                           typename L::variables{});
       }
     }
   }
@@ -150,27 +215,19 @@ consteval auto scan(Body body, H, X) {
 
 /// The gradient of scan: one scan_vjp node (the backward loop) whose vector is sliced into the
 /// gradients of init, of xs and of each shared variable.
-template <class Body, class Carry, class Input, class... Params>
-struct grad_rule<ops::scan<Body, Carry, Input, Params...>> {
-  using seed_ph = expr<ops::placeholder<detail::scan_upstream_name, typename Carry::value_type,
-                                        typename Carry::shape_type>>;
-  using grads_t =
-      decltype(typeflow::grad(Body{}, Carry{}, Input{}, Params{}..., typeflow::seed(seed_ph{})));
-  template <class G>
-  struct as_list;
-  template <class... G>
-  struct as_list<gradients<G...>> {
-    using type = type_list<G...>;
-  };
+template <class Body, class Carry, class Input, class Keep, class... Params>
+struct grad_rule<ops::scan<Body, Carry, Input, Keep, Params...>> {
+  using seed_ph = detail::scan_seed_t<Carry>;
+  using grads_list = typename detail::scan_body_grads<Body, Carry, Input, seed_ph, Params...>::type;
   template <std::size_t S, class Y, class G, class H, class X, class... St>
   static consteval auto vjp(Y, G, H h, X x, St...) {
     // init's gradient sits before xs's where xs's size is not static (so that its offset is);
     // the variables' and xs's gradients share the other node
     constexpr bool init_first = S == 0 && !is_static(X::shape_type::dims);
     using vjp_node =
-        decltype(make_node<ops::scan_vjp<Body, Carry, Input, seed_ph,
-                                         typename as_list<grads_t>::type, init_first, Params...>,
-                           G, Y, H, X, St...>());
+        decltype(make_node<
+                 ops::scan_vjp<Body, Carry, Input, seed_ph, grads_list, init_first, Params...>, G,
+                 Y, H, X, St...>());
     constexpr std::int64_t shared = (std::int64_t{0} + ... + numel(St::shape_type::dims));
     if constexpr (S == 0 && init_first) {
       return typeflow::reshape_like(

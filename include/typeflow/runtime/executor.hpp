@@ -289,10 +289,18 @@ public:
         table[i](*this, vals[i], i, &P::node_string);
   }
 
+  template <class P>
+  static constexpr bool runs_scan_gradient = [] {
+    for (std::string_view op : P::fact.op)
+      if (op == "scan_grad")
+        return true;
+    return false;
+  }();
   template <class P, class... Feeds>
   void begin_run(value* vals, const Feeds&... feeds) {
     st_.stats = run_stats{};
     ++st_.runs;
+    loop_grads_ = runs_scan_gradient<P>;
     if (opts_.log_device_placement)
       log_placement<P>();
     if (tr_.run)
@@ -304,7 +312,7 @@ public:
   }
 
   template <class P, int Phase, std::size_t... I>
-  void run_steps(value* vals, std::index_sequence<I...> seq) {
+  void run_steps(value* vals, std::index_sequence<I...> seq, const bool* skip = nullptr) {
     const step_fn* table = step_table<P>(seq);
     constexpr auto& L = P::layout;
     static constexpr std::size_t elem_bytes[] = {
@@ -320,7 +328,9 @@ public:
         }
       }
       st_.dying = L.dying[i]; // what the step's CPU kernel may write over
-      if (tr_.run) {
+      if (skip && skip[i]) {
+        // bound already (run_body)
+      } else if (tr_.run) {
         const std::size_t before = st_.stats.steps;
         const double t0 = opts_.trace->now();
         run_step<P>(table, vals, i);
@@ -390,14 +400,16 @@ public:
   /// Runs a loop body's plan P (runtime/loops.hpp) on the bound values for layer `layer`:
   /// untraced, with the layer's run salt (random ops draw per layer, and the gradient's
   /// recomputation draws as the forward did).
+  /// With `skip`, the steps of the nodes i with skip[i] do not run: their values are bound
+  /// (a scan's kept activations).
   template <class P>
-  void run_body(std::vector<value>& v, std::int64_t layer) {
+  void run_body(std::vector<value>& v, std::int64_t layer, const bool* skip = nullptr) {
     const auto traced = tr_.run;
     const std::uint64_t runs = st_.runs;
     tr_.run.reset();
     st_.runs = runs ^ (static_cast<std::uint64_t>(layer + 1) * 0x9E3779B97F4A7C15ull);
     try {
-      run_steps<P, 0>(v.data(), std::make_index_sequence<P::size>{});
+      run_steps<P, 0>(v.data(), std::make_index_sequence<P::size>{}, skip);
     } catch (...) {
       tr_.run = traced;
       st_.runs = runs;
@@ -435,6 +447,10 @@ public:
                                      trace_recorder::thread_index(), *tr_.run, start, end - start,
                                      tr_.bytes, tr_.flops});
   }
+
+  /// Whether the running plan has a scan's gradient: a scan under ty::store keeps its
+  /// activations for it only then (runtime/loops.hpp).
+  bool loop_gradients() const { return loop_grads_; }
 
   /// Whether the running run is traced, and the cost of the event trace_push records next.
   bool tracing() const { return tr_.run.has_value(); }
@@ -811,6 +827,7 @@ private:
   /// log name a CPU node (null: the plan's own): a replicated session's CPU tower running tower
   /// 0's plan names its own plan's devices.
   const device_id* own_devices_ = nullptr;
+  bool loop_grads_ = true; ///< loop_gradients(): set by each run's begin_run
   session_options opts_;
   variable_set vars_;
   /// What the backends of its devices see (host buffers, statistics, the run counter, the

@@ -17,8 +17,10 @@
 // k-th input of that sweep and recomputes the others segment by segment as it goes down.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -279,16 +281,84 @@ struct loop_interpreter {
                   " of " + want.str() + " (a body must keep its carry's shape)");
   }
 
-  template <class Body, class Carry, class Input, class... Params, class H, class X, class... S>
-  static void run(Ex& ex, ops::scan<Body, Carry, Input, Params...>*, value* fr, H*, X*, S*...) {
-    using T = typename Body::value_type;
-    using P = body_plan<Body>;
+  /// The activations a scan keeps for its gradient (ops::scan_store): the gradient's body plan
+  /// Q's steps that compute nodes of the forward body's graph (they read only the step's carry,
+  /// input and variables) with a kernel of their own. The forward's body plan fetches them, and
+  /// the gradient binds them and skips those steps instead of recomputing them.
+  template <class Q, class Fwd, class Seq = std::make_index_sequence<Q::size>>
+  struct kept_of;
+  template <class Q, class Fwd, std::size_t... I>
+  struct kept_of<Q, Fwd, std::index_sequence<I...>> {
+    using plan = Q;
+    static constexpr std::array<bool, Q::size> skip = [] {
+      constexpr bool forward[] = {Fwd::template contains_c<typename Q::template node<I>>::value...};
+      std::array<bool, Q::size> r{};
+      for (std::size_t i = 0; i < Q::size; ++i) {
+        const graph::step_kind k = Q::layout.step[i];
+        r[i] = forward[i] && (k == graph::step_kind::kernel || k == graph::step_kind::epilogue ||
+                              k == graph::step_kind::prologue || k == graph::step_kind::chained);
+      }
+      return r;
+    }();
+    static constexpr std::size_t count = [] {
+      std::size_t n = 0;
+      for (bool b : skip)
+        n += b ? 1 : 0;
+      return n;
+    }();
+    /// The kept nodes' positions in Q.
+    static constexpr std::array<std::size_t, count> at = [] {
+      std::array<std::size_t, count> r{};
+      std::size_t n = 0;
+      for (std::size_t i = 0; i < Q::size; ++i)
+        if (skip[i])
+          r[n++] = i;
+      return r;
+    }();
+    template <std::size_t... K>
+    static auto list(std::index_sequence<K...>) -> type_list<typename Q::template node<at[K]>...>;
+    using nodes = decltype(list(std::make_index_sequence<count>{}));
+  };
+  /// Nothing kept.
+  struct no_kept {
+    using plan = void;
+    static constexpr std::size_t count = 0;
+  };
+  /// Identifies the gradient body plan Q that kept values are for (its address).
+  template <class Q>
+  struct kept_tag {
+    static constexpr char value = 0;
+  };
+  /// A scan's kept activations, held by its value (rt_value::aux) until its gradient takes them:
+  /// step t's k-th kept node at values[t * per_step + k].
+  struct scan_kept {
+    const void* tag = nullptr;
+    std::int64_t steps = 0;
+    std::size_t per_step = 0;
+    bool taken = false; ///< moved out by a gradient (a second gradient of the scan recomputes)
+    std::vector<value> values;
+  };
+
+  /// The forward loop: body plan P on each step; with Kept (a kept_of), each step's kept values
+  /// move to `kept` while their bytes stay within `budget` (else none is kept).
+  template <class Body, class Carry, class Input, class P, class Kept, class T, class... Params,
+            class H, class X, class... S>
+  static void scan_loop(Ex& ex, value* fr, std::uint64_t budget, type_list<Params...>, H*, X*,
+                        S*...) {
     const value& h0 = fr[H::index];
     const value& xs = fr[X::index];
     const backend::rt_dims xd = step_dims(xs.dims);
     const std::int64_t steps = xs.dims.d[0], nx = xd.numel(), nh = h0.dims.numel();
     T* out = ex.cpu_context().template allocate<T>(fr[0]);
     const T* x = static_cast<const T*>(xs.data);
+    std::shared_ptr<scan_kept> kept;
+    if constexpr (Kept::count > 0) {
+      kept = std::make_shared<scan_kept>();
+      kept->tag = &kept_tag<typename Kept::plan>::value;
+      kept->steps = steps;
+      kept->per_step = Kept::count;
+      kept->values.resize(static_cast<std::size_t>(steps) * Kept::count);
+    }
     for (std::int64_t t = 0; t < steps; ++t) {
       std::vector<value> v(P::slots);
       bind_body<P, Carry>(v, t == 0 ? h0.data : out + (t - 1) * nh, h0.dims);
@@ -298,7 +368,59 @@ struct loop_interpreter {
       const value& y = v[P::template index_c<Body>::value];
       check_step(y, h0.dims, t, "a carry");
       cpu_backend::write_slice<T>(out, t * nh, y.data, nh);
+      if constexpr (Kept::count > 0) {
+        if (kept) {
+          keep_step<P, Kept>(*kept, v, t, std::make_index_sequence<Kept::count>{});
+          if (t == 0 && kept_bytes<Kept>(*kept, std::make_index_sequence<Kept::count>{}) *
+                                static_cast<std::uint64_t>(steps) >
+                            budget)
+            kept.reset(); // over the budget: the gradient recomputes
+        }
+      }
     }
+    if (kept)
+      fr[0].aux = std::move(kept);
+  }
+  template <class P, class Kept, std::size_t... K>
+  static void keep_step(scan_kept& kept, std::vector<value>& v, std::int64_t t,
+                        std::index_sequence<K...>) {
+    value* row = kept.values.data() + t * static_cast<std::int64_t>(Kept::count);
+    using Q = typename Kept::plan;
+    ((row[K] = std::move(v[P::template index_c<typename Q::template node<Kept::at[K]>>::value])),
+     ...);
+  }
+  /// The bytes of one step's kept values (step 0's).
+  template <class Kept, std::size_t... K>
+  static std::uint64_t kept_bytes(const scan_kept& kept, std::index_sequence<K...>) {
+    return (std::uint64_t{0} + ... +
+            (static_cast<std::uint64_t>(kept.values[K].dims.numel()) *
+             backend::value_bytes<typename Kept::plan::template node<Kept::at[K]>::value_type>()));
+  }
+
+  template <class Body, class Carry, class Input, class... Params, class H, class X, class... S>
+  static void run(Ex& ex, ops::scan<Body, Carry, Input, ops::scan_recompute, Params...>*, value* fr,
+                  H* h, X* x, S*... s) {
+    scan_loop<Body, Carry, Input, body_plan<Body>, no_kept, typename Body::value_type>(
+        ex, fr, 0, type_list<Params...>{}, h, x, s...);
+  }
+  template <class Body, class Carry, class Input, class Seed, class G0, class G1, class... GP,
+            std::uint64_t Budget, class... Params, class H, class X, class... S>
+  static void run(Ex& ex,
+                  ops::scan<Body, Carry, Input,
+                            ops::scan_store<Seed, type_list<G0, G1, GP...>, Budget>, Params...>*,
+                  value* fr, H* h, X* x, S*... s) {
+    using T = typename Body::value_type;
+    using Q = scan_grad_plan<T, G0, G1, GP...>;
+    using K = kept_of<Q, body_plan<Body>>;
+    if constexpr (K::count > 0) {
+      if (ex.loop_gradients()) { // else this run has no scan gradient to keep them for
+        scan_loop<Body, Carry, Input, typename joined<type_list<Body>, typename K::nodes>::type, K,
+                  T>(ex, fr, Budget, type_list<Params...>{}, h, x, s...);
+        return;
+      }
+    }
+    scan_loop<Body, Carry, Input, body_plan<Body>, no_kept, T>(ex, fr, 0, type_list<Params...>{}, h,
+                                                               x, s...);
   }
 
   /// Whether a shared variable's gradient in a scan's body, node G, is a^T b (matmul<true,
@@ -412,6 +534,16 @@ struct loop_interpreter {
     const T* ys = static_cast<const T*>(fr[Y::index].data);
     const T* x = static_cast<const T*>(xs.data);
     std::vector<T> seed(static_cast<std::size_t>(nh)), carry(static_cast<std::size_t>(nh), T(0));
+    // the activations the forward kept for Q (ops::scan_store), if it did: bound, not recomputed
+    using K = kept_of<Q, body_plan<Body>>;
+    std::shared_ptr<scan_kept> kept;
+    if constexpr (K::count > 0) {
+      auto k = std::static_pointer_cast<scan_kept>(fr[Y::index].aux);
+      if (k && k->tag == &kept_tag<Q>::value && !k->taken && k->steps == steps) {
+        k->taken = true;
+        kept = std::move(k);
+      }
+    }
     for (std::int64_t t = steps; t-- > 0;) {
       // the gradient reaching h_{t+1}: the value's own at step t, and what step t + 1 sent back
       for (std::int64_t i = 0; i < nh; ++i)
@@ -422,7 +554,14 @@ struct loop_interpreter {
       bind_body<Q, Input>(v, x + t * nx, xd);
       bind_body<Q, Seed>(v, seed.data(), h0.dims);
       (bind_body<Q, Params>(v, fr[S::index].data, fr[S::index].dims), ...);
-      ex.template run_body<Q>(v, t);
+      if constexpr (K::count > 0) {
+        if (kept) {
+          value* row = kept->values.data() + t * static_cast<std::int64_t>(K::count);
+          for (std::size_t k = 0; k < K::count; ++k)
+            v[K::at[k]] = std::move(row[k]);
+        }
+      }
+      ex.template run_body<Q>(v, t, kept ? K::skip.data() : nullptr);
       std::int64_t at = 0;
       for (std::size_t j = 0; j < sizeof...(Params); ++j) {
         if (!hoist[j])

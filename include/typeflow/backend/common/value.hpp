@@ -176,6 +176,9 @@ struct rt_value {
   void* data = nullptr;
   rt_dims dims;
   void* variable = nullptr; ///< a variable node's storage record (the session's)
+  /// What a loop keeps beside its value for its gradient (a scan's stored activations,
+  /// runtime/loops.hpp); empty otherwise. Copies of the value share it.
+  std::shared_ptr<void> aux;
 };
 
 /// A variable's storage, shared by the sessions of one replicated session. Its value lives in
