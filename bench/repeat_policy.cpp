@@ -11,6 +11,8 @@
 //   repeat_store       ty::store: the forward keeps them ([13, batch, width]) for the gradient
 //   repeat_checkpoint  ty::checkpoint_every<4>: the gradient holds inputs 4 and 8 and one
 //                      segment's 3 (5 carries instead of 11), recomputing 6 layers more
+// beside the same 12 blocks written out (written_out: 12 dense pairs of their own, no loop),
+// which issue t3-E's "stored within 5 % of written out" compares against.
 // Counter peak_MB: the run's peak of live intermediate buffers (session::stats().peak_bytes).
 // Each checks once, before timing, that the policies give the same loss and first update.
 // Figures, with the CPU they ran on: bench/README.md.
@@ -53,6 +55,47 @@ struct mlp {
   static constexpr auto loss = ty::mean(ty::square(h - Shape::y));
   static constexpr auto train = ty::adam(ty::constant<1e-3>).minimize(loss);
 };
+
+/// Block I's name, "b00" to "b99".
+template <std::int64_t I>
+constexpr ty::fixed_string<3> block_name = [] {
+  ty::fixed_string<3> s;
+  s.data[0] = 'b';
+  s.data[1] = static_cast<char>('0' + I / 10);
+  s.data[2] = static_cast<char>('0' + I % 10);
+  return s;
+}();
+/// The blocks written out from block I on.
+template <class Shape, std::int64_t I, class H>
+consteval auto blocks_from(H h) {
+  if constexpr (I == rp_depth) {
+    return h;
+  } else {
+    auto next =
+        h +
+        ty::dense<block_name<I> + ty::fixed_string("/out"), Shape::width, ty::normal<0.0, 0.02>>(
+            ty::relu(ty::dense<block_name<I> + ty::fixed_string("/in"), Shape::hidden>(h)));
+    return blocks_from<Shape, I + 1>(next);
+  }
+}
+template <class Shape>
+struct written {
+  static constexpr auto h = blocks_from<Shape, 0>(Shape::x);
+  static constexpr auto loss = ty::mean(ty::square(h - Shape::y));
+  static constexpr auto train = ty::adam(ty::constant<1e-3>).minimize(loss);
+};
+template <class Shape>
+void written_out(benchmark::State& state) {
+  using M = written<Shape>;
+  const auto& in = Shape::inputs();
+  ty::session s(bench_options());
+  for (auto _ : state) {
+    auto [l] =
+        s.run(ty::fetch(M::loss, M::train), ty::feed(Shape::x, in.xv), ty::feed(Shape::y, in.yv));
+    benchmark::DoNotOptimize(l.data());
+  }
+  state.counters["peak_MB"] = static_cast<double>(s.stats().peak_bytes) / 1e6;
+}
 
 /// The loss of one step and a weight after it, under Policy, from the same seed.
 template <class Shape, class Policy>
@@ -106,5 +149,13 @@ BENCHMARK(step<activations_heavy, ty::store>)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(step<activations_heavy, ty::checkpoint_every<4>>)
     ->Name("repeat_checkpoint/activations")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(written_out<weights_heavy>)
+    ->Name("written_out/weights")
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(written_out<activations_heavy>)
+    ->Name("written_out/activations")
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

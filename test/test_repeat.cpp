@@ -543,9 +543,14 @@ TEST_CASE("repeat: checkpoint_every and memory_budget give recompute's gradients
   CHECK(tight.steps == every.steps);
   CHECK(roomy.peak == all.peak);
   CHECK(roomy.steps == all.steps);
-  // ty::store holds its 10 carries, and its gradient reads the last row's gradient alone: the
-  // zero-padded gradient of all 10 rows is never made
-  CHECK(stored.peak <= all.peak + 2 * carry);
+  // ty::store holds its 10 carries and each layer's activations (its dropout mask and output,
+  // the dense layer's, the tanh's: at most 4 carries a layer), which its gradient reads instead
+  // of recomputing them: fewer steps. Its gradient reads the last row's gradient alone: the
+  // zero-padded gradient of all 10 rows is never made.
+  INFO("stored steps " << stored.steps);
+  CHECK(stored.steps < all.steps);
+  CHECK(stored.peak > all.peak);
+  CHECK(stored.peak <= all.peak + 2 * carry + n * 4 * carry);
 }
 
 TEST_CASE("remat: the same value and gradients as the block itself, holding only its input") {

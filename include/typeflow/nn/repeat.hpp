@@ -23,13 +23,17 @@
 // repeat<N, "block", ty::store>(body, x) keeps the layers' inputs instead: the forward is a
 // repeat_stored node whose value stacks h_0 ... h_N ([N + 1, x...]; the user gets row N), and
 // the gradient reads each layer's input from it, so a training step runs the layers forward once
-// less, and holds the N + 1 carries from the forward to the gradient. Either way a layer's own
-// activations are recomputed by its gradient plan. Both give the same values, bit for bit.
+// less, and holds the N + 1 carries from the forward to the gradient. In a run that also runs
+// the gradient, the forward keeps each layer's own activations too (what the layer's gradient
+// plan would compute from its input: ops::keep_activations), and the gradient reads them instead
+// of recomputing them; under ty::recompute a layer's gradient plan recomputes them. Both give
+// the same values, bit for bit.
 //
 // repeat<N, "block", ty::checkpoint_every<K>>(body, x) recomputes as ty::recompute does but its
 // gradient holds every K-th layer's input only, recomputing the others a segment at a time;
-// ty::memory_budget<Bytes> is ty::store where the N + 1 carries fit in Bytes (x's shape static),
-// else a recomputing gradient that holds what fits (docs/repeat.md).
+// ty::memory_budget<Bytes> is ty::store where the N + 1 carries fit in Bytes (x's shape static;
+// the layers' activations are then kept where they fit in Bytes too, measured on the first
+// layer), else a recomputing gradient that holds what fits (docs/repeat.md).
 #pragma once
 #include <cstdint>
 #include <random>
@@ -288,13 +292,59 @@ inline constexpr bool is_repeat_policy<checkpoint_every<K>> = true;
 template <std::uint64_t Bytes>
 inline constexpr bool is_repeat_policy<memory_budget<Bytes>> = true;
 
+/// A loop body's gradients with respect to Wrt... (its carry, a scan's step input, its
+/// variables) from upstream gradient Seed, as a type_list: what the loop's vjp runs per layer or
+/// step, and what ops::keep_activations keeps activations for.
+template <class Body, class Seed, class... Wrt>
+struct body_grads {
+  template <class G>
+  struct as_list {
+    using type = type_list<G>;
+  };
+  template <class... G>
+  struct as_list<gradients<G...>> {
+    using type = type_list<G...>;
+  };
+  using type =
+      typename as_list<decltype(typeflow::grad(Body{}, Wrt{}..., typeflow::seed(Seed{})))>::type;
+};
+/// Whether every op of a body's graph has a gradient rule (a body that has not keeps nothing, so
+/// that a loop nobody differentiates, such as a sampling loop, compiles).
+template <class Nodes>
+struct all_differentiable;
+template <class... N>
+struct all_differentiable<type_list<N...>>
+    : std::bool_constant<((is_leaf<N> || has_rule<typename N::op>)&&...)> {};
+/// What a loop keeps under a byte budget (~0: none): ops::keep_activations for the body's
+/// gradients, or ops::keep_none where the body cannot be differentiated.
+template <std::uint64_t Budget, class Body, class Seed, class... Wrt>
+struct keep_of {
+  using type = ops::keep_none;
+};
+template <std::uint64_t Budget, class Body, class Seed, class... Wrt>
+requires all_differentiable<graph::topological_order<Body>>::value struct keep_of<Budget, Body,
+                                                                                  Seed, Wrt...> {
+  using type = ops::keep_activations<Seed, typename body_grads<Body, Seed, Wrt...>::type, Budget>;
+};
+/// The budget of what a stored repeat (or a scan) keeps under Policy: none for ty::store.
+template <class Policy>
+inline constexpr std::uint64_t keep_budget = ~std::uint64_t{0};
+template <std::uint64_t Bytes>
+inline constexpr std::uint64_t keep_budget<memory_budget<Bytes>> = Bytes;
+template <class Carry>
+using repeat_seed_t =
+    expr<ops::placeholder<upstream_name, typename Carry::value_type, typename Carry::shape_type>>;
+
 template <std::int64_t N, class Block, class Body, class Carry, class Policy, class X, class... V>
 consteval auto make_repeat(X, type_list<V...>) {
   using B = typename body_with_params<Body>::type;
   using Hold = typename resolved_policy<N, X, Policy>::type;
   if constexpr (std::is_same_v<Hold, store>) {
-    using Y = decltype(make_node<ops::repeat_stored<N, B, Carry, typename param_of<V>::type...>, X,
-                                 typename stacked_of<N, Block, V>::type...>());
+    using Keep = typename keep_of<keep_budget<Policy>, B, repeat_seed_t<Carry>, Carry,
+                                  typename param_of<V>::type...>::type;
+    using Y =
+        decltype(make_node<ops::repeat_stored<N, B, Carry, Keep, typename param_of<V>::type...>, X,
+                           typename stacked_of<N, Block, V>::type...>());
     return stack_row<N, Y, X>(std::make_index_sequence<X::shape_type::rank>{});
   } else {
     return make_node<ops::repeat<N, Hold, B, Carry, typename param_of<V>::type...>, X,
@@ -444,8 +494,8 @@ struct last_row_gradient<N, expr<ops::pad_like<Begin>, Row, Shape>> {
 /// inputs from the stored carries, sliced as repeat's. Where only the last row has a gradient
 /// (the stacked carries reach the user as their last row), it reads that row's gradient
 /// ([1, x...]) instead of the zero-padded [N + 1, x...] one, which is then never made.
-template <std::int64_t N, class Body, class Carry, class... Params>
-struct grad_rule<ops::repeat_stored<N, Body, Carry, Params...>>
+template <std::int64_t N, class Body, class Carry, class Keep, class... Params>
+struct grad_rule<ops::repeat_stored<N, Body, Carry, Keep, Params...>>
     : grad_rule<ops::repeat<N, ops::hold_all, Body, Carry, Params...>> {
   using base = grad_rule<ops::repeat<N, ops::hold_all, Body, Carry, Params...>>;
   template <std::size_t S, class Y, class G, class X, class... St>

@@ -102,52 +102,18 @@ struct scan_rule_message {
   }
 };
 
-/// The body's gradients with respect to its carry, its input and its variables, from upstream
-/// gradient Seed (what scan_vjp runs per step, and what scan_store keeps activations for).
-template <class Body, class Carry, class Input, class Seed, class... Params>
-struct scan_body_grads {
-  template <class G>
-  struct as_list;
-  template <class... G>
-  struct as_list<gradients<G...>> {
-    using type = type_list<G...>;
-  };
-  using type = typename as_list<decltype(typeflow::grad(Body{}, Carry{}, Input{}, Params{}...,
-                                                        typeflow::seed(Seed{})))>::type;
-};
 template <class Carry>
 using scan_seed_t = expr<
     ops::placeholder<scan_upstream_name, typename Carry::value_type, typename Carry::shape_type>>;
 
-/// Whether every op of a body's graph has a gradient rule (a body that has not is run under
-/// ty::recompute, so that a scan nobody differentiates, such as a sampling loop, compiles).
-template <class Nodes>
-struct all_differentiable;
-template <class... N>
-struct all_differentiable<type_list<N...>>
-    : std::bool_constant<((is_leaf<N> || has_rule<typename N::op>)&&...)> {};
-
-/// What scan's op keeps under a policy (ops::scan_recompute or ops::scan_store with a byte
+/// What scan's op keeps under a policy (ops::keep_none, or ops::keep_activations with a byte
 /// budget).
-template <std::uint64_t Budget, class Body, class Carry, class Input, class... Params>
-struct scan_store_of {
-  using type = ops::scan_store<
-      scan_seed_t<Carry>,
-      typename scan_body_grads<Body, Carry, Input, scan_seed_t<Carry>, Params...>::type, Budget>;
-};
 template <class Policy, class Body, class Carry, class Input, class... Params>
-struct scan_keep {
-  using type = ops::scan_recompute;
+struct scan_keep : keep_of<keep_budget<Policy>, Body, scan_seed_t<Carry>, Carry, Input, Params...> {
 };
 template <class Body, class Carry, class Input, class... Params>
-requires all_differentiable<graph::topological_order<Body>>::value struct scan_keep<
-    typeflow::store, Body, Carry, Input, Params...>
-    : scan_store_of<~std::uint64_t{0}, Body, Carry, Input, Params...> {
-};
-template <std::uint64_t Bytes, class Body, class Carry, class Input, class... Params>
-requires all_differentiable<graph::topological_order<Body>>::value struct scan_keep<
-    typeflow::memory_budget<Bytes>, Body, Carry, Input, Params...>
-    : scan_store_of<Bytes, Body, Carry, Input, Params...> {
+struct scan_keep<typeflow::recompute, Body, Carry, Input, Params...> {
+  using type = ops::keep_none;
 };
 template <class Policy>
 inline constexpr bool is_scan_policy = false;
@@ -218,7 +184,7 @@ consteval auto scan(Body body, H, X) {
 template <class Body, class Carry, class Input, class Keep, class... Params>
 struct grad_rule<ops::scan<Body, Carry, Input, Keep, Params...>> {
   using seed_ph = detail::scan_seed_t<Carry>;
-  using grads_list = typename detail::scan_body_grads<Body, Carry, Input, seed_ph, Params...>::type;
+  using grads_list = typename detail::body_grads<Body, seed_ph, Carry, Input, Params...>::type;
   template <std::size_t S, class Y, class G, class H, class X, class... St>
   static consteval auto vjp(Y, G, H h, X x, St...) {
     // init's gradient sits before xs's where xs's size is not static (so that its offset is);

@@ -75,9 +75,21 @@ struct repeat_vjp : no_dtype_rule {
   static std::string attrs() { return "n=" + std::to_string(N) + Hold::str(); }
 };
 
+/// What a loop's forward (repeat_stored, scan) keeps for its gradient besides its carries
+/// (nn/repeat.hpp's and nn/scan.hpp's policies): nothing (keep_none: the gradient recomputes each
+/// layer's or step's activations from its carry and input), or, under keep_activations, the
+/// activations that the gradient's body plan would compute (the steps of that plan, Grads as
+/// the loop's vjp's with upstream Seed, that read only the layer's or step's carry, input and
+/// variables), when the run also runs the loop's gradient and they take at most Budget bytes (no
+/// limit at ~0).
+struct keep_none {};
+template <class Seed, class Grads, std::uint64_t Budget>
+struct keep_activations {};
+
 /// repeat_stored: repeat under ty::store, with repeat's operands; its value keeps every layer's
-/// input: h_0 ... h_N stacked, [N + 1, x...] (nn/repeat.hpp gives the user the last row).
-template <std::int64_t N, class Body, class Carry, class... Params>
+/// input: h_0 ... h_N stacked, [N + 1, x...] (nn/repeat.hpp gives the user the last row). Keep:
+/// keep_none or keep_activations (each layer's).
+template <std::int64_t N, class Body, class Carry, class Keep, class... Params>
 struct repeat_stored : no_dtype_rule {
   static constexpr node_kind kind = node_kind::nn;
   static constexpr std::string_view name = "repeat_stored";
@@ -119,20 +131,10 @@ struct repeat_stored_vjp : no_dtype_rule {
   static std::string attrs() { return "n=" + std::to_string(N); }
 };
 
-/// What a scan's forward keeps for its gradient besides its carries (nn/scan.hpp's policies):
-/// nothing (scan_recompute: the gradient recomputes each step's activations from its carry and
-/// input), or, under scan_store, the activations that the gradient's body plan would compute
-/// (the steps of that plan, Grads as scan_vjp's with upstream Seed, that read only the step's
-/// carry, input and variables), when the run also runs the scan's gradient and they take at
-/// most Budget bytes (no limit at ~0).
-struct scan_recompute {};
-template <class Seed, class Grads, std::uint64_t Budget>
-struct scan_store {};
-
 /// scan: h_0 = init, h_{t+1} = Body(Carry = h_t, Input = xs[t], Params = the variables) for t
 /// from 0 to T - 1 (T = xs's leading extent); the value is h_1 ... h_T stacked, [T, carry...]
 /// (tf.scan's). Operands: init, xs, then the variables the body reads, shared by every step (not
-/// stacked). Keep: scan_recompute or scan_store. nn/scan.hpp builds it; the executor runs it
+/// stacked). Keep: keep_none or keep_activations. nn/scan.hpp builds it; the executor runs it
 /// (runtime/loops.hpp).
 template <class Body, class Carry, class Input, class Keep, class... Params>
 struct scan : no_dtype_rule {

@@ -292,7 +292,7 @@ public:
   template <class P>
   static constexpr bool runs_scan_gradient = [] {
     for (std::string_view op : P::fact.op)
-      if (op == "scan_grad")
+      if (op == "scan_grad" || op == "repeat_stored_grad")
         return true;
     return false;
   }();
@@ -448,8 +448,8 @@ public:
                                      tr_.bytes, tr_.flops});
   }
 
-  /// Whether the running plan has a scan's gradient: a scan under ty::store keeps its
-  /// activations for it only then (runtime/loops.hpp).
+  /// Whether the running plan has a scan's or a stored repeat's gradient: such a loop keeps
+  /// its activations for it only then (runtime/loops.hpp).
   bool loop_gradients() const { return loop_grads_; }
 
   /// Whether the running run is traced, and the cost of the event trace_push records next.

@@ -69,6 +69,138 @@ struct loop_interpreter {
                   " for a carried value of " + in.dims.str() +
                   " (a body must keep its argument's shape)");
   }
+  // ---- activations kept for a gradient (ops::keep_activations: repeat_stored, scan) ----------
+
+  /// The activations a loop keeps for its gradient: the gradient's body plan Q's steps that
+  /// compute nodes of the forward body's graph (they read only the layer's or step's carry,
+  /// input and variables) with a kernel of their own. The forward's body plan fetches them, and
+  /// the gradient binds them and skips those steps instead of recomputing them.
+  template <class Q, class Fwd, class Seq = std::make_index_sequence<Q::size>>
+  struct kept_of;
+  template <class Q, class Fwd, std::size_t... I>
+  struct kept_of<Q, Fwd, std::index_sequence<I...>> {
+    using plan = Q;
+    static constexpr std::array<bool, Q::size> skip = [] {
+      constexpr bool forward[] = {Fwd::template contains_c<typename Q::template node<I>>::value...};
+      std::array<bool, Q::size> r{};
+      for (std::size_t i = 0; i < Q::size; ++i) {
+        const graph::step_kind k = Q::layout.step[i];
+        r[i] = forward[i] && (k == graph::step_kind::kernel || k == graph::step_kind::epilogue ||
+                              k == graph::step_kind::prologue || k == graph::step_kind::chained);
+      }
+      return r;
+    }();
+    static constexpr std::size_t count = [] {
+      std::size_t n = 0;
+      for (bool b : skip)
+        n += b ? 1 : 0;
+      return n;
+    }();
+    /// The kept nodes' positions in Q.
+    static constexpr std::array<std::size_t, count> at = [] {
+      std::array<std::size_t, count> r{};
+      std::size_t n = 0;
+      for (std::size_t i = 0; i < Q::size; ++i)
+        if (skip[i])
+          r[n++] = i;
+      return r;
+    }();
+    template <std::size_t... K>
+    static auto list(std::index_sequence<K...>) -> type_list<typename Q::template node<at[K]>...>;
+    using nodes = decltype(list(std::make_index_sequence<count>{}));
+  };
+  /// Nothing kept.
+  struct no_kept {
+    using plan = void;
+    static constexpr std::size_t count = 0;
+  };
+  /// Identifies the gradient body plan Q that kept values are for (its address).
+  template <class Q>
+  struct kept_tag {
+    static constexpr char value = 0;
+  };
+  /// A loop's kept activations, held by its value (rt_value::aux) until its gradient takes them:
+  /// layer or step t's k-th kept node at values[t * per_step + k].
+  struct loop_kept {
+    const void* tag = nullptr;
+    std::int64_t steps = 0;
+    std::size_t per_step = 0;
+    bool taken = false; ///< moved out by a gradient (a second gradient of the scan recomputes)
+    std::vector<value> values;
+  };
+
+  /// The forward's side: each layer's or step's kept values of body plan P move into a
+  /// loop_kept, while their bytes (the first step's, times the steps) stay within the budget.
+  template <class P, class Kept>
+  struct keeper {
+    std::shared_ptr<loop_kept> kept;
+    std::uint64_t budget = 0;
+    keeper(std::int64_t steps, std::uint64_t b) : budget(b) {
+      if constexpr (Kept::count > 0) {
+        kept = std::make_shared<loop_kept>();
+        kept->tag = &kept_tag<typename Kept::plan>::value;
+        kept->steps = steps;
+        kept->per_step = Kept::count;
+        kept->values.resize(static_cast<std::size_t>(steps) * Kept::count);
+      }
+    }
+    void take(std::vector<value>& v, std::int64_t t) {
+      if constexpr (Kept::count > 0) {
+        if (!kept)
+          return;
+        move_row(v, kept->values.data() + t * static_cast<std::int64_t>(Kept::count),
+                 std::make_index_sequence<Kept::count>{});
+        if (t == 0 && row_bytes(std::make_index_sequence<Kept::count>{}) *
+                              static_cast<std::uint64_t>(kept->steps) >
+                          budget)
+          kept.reset(); // over the budget: the gradient recomputes
+      }
+    }
+    /// Hands the kept values to the loop's value (for its gradient).
+    void attach(value& out) {
+      if (kept)
+        out.aux = std::move(kept);
+    }
+
+  private:
+    template <std::size_t... K>
+    static void move_row(std::vector<value>& v, value* row, std::index_sequence<K...>) {
+      using Q = typename Kept::plan;
+      ((row[K] = std::move(v[P::template index_c<typename Q::template node<Kept::at[K]>>::value])),
+       ...);
+    }
+    template <std::size_t... K>
+    std::uint64_t row_bytes(std::index_sequence<K...>) const {
+      return (
+          std::uint64_t{0} + ... +
+          (static_cast<std::uint64_t>(kept->values[K].dims.numel()) *
+           backend::value_bytes<typename Kept::plan::template node<Kept::at[K]>::value_type>()));
+    }
+  };
+  /// The gradient's side: the values kept for plan Q on the loop's value `y`, if the forward kept
+  /// them (for Q, `steps` of them, not taken yet); taken.
+  template <class Q, class Kept>
+  static std::shared_ptr<loop_kept> take_kept(const value& y, std::int64_t steps) {
+    if constexpr (Kept::count > 0) {
+      auto k = std::static_pointer_cast<loop_kept>(y.aux);
+      if (k && k->tag == &kept_tag<Q>::value && !k->taken && k->steps == steps) {
+        k->taken = true;
+        return k;
+      }
+    }
+    return nullptr;
+  }
+  /// Binds step t's kept values into the gradient's values v (Kept::skip then says which steps
+  /// not to run).
+  template <class Kept>
+  static void bind_kept(std::vector<value>& v, loop_kept& kept, std::int64_t t) {
+    if constexpr (Kept::count > 0) {
+      value* row = kept.values.data() + t * static_cast<std::int64_t>(Kept::count);
+      for (std::size_t k = 0; k < Kept::count; ++k)
+        v[Kept::at[k]] = std::move(row[k]);
+    }
+  }
+
   /// Layer `layer` of a repeat: the body on carry `h`, its value (owned).
   template <class Body, class Carry, class... Params, class... S>
   static value run_layer(Ex& ex, const value& h, std::int64_t layer,
@@ -101,18 +233,19 @@ struct loop_interpreter {
   /// into its slice of the packed result `out`; then `then(gradient of h)`, while the plan's
   /// values (which it may view) are alive.
   template <std::int64_t N, class Q, class Carry, class Seed, class T, class... G, class... Params,
-            class... S, class Then>
+            class... S, class Bind, class Then>
   static void layer_gradient(Ex& ex, [[maybe_unused]] const value* fr, const void* h,
                              const backend::rt_dims& hd, const void* g, const backend::rt_dims& gd,
                              std::int64_t i, T* out, type_list<G...>, type_list<Params...>,
-                             type_list<S...>, Then then) {
+                             type_list<S...>, Bind bind, Then then) {
     constexpr std::int64_t sizes[] = {numel(Params::shape_type::dims)..., 0};
     constexpr std::size_t grad_slot[] = {Q::template index_c<G>::value...};
     std::vector<value> v(Q::slots);
     bind_body<Q, Carry>(v, h, hd);
     bind_body<Q, Seed>(v, g, gd);
     (bind_layer<Q, Params>(v, fr[S::index], i), ...);
-    ex.template run_body<Q>(v, i);
+    const bool* skip = bind(v); // kept activations bound, and the steps not to run
+    ex.template run_body<Q>(v, i, skip);
     std::int64_t at = 0;
     for (std::size_t j = 0; j < sizeof...(Params); ++j) {
       cpu_backend::write_slice<T>(out, at + i * sizes[j], v[grad_slot[j + 1]].data, sizes[j]);
@@ -180,13 +313,17 @@ struct loop_interpreter {
               ex, hs[static_cast<std::size_t>(i)], i, fr, type_list<S...>{});
       for (std::int64_t i = end; i-- > first;) {
         const value& hi = hs[static_cast<std::size_t>(i)];
-        layer_gradient<N, Q, Carry, Seed>(ex, fr, hi.data, hi.dims, g.data, g.dims, i, out,
-                                          type_list<G...>{}, type_list<Params...>{},
-                                          type_list<S...>{}, [&](value& next) {
-                                            check_carry(next, hi, i);
-                                            auto ctx = ex.cpu_context();
-                                            g = cpu_backend::owned_copy<T>(ctx, std::move(next));
-                                          });
+        layer_gradient<N, Q, Carry, Seed>(
+            ex, fr, hi.data, hi.dims, g.data, g.dims, i, out, type_list<G...>{},
+            type_list<Params...>{}, type_list<S...>{},
+            [](std::vector<value>&) -> const bool* {
+              return nullptr; // nothing kept: all recomputed
+            },
+            [&](value& next) {
+              check_carry(next, hi, i);
+              auto ctx = ex.cpu_context();
+              g = cpu_backend::owned_copy<T>(ctx, std::move(next));
+            });
         hs[static_cast<std::size_t>(i)] = value{}; // this layer's input is no longer needed
       }
     }
@@ -199,14 +336,44 @@ struct loop_interpreter {
 
   /// repeat under ty::store: the layers as repeat's, each carry written into its row of the
   /// value (row 0 is x).
-  template <std::int64_t N, class Body, class Carry, class... Params, class X, class... S>
-  static void run(Ex& ex, ops::repeat_stored<N, Body, Carry, Params...>*, value* fr, X*, S*...) {
+  /// Under ops::keep_activations, each layer's activations are kept for the gradient too (in a
+  /// run that has the gradient; see keeper).
+  template <std::int64_t N, class Body, class Carry, class Keep, class... Params, class X,
+            class... S>
+  static void run(Ex& ex, ops::repeat_stored<N, Body, Carry, Keep, Params...>*, value* fr, X* x,
+                  S*... s) {
+    using K = typename stored_keep<Body, Keep>::type;
+    if constexpr (K::count > 0) {
+      if (ex.loop_gradients()) {
+        stored_layers<N, Body, Carry, typename joined<type_list<Body>, typename K::nodes>::type, K>(
+            ex, fr, stored_keep<Body, Keep>::budget, type_list<Params...>{}, x, s...);
+        return;
+      }
+    }
+    stored_layers<N, Body, Carry, body_plan<Body>, no_kept>(ex, fr, 0, type_list<Params...>{}, x,
+                                                            s...);
+  }
+  /// What a stored repeat keeps: kept_of its gradient's body plan, or nothing.
+  template <class Body, class Keep>
+  struct stored_keep {
+    using type = no_kept;
+    static constexpr std::uint64_t budget = 0;
+  };
+  template <class Body, class Seed, class... G, std::uint64_t Budget>
+  struct stored_keep<Body, ops::keep_activations<Seed, type_list<G...>, Budget>> {
+    using type = kept_of<body_plan<G...>, body_plan<Body>>;
+    static constexpr std::uint64_t budget = Budget;
+  };
+  template <std::int64_t N, class Body, class Carry, class P, class Kept, class... Params, class X,
+            class... S>
+  static void stored_layers(Ex& ex, value* fr, std::uint64_t budget, type_list<Params...>, X*,
+                            S*...) {
     using T = typename Body::value_type;
-    using P = body_plan<Body>;
     const value& x = fr[X::index];
     const std::int64_t n = x.dims.numel();
     T* out = ex.cpu_context().template allocate<T>(fr[0]);
     cpu_backend::write_slice<T>(out, 0, x.data, n);
+    keeper<P, Kept> keep(N, budget);
     for (std::int64_t i = 0; i < N; ++i) {
       std::vector<value> v(P::slots);
       bind_body<P, Carry>(v, out + i * n, x.dims);
@@ -215,7 +382,9 @@ struct loop_interpreter {
       const value& y = v[P::template index_c<Body>::value];
       check_carry(y, x, i);
       cpu_backend::write_slice<T>(out, (i + 1) * n, y.data, n);
+      keep.take(v, i);
     }
+    keep.attach(fr[0]);
   }
 
   /// Its gradient: repeat_vjp's loop, each layer's input read from the stored carries.
@@ -241,6 +410,9 @@ struct loop_interpreter {
         return gy ? gy + r * n : nullptr;
     };
     std::vector<T> seed(static_cast<std::size_t>(n)), carry(static_cast<std::size_t>(n), T(0));
+    // each layer's activations, where the forward kept them (ops::keep_activations)
+    using K = kept_of<Q, body_plan<Body>>;
+    const std::shared_ptr<loop_kept> kept = take_kept<Q, K>(fr[Y::index], N);
     for (std::int64_t i = N; i-- > 0;) {
       // the gradient reaching h_{i+1}: the value's own row i + 1 and what layer i + 1 sent back
       const T* gr = row(i + 1);
@@ -249,7 +421,13 @@ struct loop_interpreter {
             (gr ? gr[k] : T(0)) + carry[static_cast<std::size_t>(k)];
       layer_gradient<N, Q, Carry, Seed>(
           ex, fr, ys + i * n, x.dims, seed.data(), x.dims, i, out, type_list<G...>{},
-          type_list<Params...>{}, type_list<S...>{}, [&](const value& next) {
+          type_list<Params...>{}, type_list<S...>{},
+          [&](std::vector<value>& v) {
+            if (kept)
+              bind_kept<K>(v, *kept, i);
+            return kept ? K::skip.data() : nullptr;
+          },
+          [&](const value& next) {
             if (next.data) {
               check_carry(next, x, i);
               std::memcpy(carry.data(), next.data, sizeof(T) * static_cast<std::size_t>(n));
@@ -281,64 +459,6 @@ struct loop_interpreter {
                   " of " + want.str() + " (a body must keep its carry's shape)");
   }
 
-  /// The activations a scan keeps for its gradient (ops::scan_store): the gradient's body plan
-  /// Q's steps that compute nodes of the forward body's graph (they read only the step's carry,
-  /// input and variables) with a kernel of their own. The forward's body plan fetches them, and
-  /// the gradient binds them and skips those steps instead of recomputing them.
-  template <class Q, class Fwd, class Seq = std::make_index_sequence<Q::size>>
-  struct kept_of;
-  template <class Q, class Fwd, std::size_t... I>
-  struct kept_of<Q, Fwd, std::index_sequence<I...>> {
-    using plan = Q;
-    static constexpr std::array<bool, Q::size> skip = [] {
-      constexpr bool forward[] = {Fwd::template contains_c<typename Q::template node<I>>::value...};
-      std::array<bool, Q::size> r{};
-      for (std::size_t i = 0; i < Q::size; ++i) {
-        const graph::step_kind k = Q::layout.step[i];
-        r[i] = forward[i] && (k == graph::step_kind::kernel || k == graph::step_kind::epilogue ||
-                              k == graph::step_kind::prologue || k == graph::step_kind::chained);
-      }
-      return r;
-    }();
-    static constexpr std::size_t count = [] {
-      std::size_t n = 0;
-      for (bool b : skip)
-        n += b ? 1 : 0;
-      return n;
-    }();
-    /// The kept nodes' positions in Q.
-    static constexpr std::array<std::size_t, count> at = [] {
-      std::array<std::size_t, count> r{};
-      std::size_t n = 0;
-      for (std::size_t i = 0; i < Q::size; ++i)
-        if (skip[i])
-          r[n++] = i;
-      return r;
-    }();
-    template <std::size_t... K>
-    static auto list(std::index_sequence<K...>) -> type_list<typename Q::template node<at[K]>...>;
-    using nodes = decltype(list(std::make_index_sequence<count>{}));
-  };
-  /// Nothing kept.
-  struct no_kept {
-    using plan = void;
-    static constexpr std::size_t count = 0;
-  };
-  /// Identifies the gradient body plan Q that kept values are for (its address).
-  template <class Q>
-  struct kept_tag {
-    static constexpr char value = 0;
-  };
-  /// A scan's kept activations, held by its value (rt_value::aux) until its gradient takes them:
-  /// step t's k-th kept node at values[t * per_step + k].
-  struct scan_kept {
-    const void* tag = nullptr;
-    std::int64_t steps = 0;
-    std::size_t per_step = 0;
-    bool taken = false; ///< moved out by a gradient (a second gradient of the scan recomputes)
-    std::vector<value> values;
-  };
-
   /// The forward loop: body plan P on each step; with Kept (a kept_of), each step's kept values
   /// move to `kept` while their bytes stay within `budget` (else none is kept).
   template <class Body, class Carry, class Input, class P, class Kept, class T, class... Params,
@@ -351,14 +471,7 @@ struct loop_interpreter {
     const std::int64_t steps = xs.dims.d[0], nx = xd.numel(), nh = h0.dims.numel();
     T* out = ex.cpu_context().template allocate<T>(fr[0]);
     const T* x = static_cast<const T*>(xs.data);
-    std::shared_ptr<scan_kept> kept;
-    if constexpr (Kept::count > 0) {
-      kept = std::make_shared<scan_kept>();
-      kept->tag = &kept_tag<typename Kept::plan>::value;
-      kept->steps = steps;
-      kept->per_step = Kept::count;
-      kept->values.resize(static_cast<std::size_t>(steps) * Kept::count);
-    }
+    keeper<P, Kept> keep(steps, budget);
     for (std::int64_t t = 0; t < steps; ++t) {
       std::vector<value> v(P::slots);
       bind_body<P, Carry>(v, t == 0 ? h0.data : out + (t - 1) * nh, h0.dims);
@@ -368,47 +481,23 @@ struct loop_interpreter {
       const value& y = v[P::template index_c<Body>::value];
       check_step(y, h0.dims, t, "a carry");
       cpu_backend::write_slice<T>(out, t * nh, y.data, nh);
-      if constexpr (Kept::count > 0) {
-        if (kept) {
-          keep_step<P, Kept>(*kept, v, t, std::make_index_sequence<Kept::count>{});
-          if (t == 0 && kept_bytes<Kept>(*kept, std::make_index_sequence<Kept::count>{}) *
-                                static_cast<std::uint64_t>(steps) >
-                            budget)
-            kept.reset(); // over the budget: the gradient recomputes
-        }
-      }
+      keep.take(v, t);
     }
-    if (kept)
-      fr[0].aux = std::move(kept);
+    keep.attach(fr[0]);
   }
-  template <class P, class Kept, std::size_t... K>
-  static void keep_step(scan_kept& kept, std::vector<value>& v, std::int64_t t,
-                        std::index_sequence<K...>) {
-    value* row = kept.values.data() + t * static_cast<std::int64_t>(Kept::count);
-    using Q = typename Kept::plan;
-    ((row[K] = std::move(v[P::template index_c<typename Q::template node<Kept::at[K]>>::value])),
-     ...);
-  }
-  /// The bytes of one step's kept values (step 0's).
-  template <class Kept, std::size_t... K>
-  static std::uint64_t kept_bytes(const scan_kept& kept, std::index_sequence<K...>) {
-    return (std::uint64_t{0} + ... +
-            (static_cast<std::uint64_t>(kept.values[K].dims.numel()) *
-             backend::value_bytes<typename Kept::plan::template node<Kept::at[K]>::value_type>()));
-  }
-
   template <class Body, class Carry, class Input, class... Params, class H, class X, class... S>
-  static void run(Ex& ex, ops::scan<Body, Carry, Input, ops::scan_recompute, Params...>*, value* fr,
+  static void run(Ex& ex, ops::scan<Body, Carry, Input, ops::keep_none, Params...>*, value* fr,
                   H* h, X* x, S*... s) {
     scan_loop<Body, Carry, Input, body_plan<Body>, no_kept, typename Body::value_type>(
         ex, fr, 0, type_list<Params...>{}, h, x, s...);
   }
   template <class Body, class Carry, class Input, class Seed, class G0, class G1, class... GP,
             std::uint64_t Budget, class... Params, class H, class X, class... S>
-  static void run(Ex& ex,
-                  ops::scan<Body, Carry, Input,
-                            ops::scan_store<Seed, type_list<G0, G1, GP...>, Budget>, Params...>*,
-                  value* fr, H* h, X* x, S*... s) {
+  static void
+  run(Ex& ex,
+      ops::scan<Body, Carry, Input, ops::keep_activations<Seed, type_list<G0, G1, GP...>, Budget>,
+                Params...>*,
+      value* fr, H* h, X* x, S*... s) {
     using T = typename Body::value_type;
     using Q = scan_grad_plan<T, G0, G1, GP...>;
     using K = kept_of<Q, body_plan<Body>>;
@@ -534,16 +623,10 @@ struct loop_interpreter {
     const T* ys = static_cast<const T*>(fr[Y::index].data);
     const T* x = static_cast<const T*>(xs.data);
     std::vector<T> seed(static_cast<std::size_t>(nh)), carry(static_cast<std::size_t>(nh), T(0));
-    // the activations the forward kept for Q (ops::scan_store), if it did: bound, not recomputed
+    // the activations the forward kept for Q (ops::keep_activations), if it did: bound, not
+    // recomputed
     using K = kept_of<Q, body_plan<Body>>;
-    std::shared_ptr<scan_kept> kept;
-    if constexpr (K::count > 0) {
-      auto k = std::static_pointer_cast<scan_kept>(fr[Y::index].aux);
-      if (k && k->tag == &kept_tag<Q>::value && !k->taken && k->steps == steps) {
-        k->taken = true;
-        kept = std::move(k);
-      }
-    }
+    const std::shared_ptr<loop_kept> kept = take_kept<Q, K>(fr[Y::index], steps);
     for (std::int64_t t = steps; t-- > 0;) {
       // the gradient reaching h_{t+1}: the value's own at step t, and what step t + 1 sent back
       for (std::int64_t i = 0; i < nh; ++i)
@@ -554,13 +637,8 @@ struct loop_interpreter {
       bind_body<Q, Input>(v, x + t * nx, xd);
       bind_body<Q, Seed>(v, seed.data(), h0.dims);
       (bind_body<Q, Params>(v, fr[S::index].data, fr[S::index].dims), ...);
-      if constexpr (K::count > 0) {
-        if (kept) {
-          value* row = kept->values.data() + t * static_cast<std::int64_t>(K::count);
-          for (std::size_t k = 0; k < K::count; ++k)
-            v[K::at[k]] = std::move(row[k]);
-        }
-      }
+      if (kept)
+        bind_kept<K>(v, *kept, t);
       ex.template run_body<Q>(v, t, kept ? K::skip.data() : nullptr);
       std::int64_t at = 0;
       for (std::size_t j = 0; j < sizeof...(Params); ++j) {
