@@ -15,6 +15,11 @@
 //   dnnl_sgemm_local3/P the same products by dnnl_sgemm directly, as dnnl_sgemm/N: where
 //                       typeflow's training step loses to the FMA peak in these products,
 //                       this says whether oneDNN itself does better at their shapes
+//   cblas_sgemm_local3/P the same products by OpenBLAS (bench_threads() threads of its own)
+//   typeflow_lstm/P, dnnl_sgemm_lstm/P, cblas_sgemm_lstm/P   examples/lstm's products at batch
+//                       32 (P = 0: a step's cell [32,288] x [288,1024]; 1: its input gradient
+//                       [32,1024] x [288,1024]^T; 2: the stacked weight gradient
+//                       [2048,288]^T x [2048,1024]): small-m products, where the libraries differ
 // All are checked once against a double-precision product on sampled entries.
 #include "common.hpp"
 
@@ -78,6 +83,11 @@ struct product_shape {
 constexpr product_shape local3[] = {{false, false, 128, 1024, 3136},
                                     {false, true, 128, 3136, 1024},
                                     {true, false, 3136, 1024, 128}};
+// examples/lstm's products at batch 32 (64 steps, 256 units, embedding 32): a step's cell
+// [32, 288] x [288, 1024], its input gradient [32, 1024] x [288, 1024]^T, and the weight gradient
+// of the 64 steps stacked, [2048, 288]^T x [2048, 1024].
+constexpr product_shape lstm_products[] = {
+    {false, false, 32, 1024, 288}, {false, true, 32, 288, 1024}, {true, false, 288, 1024, 2048}};
 
 /// A product of one shape: A stored [k,m] when ta, B stored [n,k] when tb.
 struct product {
@@ -112,26 +122,27 @@ struct product {
   std::int64_t flops() const { return 2 * p.m * p.n * p.k; }
 };
 
-/// Product P of local3 as a graph of two static placeholders.
-template <std::size_t P, class Session>
-auto local3_run(Session& s, const product& op) {
-  constexpr product_shape p = local3[P];
+/// Product P of a table (local3, lstm_products) as a graph of two static placeholders.
+template <const product_shape* Table, std::size_t P, class Session>
+auto product_run(Session& s, const product& op) {
+  constexpr product_shape p = Table[P];
   constexpr auto pa = ty::placeholder<"a", float, ty::shape<p.ta ? p.k : p.m, p.ta ? p.m : p.k>>;
   constexpr auto pb = ty::placeholder<"b", float, ty::shape<p.tb ? p.n : p.k, p.tb ? p.k : p.n>>;
   return s.run(ty::fetch(ty::matmul<p.ta, p.tb>(pa, pb)), ty::feed(pa, op.a), ty::feed(pb, op.b));
 }
 
-void typeflow_local3(benchmark::State& state) {
-  const product op(local3[state.range(0)]);
+template <const product_shape* Table>
+void typeflow_products(benchmark::State& state) {
+  const product op(Table[state.range(0)]);
   ty::session s(bench_options());
   const auto run = [&] {
     switch (state.range(0)) {
     case 0:
-      return local3_run<0>(s, op);
+      return product_run<Table, 0>(s, op);
     case 1:
-      return local3_run<1>(s, op);
+      return product_run<Table, 1>(s, op);
     default:
-      return local3_run<2>(s, op);
+      return product_run<Table, 2>(s, op);
     }
   };
   if (!op.check(std::get<0>(run()).data()))
@@ -142,7 +153,8 @@ void typeflow_local3(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * op.flops());
 }
-BENCHMARK(typeflow_local3)->DenseRange(0, 2)->UseRealTime();
+BENCHMARK(typeflow_products<local3>)->Name("typeflow_local3")->DenseRange(0, 2)->UseRealTime();
+BENCHMARK(typeflow_products<lstm_products>)->Name("typeflow_lstm")->DenseRange(0, 2)->UseRealTime();
 
 #ifdef TYPEFLOW_HAS_CBLAS
 void cblas(benchmark::State& state) {
@@ -166,6 +178,31 @@ void cblas(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 2 * op.n * op.n * op.n);
 }
 BENCHMARK(cblas)->Name("cblas_sgemm")->RangeMultiplier(2)->Range(256, 2048)->UseRealTime();
+template <const product_shape* Table>
+void cblas_products(benchmark::State& state) {
+  product op(Table[state.range(0)]);
+  const auto& p = op.p;
+#ifdef OPENBLAS_VERSION
+  openblas_set_num_threads(bench_threads());
+#endif
+  const auto run = [&] {
+    cblas_sgemm(CblasRowMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans,
+                static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), 1.0f,
+                op.a.data(), static_cast<int>(p.ta ? p.m : p.k), op.b.data(),
+                static_cast<int>(p.tb ? p.k : p.n), 0.0f, op.c.data(), static_cast<int>(p.n));
+  };
+  run();
+  if (!op.check(op.c.data()))
+    return state.SkipWithError("cblas_sgemm result differs from the double reference");
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(op.c.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * op.flops());
+}
+BENCHMARK(cblas_products<local3>)->Name("cblas_sgemm_local3")->DenseRange(0, 2)->UseRealTime();
+BENCHMARK(cblas_products<lstm_products>)->Name("cblas_sgemm_lstm")->DenseRange(0, 2)->UseRealTime();
 #endif
 
 #ifdef TYPEFLOW_HAS_ONEDNN
@@ -187,8 +224,9 @@ void onednn_sgemm(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 2 * op.n * op.n * op.n);
 }
 BENCHMARK(onednn_sgemm)->Name("dnnl_sgemm")->RangeMultiplier(2)->Range(256, 2048)->UseRealTime();
-void onednn_local3(benchmark::State& state) {
-  product op(local3[state.range(0)]);
+template <const product_shape* Table>
+void onednn_products(benchmark::State& state) {
+  product op(Table[state.range(0)]);
   const auto& p = op.p;
   omp_set_num_threads(bench_threads());
   const auto run = [&] {
@@ -204,6 +242,7 @@ void onednn_local3(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * op.flops());
 }
-BENCHMARK(onednn_local3)->Name("dnnl_sgemm_local3")->DenseRange(0, 2)->UseRealTime();
+BENCHMARK(onednn_products<local3>)->Name("dnnl_sgemm_local3")->DenseRange(0, 2)->UseRealTime();
+BENCHMARK(onednn_products<lstm_products>)->Name("dnnl_sgemm_lstm")->DenseRange(0, 2)->UseRealTime();
 #endif
 } // namespace
