@@ -258,17 +258,17 @@ TEST_SUITE("onednn") {
     constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 12, 12, 3>>;
     constexpr auto w = ty::placeholder<"w", float, ty::shape<3, 3, 3, 8>>;
     constexpr auto m = ty::placeholder<"m", float, ty::shape<ty::dyn, 64>>;
-    constexpr auto v = ty::placeholder<"v", float, ty::shape<64, 300>>;
+    constexpr auto v = ty::placeholder<"v", float, ty::shape<300, 64>>; // B transposed: oneDNN's
     rng r{5};
     const auto vw = random_vector(r, 3 * 3 * 3 * 8), vv = random_vector(r, 64 * 300);
     ty::session s(ty::session_options{.threads = 2});
     const auto run = [&](i64 n) {
       const auto vx = random_vector(r, n * 12 * 12 * 3), vm = random_vector(r, n * 64);
-      s.run(ty::fetch(ty::conv2d<ty::padding::same>(x, w), ty::matmul(m, v)),
+      s.run(ty::fetch(ty::conv2d<ty::padding::same>(x, w), ty::matmul<false, true>(m, v)),
             ty::feed(x, ty::tensor<float>({n, 12, 12, 3}, std::span<const float>(vx))),
             ty::feed(w, ty::tensor<float>({3, 3, 3, 8}, std::span<const float>(vw))),
             ty::feed(m, ty::tensor<float>({n, 64}, std::span<const float>(vm))),
-            ty::feed(v, ty::tensor<float>({64, 300}, std::span<const float>(vv))));
+            ty::feed(v, ty::tensor<float>({300, 64}, std::span<const float>(vv))));
       return s.onednn_primitives();
     };
     const std::size_t after_first = run(16);
@@ -305,7 +305,7 @@ TEST_SUITE("onednn") {
     constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 12, 12, 3>>;
     constexpr auto w = ty::placeholder<"w", float, ty::shape<3, 3, 3, 8>>;
     constexpr auto m = ty::placeholder<"m", float, ty::shape<ty::dyn, 64>>;
-    constexpr auto v = ty::placeholder<"v", float, ty::shape<64, 300>>;
+    constexpr auto v = ty::placeholder<"v", float, ty::shape<300, 64>>; // B transposed: oneDNN's
     rng r{9};
     const auto vx = random_vector(r, 16 * 12 * 12 * 3), vw = random_vector(r, 3 * 3 * 3 * 8);
     const auto vm = random_vector(r, 16 * 64), vv = random_vector(r, 64 * 300);
@@ -315,11 +315,11 @@ TEST_SUITE("onednn") {
       ty::session s(ty::session_options{.threads = 1});
       before = threads_now();
       for (int i = 0; i < 2; ++i)
-        s.run(ty::fetch(ty::conv2d<ty::padding::same>(x, w), ty::matmul(m, v)),
+        s.run(ty::fetch(ty::conv2d<ty::padding::same>(x, w), ty::matmul<false, true>(m, v)),
               ty::feed(x, ty::tensor<float>({16, 12, 12, 3}, std::span<const float>(vx))),
               ty::feed(w, ty::tensor<float>({3, 3, 3, 8}, std::span<const float>(vw))),
               ty::feed(m, ty::tensor<float>({16, 64}, std::span<const float>(vm))),
-              ty::feed(v, ty::tensor<float>({64, 300}, std::span<const float>(vv))));
+              ty::feed(v, ty::tensor<float>({300, 64}, std::span<const float>(vv))));
       after = threads_now();
       primitives = s.onednn_primitives();
     });

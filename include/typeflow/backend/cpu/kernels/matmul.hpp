@@ -1,6 +1,7 @@
 // CPU kernels of the matmul ops. Matrix products: oneDNN's matmul primitive for float32
 // (backend/cpu/onednn.hpp), else the split BLAS/portable GEMM (backend/cpu/gemm.hpp).
 #pragma once
+#include <algorithm>
 #include <optional>
 
 #include "../../../graph/flat.hpp"
@@ -43,6 +44,40 @@ struct f16_operands {
 };
 #endif
 
+#if defined(TYPEFLOW_HAS_ONEDNN)
+/// Whether a float32 product with neither operand transposed and at most `blas_rows_max` rows
+/// runs on BLAS instead of oneDNN: where oneDNN runs AVX2 kernels (no AVX-512), which took 1.5 to
+/// 2.5 times OpenBLAS's time on such products on an AMD Zen 3 (an LSTM step's cell, the seed's
+/// local3 forward; bench/README.md, *Small-m and NN products*). Taller products and transposed
+/// operands stay on oneDNN, which was as fast or faster there. Decided per product, not per slab,
+/// so that its bits do not depend on the thread count.
+inline constexpr std::int64_t blas_rows_max = 128;
+inline bool small_nn_on_blas(bool ta, bool tb, std::int64_t m) {
+  static const bool avx2_kernels = has_blas && onednn::isa_name().rfind("avx512", 0) != 0;
+  return !ta && !tb && m <= blas_rows_max && avx2_kernels;
+}
+/// One slab of a float32 product on oneDNN, or on BLAS (`blas`: small_nn_on_blas of the whole
+/// product), plus `bias` over its columns (and relu) under an epilogue.
+inline void float_slab(context& ctx, bool blas, bool ta, bool tb, std::int64_t m, std::int64_t n,
+                       std::int64_t k, const float* a, std::int64_t lda, const float* b,
+                       std::int64_t ldb, float* c, std::int64_t ldc, const float* bias = nullptr,
+                       onednn::epilogue epi = onednn::epilogue::none) {
+  if (blas) {
+    gemm_serial(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+    if (epi != onednn::epilogue::none)
+      for (std::int64_t i = 0; i < m; ++i) {
+        float* row = c + i * ldc;
+        for (std::int64_t j = 0; j < n; ++j) {
+          const float v = row[j] + bias[j];
+          row[j] = epi == onednn::epilogue::bias_relu ? std::max(v, 0.0f) : v;
+        }
+      }
+    return;
+  }
+  onednn_gemm_serial(ctx.dnnl, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, bias, epi);
+}
+#endif
+
 template <std::size_t I, bool TA, bool TB, class T, class A, class B>
 void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) {
   const value &a = vals[A::index], &b = vals[B::index];
@@ -75,10 +110,14 @@ void kernel(context& ctx, ops::matmul<TA, TB>*, T*, value* vals, void*, A*, B*) 
       pb = rounded->b;
     }
     if (k > 0 && m > 0 && n > 0) { // oneDNN divides by empty extents
+      const bool blas = small_nn_on_blas(TA, TB, m);
       const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
                               const float* a_, std::int64_t lda, const float* b_, std::int64_t ldb,
                               float* c_, std::int64_t ldc) {
-        onednn_gemm_serial(ctx.dnnl, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc);
+        if (rounded) // float16 products emulated: oneDNN's float32 primitives, as cached
+          onednn_gemm_serial(ctx.dnnl, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc);
+        else
+          float_slab(ctx, blas, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc);
       };
       for (std::int64_t i = 0; i < batch; ++i)
         gemm_split(ctx.pool, TA, TB, m, n, k, pa + at.a(i), pb + at.b(i), out + i * m * n, serial);
@@ -129,14 +168,19 @@ bool kernel(context& ctx, ops::matmul<TA, TB>*, float*, value* vals,
     }
     return true;
   }
+  const bool blas = small_nn_on_blas(TA, TB, m);
   for (std::int64_t i = 0; i < batch; ++i) {
     float* c = out + i * m * n;
     const auto serial = [&](bool ta, bool tb, std::int64_t m_, std::int64_t n_, std::int64_t k_,
                             const float* a_, std::int64_t lda, const float* b_, std::int64_t ldb,
                             float* c_, std::int64_t ldc) {
-      onednn_gemm_serial(ctx.dnnl, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc,
-                         bias + (c_ - c) % n,
-                         Relu ? onednn::epilogue::bias_relu : onednn::epilogue::bias);
+      const auto epi = Relu ? onednn::epilogue::bias_relu : onednn::epilogue::bias;
+      if (rounded)
+        onednn_gemm_serial(ctx.dnnl, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc,
+                           bias + (c_ - c) % n, epi);
+      else
+        float_slab(ctx, blas, ta, tb, m_, n_, k_, a_, lda, b_, ldb, c_, ldc, bias + (c_ - c) % n,
+                   epi);
     };
     gemm_split(ctx.pool, TA, TB, m, n, k, pa + at.a(i), pb + at.b(i), c, serial);
   }
