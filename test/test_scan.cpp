@@ -198,15 +198,16 @@ struct policy_outcome {
   std::vector<ty::tensor<float>> values; ///< the loss, its gradients, the loss of a forward run
   std::size_t steps_grad, steps_forward; ///< steps run by the two runs
 };
-/// The Elman RNN of rnn<> under scan policy Policy, float32, static steps.
+/// An Elman RNN with dropout on its carry under scan policy Policy, float32, static steps.
 template <class Policy>
 struct rnn_policy {
   static constexpr auto x = ty::placeholder<"x", float, ty::shape<ty::dyn, 5, in_width>>;
   static constexpr auto h0 = ty::placeholder<"h0", float, ty::shape<ty::dyn, units>>;
+  // with dropout: a kept mask and a recomputed one must be the same draws
   static constexpr auto hs = ty::scan<"rnn", Policy>(
       [](auto h, auto xt) {
         return ty::tanh(ty::dense<"cell", units, ty::uniform<-0.7, 0.7>, ty::uniform<-0.3, 0.3>>(
-                   ty::concat<-1>(xt, h))) +
+                   ty::concat<-1>(xt, ty::dropout<7>(h, ty::constant<0.8>)))) +
                ty::sigmoid(h) * h;
       },
       h0, ty::transpose<1, 0, 2>(x));
