@@ -156,6 +156,21 @@ void typeflow_products(benchmark::State& state) {
 BENCHMARK(typeflow_products<local3>)->Name("typeflow_local3")->DenseRange(0, 2)->UseRealTime();
 BENCHMARK(typeflow_products<lstm_products>)->Name("typeflow_lstm")->DenseRange(0, 2)->UseRealTime();
 
+/// Times `run` (a library's call into op.c, true where it succeeded) after one checked call:
+/// items = `flops` per call.
+template <class Op, class Run>
+void time_library_call(benchmark::State& state, const char* what, Op& op, Run run,
+                       std::int64_t flops) {
+  if (!run() || !op.check(op.c.data()))
+    return state.SkipWithError(what);
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(op.c.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * flops);
+}
+
 #ifdef TYPEFLOW_HAS_CBLAS
 void cblas(benchmark::State& state) {
   operands op(state.range(0));
@@ -166,16 +181,10 @@ void cblas(benchmark::State& state) {
   const auto run = [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, op.a.data(), n,
                 op.b.data(), n, 0.0f, op.c.data(), n);
+    return true;
   };
-  run();
-  if (!op.check(op.c.data()))
-    return state.SkipWithError("cblas_sgemm result differs from the double reference");
-  for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(op.c.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * 2 * op.n * op.n * op.n);
+  time_library_call(state, "cblas_sgemm result differs from the double reference", op, run,
+                    2 * op.n * op.n * op.n);
 }
 BENCHMARK(cblas)->Name("cblas_sgemm")->RangeMultiplier(2)->Range(256, 2048)->UseRealTime();
 template <const product_shape* Table>
@@ -190,16 +199,10 @@ void cblas_products(benchmark::State& state) {
                 static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), 1.0f,
                 op.a.data(), static_cast<int>(p.ta ? p.m : p.k), op.b.data(),
                 static_cast<int>(p.tb ? p.k : p.n), 0.0f, op.c.data(), static_cast<int>(p.n));
+    return true;
   };
-  run();
-  if (!op.check(op.c.data()))
-    return state.SkipWithError("cblas_sgemm result differs from the double reference");
-  for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(op.c.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * op.flops());
+  time_library_call(state, "cblas_sgemm result differs from the double reference", op, run,
+                    op.flops());
 }
 BENCHMARK(cblas_products<local3>)->Name("cblas_sgemm_local3")->DenseRange(0, 2)->UseRealTime();
 BENCHMARK(cblas_products<lstm_products>)->Name("cblas_sgemm_lstm")->DenseRange(0, 2)->UseRealTime();
@@ -212,16 +215,10 @@ void onednn_sgemm(benchmark::State& state) {
   omp_set_num_threads(bench_threads());
   const auto run = [&] {
     return dnnl_sgemm('N', 'N', n, n, n, 1.0f, op.a.data(), n, op.b.data(), n, 0.0f, op.c.data(),
-                      n);
+                      n) == dnnl_success;
   };
-  if (run() != dnnl_success || !op.check(op.c.data()))
-    return state.SkipWithError("dnnl_sgemm result differs from the double reference");
-  for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(op.c.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * 2 * op.n * op.n * op.n);
+  time_library_call(state, "dnnl_sgemm result differs from the double reference", op, run,
+                    2 * op.n * op.n * op.n);
 }
 BENCHMARK(onednn_sgemm)->Name("dnnl_sgemm")->RangeMultiplier(2)->Range(256, 2048)->UseRealTime();
 template <const product_shape* Table>
@@ -231,16 +228,11 @@ void onednn_products(benchmark::State& state) {
   omp_set_num_threads(bench_threads());
   const auto run = [&] {
     return dnnl_sgemm(p.ta ? 'T' : 'N', p.tb ? 'T' : 'N', p.m, p.n, p.k, 1.0f, op.a.data(),
-                      p.ta ? p.m : p.k, op.b.data(), p.tb ? p.k : p.n, 0.0f, op.c.data(), p.n);
+                      p.ta ? p.m : p.k, op.b.data(), p.tb ? p.k : p.n, 0.0f, op.c.data(),
+                      p.n) == dnnl_success;
   };
-  if (run() != dnnl_success || !op.check(op.c.data()))
-    return state.SkipWithError("dnnl_sgemm result differs from the double reference");
-  for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(op.c.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * op.flops());
+  time_library_call(state, "dnnl_sgemm result differs from the double reference", op, run,
+                    op.flops());
 }
 BENCHMARK(onednn_products<local3>)->Name("dnnl_sgemm_local3")->DenseRange(0, 2)->UseRealTime();
 BENCHMARK(onednn_products<lstm_products>)->Name("dnnl_sgemm_lstm")->DenseRange(0, 2)->UseRealTime();

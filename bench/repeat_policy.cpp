@@ -56,6 +56,19 @@ struct mlp {
   static constexpr auto train = ty::adam(ty::constant<1e-3>).minimize(loss);
 };
 
+/// Times training steps of model M (loss, train) on Shape's inputs; counter peak_MB.
+template <class M, class Shape>
+void timed_steps(benchmark::State& state) {
+  const auto& in = Shape::inputs();
+  ty::session s(bench_options());
+  for (auto _ : state) {
+    auto [l] =
+        s.run(ty::fetch(M::loss, M::train), ty::feed(Shape::x, in.xv), ty::feed(Shape::y, in.yv));
+    benchmark::DoNotOptimize(l.data());
+  }
+  state.counters["peak_MB"] = static_cast<double>(s.stats().peak_bytes) / 1e6;
+}
+
 /// Block I's name, "b00" to "b99".
 template <std::int64_t I>
 constexpr ty::fixed_string<3> block_name = [] {
@@ -86,15 +99,7 @@ struct written {
 };
 template <class Shape>
 void written_out(benchmark::State& state) {
-  using M = written<Shape>;
-  const auto& in = Shape::inputs();
-  ty::session s(bench_options());
-  for (auto _ : state) {
-    auto [l] =
-        s.run(ty::fetch(M::loss, M::train), ty::feed(Shape::x, in.xv), ty::feed(Shape::y, in.yv));
-    benchmark::DoNotOptimize(l.data());
-  }
-  state.counters["peak_MB"] = static_cast<double>(s.stats().peak_bytes) / 1e6;
+  timed_steps<written<Shape>, Shape>(state);
 }
 
 /// The loss of one step and a weight after it, under Policy, from the same seed.
@@ -114,15 +119,7 @@ void step(benchmark::State& state) {
   if (!std::isfinite(a.first) || a != first_step<Shape, ty::store>() ||
       a != first_step<Shape, ty::checkpoint_every<4>>())
     return state.SkipWithError("the policies' first steps differ");
-  using M = mlp<Shape, Policy>;
-  const auto& in = Shape::inputs();
-  ty::session s(bench_options());
-  for (auto _ : state) {
-    auto [l] =
-        s.run(ty::fetch(M::loss, M::train), ty::feed(Shape::x, in.xv), ty::feed(Shape::y, in.yv));
-    benchmark::DoNotOptimize(l.data());
-  }
-  state.counters["peak_MB"] = static_cast<double>(s.stats().peak_bytes) / 1e6;
+  timed_steps<mlp<Shape, Policy>, Shape>(state);
 }
 
 } // namespace

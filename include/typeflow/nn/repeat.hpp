@@ -448,22 +448,13 @@ consteval auto remat(Body body, X) {
 /// the gradient of x and of each stacked variable.
 template <std::int64_t N, class Hold, class Body, class Carry, class... Params>
 struct grad_rule<ops::repeat<N, Hold, Body, Carry, Params...>> {
-  using seed_ph = expr<ops::placeholder<detail::upstream_name, typename Carry::value_type,
-                                        typename Carry::shape_type>>;
-  using grads_t = decltype(typeflow::grad(Body{}, Carry{}, Params{}..., typeflow::seed(seed_ph{})));
-  template <class G>
-  struct as_list {
-    using type = type_list<G>;
-  };
-  template <class... G>
-  struct as_list<gradients<G...>> {
-    using type = type_list<G...>;
-  };
+  using seed_ph = detail::repeat_seed_t<Carry>;
+  using grads_list = typename detail::body_grads<Body, seed_ph, Carry, Params...>::type;
   template <std::size_t S, class Y, class G, class X, class... St>
   static consteval auto vjp(Y, G, X x, St...) {
-    using vjp_node = decltype(make_node<ops::repeat_vjp<N, Hold, Body, Carry, seed_ph,
-                                                        typename as_list<grads_t>::type, Params...>,
-                                        G, X, St...>());
+    using vjp_node =
+        decltype(make_node<ops::repeat_vjp<N, Hold, Body, Carry, seed_ph, grads_list, Params...>, G,
+                           X, St...>());
     return detail::repeat_grad_slice<S, vjp_node, X, St...>(x);
   }
 };
@@ -503,11 +494,9 @@ struct grad_rule<ops::repeat_stored<N, Body, Carry, Keep, Params...>>
     using row = typename detail::last_row_gradient<N, def_t<G>>::type;
     constexpr bool last_row = !std::is_void_v<row>;
     using vjp_node =
-        decltype(make_node<
-                 ops::repeat_stored_vjp<
-                     N, last_row, Body, Carry, typename base::seed_ph,
-                     typename base::template as_list<typename base::grads_t>::type, Params...>,
-                 std::conditional_t<last_row, row, G>, Y, X, St...>());
+        decltype(make_node<ops::repeat_stored_vjp<N, last_row, Body, Carry, typename base::seed_ph,
+                                                  typename base::grads_list, Params...>,
+                           std::conditional_t<last_row, row, G>, Y, X, St...>());
     return detail::repeat_grad_slice<S, vjp_node, X, St...>(x);
   }
 };

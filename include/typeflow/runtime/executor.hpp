@@ -290,7 +290,7 @@ public:
   }
 
   template <class P>
-  static constexpr bool runs_scan_gradient = [] {
+  static constexpr bool runs_loop_gradient = [] {
     for (std::string_view op : P::fact.op)
       if (op == "scan_grad" || op == "repeat_stored_grad")
         return true;
@@ -300,7 +300,7 @@ public:
   void begin_run(value* vals, const Feeds&... feeds) {
     st_.stats = run_stats{};
     ++st_.runs;
-    loop_grads_ = runs_scan_gradient<P>;
+    loop_grads_ = runs_loop_gradient<P>;
     if (opts_.log_device_placement)
       log_placement<P>();
     if (tr_.run)
@@ -401,7 +401,7 @@ public:
   /// untraced, with the layer's run salt (random ops draw per layer, and the gradient's
   /// recomputation draws as the forward did).
   /// With `skip`, the steps of the nodes i with skip[i] do not run: their values are bound
-  /// (a scan's kept activations).
+  /// (a loop's kept activations).
   template <class P>
   void run_body(std::vector<value>& v, std::int64_t layer, const bool* skip = nullptr) {
     const auto traced = tr_.run;

@@ -125,7 +125,7 @@ struct loop_interpreter {
     const void* tag = nullptr;
     std::int64_t steps = 0;
     std::size_t per_step = 0;
-    bool taken = false; ///< moved out by a gradient (a second gradient of the scan recomputes)
+    bool taken = false; ///< moved out by a gradient (a second gradient of the loop recomputes)
     std::vector<value> values;
   };
 

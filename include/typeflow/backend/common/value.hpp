@@ -176,7 +176,7 @@ struct rt_value {
   void* data = nullptr;
   rt_dims dims;
   void* variable = nullptr; ///< a variable node's storage record (the session's)
-  /// What a loop keeps beside its value for its gradient (a scan's stored activations,
+  /// What a loop keeps beside its value for its gradient (its kept activations,
   /// runtime/loops.hpp); empty otherwise. Copies of the value share it.
   std::shared_ptr<void> aux;
 };

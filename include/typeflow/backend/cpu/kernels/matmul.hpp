@@ -46,9 +46,9 @@ struct f16_operands {
 
 #if defined(TYPEFLOW_HAS_ONEDNN)
 /// Whether a float32 product with neither operand transposed and at most `blas_rows_max` rows
-/// runs on BLAS instead of oneDNN: where oneDNN runs AVX2 kernels (no AVX-512), which took 1.5 to
-/// 2.5 times OpenBLAS's time on such products on an AMD Zen 3 (an LSTM step's cell, the seed's
-/// local3 forward; bench/README.md, *Small-m and NN products*). Taller products and transposed
+/// runs on BLAS instead of oneDNN: where oneDNN runs AVX2 kernels (no AVX-512), which were slower
+/// than OpenBLAS's on such products (an LSTM step's cell, the seed's local3 forward; the figures,
+/// with the CPU, in bench/README.md, *Small-m and NN products*). Taller products and transposed
 /// operands stay on oneDNN, which was as fast or faster there. Decided per product, not per slab,
 /// so that its bits do not depend on the thread count.
 inline constexpr std::int64_t blas_rows_max = 128;
