@@ -2,9 +2,11 @@
 //
 // typeflow is header-only: by default every function is defined in its header, and a program
 // includes what it uses. The non-template part (checkpoint files, traces and profiles, graph
-// pictures, IDX files, describe_machine) is compiled again in every translation unit that calls
-// it: in examples/mnist/main.cpp about an eighth of g++'s time (bench/README.md, *Figures moved
-// from code comments*).
+// pictures, IDX, TFRecord and Example input, the batcher, describe_machine, and the run time's
+// plain functions: the thread pool, the oneDNN primitive cache and its convolution calls, the
+// buffer pool, feed and result checks, variable records, placement logs) is compiled again in
+// every translation unit that calls it (its share of examples/mnist/main.cpp's compile:
+// bench/README.md, *Figures moved from code comments* and *More of the run time compiled once*).
 //
 // With TYPEFLOW_SEPARATE_COMPILATION defined in every translation unit of a program (a compile
 // definition of the target), those functions are only declared in the headers, and one

@@ -3,6 +3,7 @@
 // is a portable, deterministic function of (seed, epoch), and keeps a few batches queued ahead.
 #pragma once
 
+#include "../core/compiled.hpp"
 #include "../core/error.hpp"
 
 #include <algorithm>
@@ -48,30 +49,7 @@ struct batcher_options {
 class batcher {
 public:
   batcher(std::vector<float> images, std::vector<std::int32_t> labels, std::int64_t example_size,
-          batcher_options opts)
-      : images_(std::move(images)), labels_(std::move(labels)), example_size_(example_size),
-        opts_(std::move(opts)) {
-    if (opts_.batch_size < 1)
-      throw error("batcher: batch_size must be >= 1, got " + std::to_string(opts_.batch_size));
-    if (example_size_ < 1)
-      throw error("batcher: example_size must be >= 1, got " + std::to_string(example_size_));
-    const auto es = static_cast<std::size_t>(example_size_);
-    if (images_.size() % es != 0 || images_.size() / es != labels_.size())
-      throw error("batcher: images has " + std::to_string(images_.size()) +
-                  " floats, expected labels.size() (" + std::to_string(labels_.size()) +
-                  ") x example_size (" + std::to_string(example_size_) + ")");
-    count_ = static_cast<std::int64_t>(labels_.size());
-    if (count_ == 0)
-      throw error("batcher: the dataset is empty, no batch could ever be produced");
-    if (opts_.drop_last && count_ < opts_.batch_size)
-      throw error("batcher: drop_last with " + std::to_string(count_) +
-                  " examples and batch_size " + std::to_string(opts_.batch_size) +
-                  ": no batch could ever be produced");
-    batches_per_epoch_ = opts_.drop_last ? count_ / opts_.batch_size
-                                         : (count_ + opts_.batch_size - 1) / opts_.batch_size;
-    capacity_ = opts_.prefetch == 0 ? 1 : opts_.prefetch;
-    worker_ = std::thread([this] { run(); }); // last: everything it reads is set up
-  }
+          batcher_options opts);
 
   batcher(const batcher&) = delete;
   batcher& operator=(const batcher&) = delete;
@@ -92,17 +70,7 @@ public:
 
   /// The next batch (blocks until the background thread has produced it). Rethrows an
   /// exception thrown on the background thread (after the batches queued before it).
-  batch next() {
-    std::unique_lock<std::mutex> lk(mutex_);
-    not_empty_.wait(lk, [this] { return !queue_.empty() || failure_; });
-    if (queue_.empty())
-      std::rethrow_exception(failure_);
-    batch b = std::move(queue_.front());
-    queue_.pop_front();
-    lk.unlock();
-    not_full_.notify_one();
-    return b;
-  }
+  batch next();
 
   /// The order in which epoch `epoch` visits the examples of a dataset of `count` examples with
   /// `seed`: Fisher-Yates driven by std::mt19937_64 seeded (through std::seed_seq) from seed and
@@ -117,80 +85,12 @@ public:
 
 private:
   static void fill_permutation(std::vector<std::int64_t>& perm, std::uint64_t seed,
-                               std::int64_t epoch) {
-    for (std::size_t i = 0; i < perm.size(); ++i)
-      perm[i] = static_cast<std::int64_t>(i);
-    const auto e = static_cast<std::uint64_t>(epoch);
-    std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
-                      static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(e >> 32)};
-    std::mt19937_64 gen(seq);
-    for (std::size_t i = perm.size(); i > 1; --i) {
-      const std::uint64_t bound = i; // draw j uniformly in [0, i)
-      const std::uint64_t threshold = (0 - bound) % bound;
-      std::uint64_t r = gen();
-      while (r < threshold)
-        r = gen();
-      std::swap(perm[i - 1], perm[static_cast<std::size_t>(r % bound)]);
-    }
-  }
+                               std::int64_t epoch);
 
   batch make_batch(const std::vector<std::int64_t>& order, std::int64_t epoch,
-                   std::int64_t index) const {
-    const std::int64_t begin = index * opts_.batch_size;
-    const std::int64_t end = std::min(begin + opts_.batch_size, count_);
-    const auto es = static_cast<std::size_t>(example_size_);
-    batch b;
-    b.size = end - begin;
-    b.epoch = epoch;
-    b.index_in_epoch = index;
-    b.images.resize(static_cast<std::size_t>(b.size) * es);
-    b.labels.resize(static_cast<std::size_t>(b.size));
-    for (std::int64_t k = 0; k < b.size; ++k) {
-      const auto src = static_cast<std::size_t>(order[static_cast<std::size_t>(begin + k)]);
-      const auto dst = static_cast<std::size_t>(k);
-      std::copy_n(images_.begin() + static_cast<std::ptrdiff_t>(src * es), es,
-                  b.images.begin() + static_cast<std::ptrdiff_t>(dst * es));
-      b.labels[dst] = labels_[src];
-    }
-    return b;
-  }
+                   std::int64_t index) const;
 
-  void run() noexcept {
-    try {
-      std::vector<std::int64_t> order(static_cast<std::size_t>(count_));
-      for (std::int64_t epoch = 0;; ++epoch) {
-        if (opts_.shuffle)
-          fill_permutation(order, opts_.seed, epoch);
-        else
-          for (std::size_t i = 0; i < order.size(); ++i)
-            order[i] = static_cast<std::int64_t>(i);
-        for (std::int64_t index = 0; index < batches_per_epoch_; ++index) {
-          {
-            std::unique_lock<std::mutex> lk(mutex_);
-            not_full_.wait(lk, [this] { return stop_ || queue_.size() < capacity_; });
-            if (stop_)
-              return;
-          }
-          batch b = make_batch(order, epoch, index);
-          if (opts_.on_batch)
-            opts_.on_batch(b);
-          {
-            std::lock_guard<std::mutex> lk(mutex_);
-            if (stop_)
-              return;
-            queue_.push_back(std::move(b));
-          }
-          not_empty_.notify_one();
-        }
-      }
-    } catch (...) {
-      {
-        std::lock_guard<std::mutex> lk(mutex_);
-        failure_ = std::current_exception();
-      }
-      not_empty_.notify_all();
-    }
-  }
+  void run() noexcept;
 
   const std::vector<float> images_;
   const std::vector<std::int32_t> labels_;
@@ -208,5 +108,128 @@ private:
   std::exception_ptr failure_;
   std::thread worker_;
 };
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL batcher::batcher(std::vector<float> images, std::vector<std::int32_t> labels,
+                               std::int64_t example_size, batcher_options opts)
+    : images_(std::move(images)), labels_(std::move(labels)), example_size_(example_size),
+      opts_(std::move(opts)) {
+  if (opts_.batch_size < 1)
+    throw error("batcher: batch_size must be >= 1, got " + std::to_string(opts_.batch_size));
+  if (example_size_ < 1)
+    throw error("batcher: example_size must be >= 1, got " + std::to_string(example_size_));
+  const auto es = static_cast<std::size_t>(example_size_);
+  if (images_.size() % es != 0 || images_.size() / es != labels_.size())
+    throw error("batcher: images has " + std::to_string(images_.size()) +
+                " floats, expected labels.size() (" + std::to_string(labels_.size()) +
+                ") x example_size (" + std::to_string(example_size_) + ")");
+  count_ = static_cast<std::int64_t>(labels_.size());
+  if (count_ == 0)
+    throw error("batcher: the dataset is empty, no batch could ever be produced");
+  if (opts_.drop_last && count_ < opts_.batch_size)
+    throw error("batcher: drop_last with " + std::to_string(count_) + " examples and batch_size " +
+                std::to_string(opts_.batch_size) + ": no batch could ever be produced");
+  batches_per_epoch_ = opts_.drop_last ? count_ / opts_.batch_size
+                                       : (count_ + opts_.batch_size - 1) / opts_.batch_size;
+  capacity_ = opts_.prefetch == 0 ? 1 : opts_.prefetch;
+  worker_ = std::thread([this] { run(); }); // last: everything it reads is set up
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL batch batcher::next() {
+  std::unique_lock<std::mutex> lk(mutex_);
+  not_empty_.wait(lk, [this] { return !queue_.empty() || failure_; });
+  if (queue_.empty())
+    std::rethrow_exception(failure_);
+  batch b = std::move(queue_.front());
+  queue_.pop_front();
+  lk.unlock();
+  not_full_.notify_one();
+  return b;
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL void batcher::fill_permutation(std::vector<std::int64_t>& perm, std::uint64_t seed,
+                                             std::int64_t epoch) {
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    perm[i] = static_cast<std::int64_t>(i);
+  const auto e = static_cast<std::uint64_t>(epoch);
+  std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
+                    static_cast<std::uint32_t>(e), static_cast<std::uint32_t>(e >> 32)};
+  std::mt19937_64 gen(seq);
+  for (std::size_t i = perm.size(); i > 1; --i) {
+    const std::uint64_t bound = i; // draw j uniformly in [0, i)
+    const std::uint64_t threshold = (0 - bound) % bound;
+    std::uint64_t r = gen();
+    while (r < threshold)
+      r = gen();
+    std::swap(perm[i - 1], perm[static_cast<std::size_t>(r % bound)]);
+  }
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL batch batcher::make_batch(const std::vector<std::int64_t>& order, std::int64_t epoch,
+                                        std::int64_t index) const {
+  const std::int64_t begin = index * opts_.batch_size;
+  const std::int64_t end = std::min(begin + opts_.batch_size, count_);
+  const auto es = static_cast<std::size_t>(example_size_);
+  batch b;
+  b.size = end - begin;
+  b.epoch = epoch;
+  b.index_in_epoch = index;
+  b.images.resize(static_cast<std::size_t>(b.size) * es);
+  b.labels.resize(static_cast<std::size_t>(b.size));
+  for (std::int64_t k = 0; k < b.size; ++k) {
+    const auto src = static_cast<std::size_t>(order[static_cast<std::size_t>(begin + k)]);
+    const auto dst = static_cast<std::size_t>(k);
+    std::copy_n(images_.begin() + static_cast<std::ptrdiff_t>(src * es), es,
+                b.images.begin() + static_cast<std::ptrdiff_t>(dst * es));
+    b.labels[dst] = labels_[src];
+  }
+  return b;
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL void batcher::run() noexcept {
+  try {
+    std::vector<std::int64_t> order(static_cast<std::size_t>(count_));
+    for (std::int64_t epoch = 0;; ++epoch) {
+      if (opts_.shuffle)
+        fill_permutation(order, opts_.seed, epoch);
+      else
+        for (std::size_t i = 0; i < order.size(); ++i)
+          order[i] = static_cast<std::int64_t>(i);
+      for (std::int64_t index = 0; index < batches_per_epoch_; ++index) {
+        {
+          std::unique_lock<std::mutex> lk(mutex_);
+          not_full_.wait(lk, [this] { return stop_ || queue_.size() < capacity_; });
+          if (stop_)
+            return;
+        }
+        batch b = make_batch(order, epoch, index);
+        if (opts_.on_batch)
+          opts_.on_batch(b);
+        {
+          std::lock_guard<std::mutex> lk(mutex_);
+          if (stop_)
+            return;
+          queue_.push_back(std::move(b));
+        }
+        not_empty_.notify_one();
+      }
+    }
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lk(mutex_);
+      failure_ = std::current_exception();
+    }
+    not_empty_.notify_all();
+  }
+}
+#endif
 
 } // namespace typeflow::data

@@ -17,6 +17,7 @@
 //   auto [img, lbl] = io::parse_example<image, label>(record, "record 7 of train.tfrecord");
 #pragma once
 
+#include "../core/compiled.hpp"
 #include "../core/error.hpp"
 #include "../core/fixed_string.hpp"
 #include "../core/shape.hpp"
@@ -160,47 +161,7 @@ public:
   explicit example_view(std::string_view record) { parse(record); }
 
   /// Parses `record`, replacing what was there (the feature vector's capacity is reused).
-  void parse(std::string_view record) {
-    features_.clear();
-    detail::pb_reader ex(record);
-    while (!ex.done()) {
-      const auto [field, wt] = ex.tag("Example");
-      if (field != 1 || wt != 2) {
-        ex.skip(wt, "Example");
-        continue;
-      }
-      detail::pb_reader fs(ex.bytes("Example.features"));
-      while (!fs.done()) {
-        const auto [ff, fwt] = fs.tag("Features");
-        if (ff != 1 || fwt != 2) {
-          fs.skip(fwt, "Features");
-          continue;
-        }
-        feature_view f;
-        detail::pb_reader entry(fs.bytes("a Features.feature entry"));
-        while (!entry.done()) {
-          const auto [ef, ewt] = entry.tag("a Features.feature entry");
-          if (ef == 1 && ewt == 2) {
-            f.name = entry.bytes("a feature name");
-          } else if (ef == 2 && ewt == 2) {
-            detail::pb_reader feat(entry.bytes("a Feature"));
-            while (!feat.done()) {
-              const auto [kf, kwt] = feat.tag("a Feature");
-              if (kf >= 1 && kf <= 3 && kwt == 2) {
-                f.kind = static_cast<feature_kind>(kf);
-                f.list = feat.bytes("a feature list");
-              } else {
-                feat.skip(kwt, "a Feature");
-              }
-            }
-          } else {
-            entry.skip(ewt, "a Features.feature entry");
-          }
-        }
-        add(f);
-      }
-    }
-  }
+  void parse(std::string_view record);
 
   /// The feature called `name`, or nullptr.
   const feature_view* find(std::string_view name) const {
@@ -222,6 +183,50 @@ private:
   }
   std::vector<feature_view> features_;
 };
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL void example_view::parse(std::string_view record) {
+  features_.clear();
+  detail::pb_reader ex(record);
+  while (!ex.done()) {
+    const auto [field, wt] = ex.tag("Example");
+    if (field != 1 || wt != 2) {
+      ex.skip(wt, "Example");
+      continue;
+    }
+    detail::pb_reader fs(ex.bytes("Example.features"));
+    while (!fs.done()) {
+      const auto [ff, fwt] = fs.tag("Features");
+      if (ff != 1 || fwt != 2) {
+        fs.skip(fwt, "Features");
+        continue;
+      }
+      feature_view f;
+      detail::pb_reader entry(fs.bytes("a Features.feature entry"));
+      while (!entry.done()) {
+        const auto [ef, ewt] = entry.tag("a Features.feature entry");
+        if (ef == 1 && ewt == 2) {
+          f.name = entry.bytes("a feature name");
+        } else if (ef == 2 && ewt == 2) {
+          detail::pb_reader feat(entry.bytes("a Feature"));
+          while (!feat.done()) {
+            const auto [kf, kwt] = feat.tag("a Feature");
+            if (kf >= 1 && kf <= 3 && kwt == 2) {
+              f.kind = static_cast<feature_kind>(kf);
+              f.list = feat.bytes("a feature list");
+            } else {
+              feat.skip(kwt, "a Feature");
+            }
+          }
+        } else {
+          entry.skip(ewt, "a Features.feature entry");
+        }
+      }
+      add(f);
+    }
+  }
+}
+#endif
 
 /// Calls f(std::string_view) for each value of a BytesList.
 template <class F>
@@ -395,7 +400,9 @@ namespace detail {
 }
 
 /// what() of a typeflow::error without its "typeflow: example: " prefix.
-inline std::string bare(const error& e) {
+TYPEFLOW_DECL std::string bare(const error& e)
+#if TYPEFLOW_BODIES
+{
   std::string w = e.what();
   for (std::string_view p :
        {std::string_view("typeflow: example: "), std::string_view("typeflow: ")})
@@ -403,6 +410,9 @@ inline std::string bare(const error& e) {
       return w.erase(0, p.size());
   return w;
 }
+#else
+    ;
+#endif
 
 /// Runs f, which decodes feature `name`'s list, naming the record and the feature on failure.
 template <class F>

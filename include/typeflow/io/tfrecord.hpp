@@ -12,6 +12,7 @@
 // file, the record number and the byte offset.
 #pragma once
 
+#include "../core/compiled.hpp"
 #include "../core/error.hpp"
 
 #include <algorithm>
@@ -357,41 +358,7 @@ public:
 
   /// The next record into `out` (its capacity is reused); false at the end of the file. A
   /// record cut short, a corrupt length or a CRC mismatch throws typeflow::error.
-  bool next(std::string& out) {
-    unsigned char head[12];
-    const std::uint64_t at = src_.offset();
-    const std::size_t got = src_.read(head, sizeof head);
-    if (got == 0)
-      return false;
-    if (got < sizeof head)
-      fail(at, "truncated record header: " + std::to_string(got) + " of 12 bytes");
-    const std::uint64_t len = detail::load_le64(head);
-    if (mask_crc(crc32c(head, 8)) != detail::load_le32(head + 8))
-      fail(at, "corrupt length (CRC mismatch of the length field)");
-    if (!src_.compressed() && (len > src_.remaining() || src_.remaining() - len < 4))
-      fail(at, "truncated record: length " + std::to_string(len) + " needs " + std::to_string(len) +
-                   " + 4 bytes, but " + std::to_string(src_.remaining()) + " follow the header");
-    // Grow as the data arrives: a corrupt length in a compressed stream allocates no more than
-    // the stream really holds.
-    out.clear();
-    constexpr std::uint64_t step = std::uint64_t{1} << 24;
-    while (out.size() < len) {
-      const std::size_t have = out.size();
-      const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(len - have, step));
-      out.resize(have + want);
-      const std::size_t r = src_.read(out.data() + have, want);
-      if (r < want)
-        fail(at, "truncated record: " + std::to_string(have + r) + " of " + std::to_string(len) +
-                     " data bytes");
-    }
-    unsigned char tail[4];
-    if (src_.read(tail, 4) < 4)
-      fail(at, "truncated record: the data CRC is missing");
-    if (mask_crc(crc32c(out.data(), out.size())) != detail::load_le32(tail))
-      fail(at, "corrupt data (CRC mismatch of " + std::to_string(len) + " bytes)");
-    ++records_;
-    return true;
-  }
+  bool next(std::string& out);
   /// Records read so far.
   std::uint64_t records() const { return records_; }
   const std::string& path() const { return src_.path(); }
@@ -406,6 +373,44 @@ private:
   detail::tfrecord_source src_;
   std::uint64_t records_ = 0;
 };
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL bool tfrecord_reader::next(std::string& out) {
+  unsigned char head[12];
+  const std::uint64_t at = src_.offset();
+  const std::size_t got = src_.read(head, sizeof head);
+  if (got == 0)
+    return false;
+  if (got < sizeof head)
+    fail(at, "truncated record header: " + std::to_string(got) + " of 12 bytes");
+  const std::uint64_t len = detail::load_le64(head);
+  if (mask_crc(crc32c(head, 8)) != detail::load_le32(head + 8))
+    fail(at, "corrupt length (CRC mismatch of the length field)");
+  if (!src_.compressed() && (len > src_.remaining() || src_.remaining() - len < 4))
+    fail(at, "truncated record: length " + std::to_string(len) + " needs " + std::to_string(len) +
+                 " + 4 bytes, but " + std::to_string(src_.remaining()) + " follow the header");
+  // Grow as the data arrives: a corrupt length in a compressed stream allocates no more than
+  // the stream really holds.
+  out.clear();
+  constexpr std::uint64_t step = std::uint64_t{1} << 24;
+  while (out.size() < len) {
+    const std::size_t have = out.size();
+    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(len - have, step));
+    out.resize(have + want);
+    const std::size_t r = src_.read(out.data() + have, want);
+    if (r < want)
+      fail(at, "truncated record: " + std::to_string(have + r) + " of " + std::to_string(len) +
+                   " data bytes");
+  }
+  unsigned char tail[4];
+  if (src_.read(tail, 4) < 4)
+    fail(at, "truncated record: the data CRC is missing");
+  if (mask_crc(crc32c(out.data(), out.size())) != detail::load_le32(tail))
+    fail(at, "corrupt data (CRC mismatch of " + std::to_string(len) + " bytes)");
+  ++records_;
+  return true;
+}
+#endif
 
 /// Writes records as tf.io.TFRecordWriter does. close() (or the destructor) finishes the
 /// compressed stream and flushes; close() reports errors, the destructor cannot.

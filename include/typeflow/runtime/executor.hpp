@@ -33,6 +33,7 @@
 #include "../backend/cpu/loops.hpp"
 #include "../backend/cuda/kernels.hpp"
 #include "../compile/plan.hpp"
+#include "../core/compiled.hpp"
 #include "../device/device.hpp"
 #include "../device/replication.hpp"
 #include "../ops/layout.hpp"
@@ -61,21 +62,27 @@ namespace detail {
 using node_name_fn = const std::string& (*)(std::size_t);
 
 /// Throws the error of a step whose shape rule rejected its operands' extents.
-[[gnu::cold, gnu::noinline]] inline void
+[[gnu::cold, gnu::noinline]] TYPEFLOW_DECL void
 shape_rule_failed(std::string_view op, std::string_view why, const backend::rt_dims* const* dims,
-                  const std::size_t* refs, std::size_t count, std::size_t self, node_name_fn name) {
+                  const std::size_t* refs, std::size_t count, std::size_t self, node_name_fn name)
+#if TYPEFLOW_BODIES
+{
   std::string shapes;
   for (std::size_t k = 0; k < count; ++k)
     shapes += (k ? " x " : "") + dims[refs[k]]->str();
   throw error(std::string(op) + ": " + std::string(why) + ": " + shapes + " (in " + name(self) +
               ")");
 }
+#else
+    ;
+#endif
 
 /// A step's result must be countable, addressable and, on the host, fit in the machine's memory.
-[[gnu::noinline]] inline void check_result_size(const backend::rt_dims& d, std::size_t elem_bytes,
-                                                bool on_host, std::string_view op,
-                                                std::string_view dtype, std::size_t self,
-                                                node_name_fn name) {
+[[gnu::noinline]] TYPEFLOW_DECL void
+check_result_size(const backend::rt_dims& d, std::size_t elem_bytes, bool on_host,
+                  std::string_view op, std::string_view dtype, std::size_t self, node_name_fn name)
+#if TYPEFLOW_BODIES
+{
   if (!d.valid(elem_bytes))
     throw error(std::string(op) + ": result of shape " + d.str() + " has more " +
                 std::string(dtype) + " elements than can be addressed (in " + name(self) + ")");
@@ -88,6 +95,9 @@ shape_rule_failed(std::string_view op, std::string_view why, const backend::rt_d
                   name(self) + ")");
   }
 }
+#else
+    ;
+#endif
 
 /// What a placeholder expects of its feed: its name, static extents (dyn for the batch), and its
 /// dtype's size, alignment and name.
@@ -107,8 +117,11 @@ struct feed_batch {
 };
 /// Checks one feed (extents `fed`, data at `data`) against its placeholder, the batch extent
 /// against the feeds checked before it: one function for every feed of every run.
-[[gnu::noinline]] inline void check_feed(const feed_expectation& e, const backend::rt_dims& fed,
-                                         const void* data, feed_batch& batch) {
+[[gnu::noinline]] TYPEFLOW_DECL void check_feed(const feed_expectation& e,
+                                                const backend::rt_dims& fed, const void* data,
+                                                feed_batch& batch)
+#if TYPEFLOW_BODIES
+{
   const auto fail = [&](const std::string& why) {
     throw error("feed: placeholder \"" + std::string(e.name) + "\" expects " +
                 dims_string(e.dims, e.dims + e.rank) + ", fed " + fed.str() + why);
@@ -139,6 +152,9 @@ struct feed_batch {
     fail(" (data not aligned to " + std::to_string(e.align) + " bytes for " + std::string(e.dtype) +
          ")");
 }
+#else
+    ;
+#endif
 /// What placeholder Ph expects of its feed.
 template <class Ph>
 inline constexpr feed_expectation feed_expectation_of{Ph::op::name,
@@ -149,13 +165,17 @@ inline constexpr feed_expectation feed_expectation_of{Ph::op::name,
                                                       dtype_name<typename Ph::value_type>};
 
 /// check_numerics' error: element e of node `self` (extents d) is not finite.
-[[gnu::cold, gnu::noinline]] inline void not_finite(double x, std::int64_t e,
-                                                    const backend::rt_dims& d, std::size_t self,
-                                                    node_name_fn name) {
+[[gnu::cold, gnu::noinline]] TYPEFLOW_DECL void
+not_finite(double x, std::int64_t e, const backend::rt_dims& d, std::size_t self, node_name_fn name)
+#if TYPEFLOW_BODIES
+{
   throw error("check_numerics: " + name(self) + " has " +
               (std::isnan(x) ? std::string("NaN") : std::string("Inf")) + " at element " +
               std::to_string(e) + " of " + d.str() + " (nothing was committed)");
 }
+#else
+    ;
+#endif
 
 template <class F>
 struct fetch_value_type {

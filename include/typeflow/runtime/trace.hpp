@@ -23,6 +23,7 @@
 
 #include "../backend/cpu/simd.hpp"
 #include "../compile/plan.hpp"
+#include "../core/compiled.hpp"
 #include "../device/device.hpp"
 
 namespace typeflow {
@@ -37,7 +38,9 @@ struct trace_plan {
 namespace detail {
 /// The names of a plan's steps for traces (see trace_plan). Strings are built by appending only:
 /// g++ 12 warns falsely (-Wrestrict, bug 105329) on `"literal" + std::string` at -O2.
-inline trace_plan make_trace_plan(const compile::plan_view& v) {
+TYPEFLOW_DECL trace_plan make_trace_plan(const compile::plan_view& v)
+#if TYPEFLOW_BODIES
+{
   trace_plan t;
   auto members = [&](std::size_t r) {
     std::string m;
@@ -98,6 +101,9 @@ inline trace_plan make_trace_plan(const compile::plan_view& v) {
   }
   return t;
 }
+#else
+    ;
+#endif
 
 /// Held while a session writes its placement log (sessions on several threads, a replicated
 /// session's towers among them, may write into one stream).
@@ -110,7 +116,9 @@ inline std::mutex& placement_log_mutex() {
 /// /job:localhost/replica:0/task:0/device:CPU:0`, and each transfer's send and receive. A node
 /// is named by `own[node]` where given (a CPU tower running tower 0's plan names its own plan's
 /// devices, which differ from tower 0's only in which CPU).
-inline std::string placement_log(const compile::plan_view& v, const device_id* own = nullptr) {
+TYPEFLOW_DECL std::string placement_log(const compile::plan_view& v, const device_id* own = nullptr)
+#if TYPEFLOW_BODIES
+{
   const auto node_device = [&](std::size_t i) { return (own ? own[i] : v.device[i]).name(); };
   std::string out;
   for (std::size_t i = 0; i < v.size; ++i) {
@@ -138,6 +146,9 @@ inline std::string placement_log(const compile::plan_view& v, const device_id* o
   }
   return out;
 }
+#else
+    ;
+#endif
 } // namespace detail
 
 /// One recorded event.
@@ -302,7 +313,9 @@ double timed_parallel(int n, F f) {
 } // namespace detail
 
 /// Measures the roofs (about a quarter of a second); 0 threads: one per hardware thread.
-inline roofline measure_roofline(int threads = 0) {
+TYPEFLOW_DECL roofline measure_roofline(int threads = 0)
+#if TYPEFLOW_BODIES
+{
   roofline r;
   r.threads =
       threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -337,5 +350,8 @@ inline roofline measure_roofline(int threads = 0) {
   (void)keep;
   return r;
 }
+#else
+    ;
+#endif
 
 } // namespace typeflow

@@ -14,6 +14,7 @@
 
 #include "../backend/common/backend.hpp"
 #include "../backend/common/value.hpp"
+#include "../core/compiled.hpp"
 #include "../core/error.hpp"
 #include "../core/shape.hpp"
 #include "../core/tensor.hpp"
@@ -124,38 +125,9 @@ private:
 
   /// The record of the variable `name` (dtype, extents), created with `init` on first use; the
   /// part of record<V> that does not depend on V.
-  [[gnu::noinline]] record_type& record_of(std::string_view name, std::string_view dtype,
-                                           const std::int64_t* dims, std::size_t rank,
-                                           std::size_t elem_bytes,
-                                           void (*init)(const variable_set&, void*)) {
-    auto it = store_->find(name);
-    // Loops, not std::equal (see write): a rank-0 variable's `dims` is null.
-    const auto same_dims = [&](const std::vector<std::int64_t>& have) {
-      bool same = have.size() == rank;
-      for (std::size_t k = 0; same && k < rank; ++k)
-        same = have[k] == dims[k];
-      return same;
-    };
-    if (it == store_->end()) {
-      std::int64_t n = 1;
-      for (std::size_t k = 0; k < rank; ++k)
-        n *= dims[k];
-      const std::size_t bytes = elem_bytes * static_cast<std::size_t>(n);
-      record_type rec;
-      rec.dtype = dtype;
-      rec.dims.assign(dims, dims + rank);
-      rec.data.reset(detail::aligned_bytes(bytes));
-      rec.bytes = bytes;
-      init(*this, rec.data.get());
-      it = store_->emplace(std::string(name), std::move(rec)).first;
-    } else if (it->second.dtype != dtype || !same_dims(it->second.dims)) {
-      throw error("variable \"" + std::string(name) + "\" exists as " +
-                  std::string(it->second.dtype) + " " + dims_string(it->second.dims) +
-                  " but this graph declares it " + std::string(dtype) + " " +
-                  dims_string(dims, dims + rank));
-    }
-    return it->second;
-  }
+  record_type& record_of(std::string_view name, std::string_view dtype, const std::int64_t* dims,
+                         std::size_t rank, std::size_t elem_bytes,
+                         void (*init)(const variable_set&, void*));
 
   // One function per variable op (nullptr for other nodes), in tables over a graph's nodes.
   template <bool IsVariable, class Op>
@@ -195,5 +167,40 @@ private:
   std::uint64_t seed_;
   std::shared_ptr<backend::variable_store> store_;
 };
+
+#if TYPEFLOW_BODIES
+[[gnu::noinline]] TYPEFLOW_DECL variable_set::record_type&
+variable_set::record_of(std::string_view name, std::string_view dtype, const std::int64_t* dims,
+                        std::size_t rank, std::size_t elem_bytes,
+                        void (*init)(const variable_set&, void*)) {
+  auto it = store_->find(name);
+  // Loops, not std::equal (see write): a rank-0 variable's `dims` is null.
+  const auto same_dims = [&](const std::vector<std::int64_t>& have) {
+    bool same = have.size() == rank;
+    for (std::size_t k = 0; same && k < rank; ++k)
+      same = have[k] == dims[k];
+    return same;
+  };
+  if (it == store_->end()) {
+    std::int64_t n = 1;
+    for (std::size_t k = 0; k < rank; ++k)
+      n *= dims[k];
+    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(n);
+    record_type rec;
+    rec.dtype = dtype;
+    rec.dims.assign(dims, dims + rank);
+    rec.data.reset(detail::aligned_bytes(bytes));
+    rec.bytes = bytes;
+    init(*this, rec.data.get());
+    it = store_->emplace(std::string(name), std::move(rec)).first;
+  } else if (it->second.dtype != dtype || !same_dims(it->second.dims)) {
+    throw error("variable \"" + std::string(name) + "\" exists as " +
+                std::string(it->second.dtype) + " " + dims_string(it->second.dims) +
+                " but this graph declares it " + std::string(dtype) + " " +
+                dims_string(dims, dims + rank));
+  }
+  return it->second;
+}
+#endif
 
 } // namespace typeflow

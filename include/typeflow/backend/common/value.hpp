@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include "../../core/compiled.hpp"
 #include "../../core/error.hpp"
 #include "../../core/shape.hpp"
 #include "../../core/tensor.hpp"
@@ -224,26 +225,7 @@ public:
       for (void* p : list)
         std::free(p);
   }
-  std::shared_ptr<void> acquire(std::size_t bytes, run_stats& stats) {
-    bytes = round(bytes);
-    void* p = nullptr;
-    {
-      std::lock_guard lock(mu_);
-      auto it = free_.find(bytes);
-      if (it != free_.end() && !it->second.empty()) {
-        p = it->second.back();
-        it->second.pop_back();
-        ++stats.buffers_reused;
-      }
-      live_ += bytes;
-      stats.peak_bytes = std::max(stats.peak_bytes, live_);
-    }
-    if (!p) {
-      p = detail::aligned_bytes(bytes);
-      ++stats.buffers_allocated;
-    }
-    return {p, returner{weak_from_this(), bytes}};
-  }
+  std::shared_ptr<void> acquire(std::size_t bytes, run_stats& stats);
 
   /// Whether `owner` holds a buffer of a pool with exactly `holders` holders.
   static bool pool_buffer_held_by(const std::shared_ptr<void>& owner, long holders) {
@@ -257,26 +239,7 @@ public:
   /// and changes nothing. `owner` is empty afterwards.
   static bool adopt(std::shared_ptr<void>& owner,
                     std::unique_ptr<void, detail::aligned_free>& storage,
-                    std::size_t storage_bytes) {
-    auto* d = std::get_deleter<returner>(owner);
-    if (!d || owner.use_count() != 1 || !storage || d->bytes != round(storage_bytes))
-      return false;
-    auto pool = d->pool.lock();
-    if (!pool)
-      return false;
-    std::lock_guard lock(pool->mu_);
-    const std::size_t bytes = d->bytes; // d dies with owner's control block below
-    auto& list = pool->free_[bytes];
-    list.reserve(list.size() + 1); // the only step that can throw: before anything changes
-    d->kept = true;
-    void* buffer = owner.get();
-    owner.reset();
-    list.push_back(storage.release());
-    storage.reset(buffer);
-    // The buffer left the pool's live set; the old storage is free.
-    pool->live_ -= std::min(pool->live_, bytes);
-    return true;
-  }
+                    std::size_t storage_bytes);
   void reset_live() {
     std::lock_guard lock(mu_);
     live_ = 0;
@@ -311,5 +274,53 @@ private:
   std::map<std::size_t, std::vector<void*>> free_;
   std::size_t live_ = 0;
 };
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL std::shared_ptr<void> buffer_pool::acquire(std::size_t bytes, run_stats& stats) {
+  bytes = round(bytes);
+  void* p = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    auto it = free_.find(bytes);
+    if (it != free_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      ++stats.buffers_reused;
+    }
+    live_ += bytes;
+    stats.peak_bytes = std::max(stats.peak_bytes, live_);
+  }
+  if (!p) {
+    p = detail::aligned_bytes(bytes);
+    ++stats.buffers_allocated;
+  }
+  return {p, returner{weak_from_this(), bytes}};
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL bool buffer_pool::adopt(std::shared_ptr<void>& owner,
+                                      std::unique_ptr<void, detail::aligned_free>& storage,
+                                      std::size_t storage_bytes) {
+  auto* d = std::get_deleter<returner>(owner);
+  if (!d || owner.use_count() != 1 || !storage || d->bytes != round(storage_bytes))
+    return false;
+  auto pool = d->pool.lock();
+  if (!pool)
+    return false;
+  std::lock_guard lock(pool->mu_);
+  const std::size_t bytes = d->bytes; // d dies with owner's control block below
+  auto& list = pool->free_[bytes];
+  list.reserve(list.size() + 1); // the only step that can throw: before anything changes
+  d->kept = true;
+  void* buffer = owner.get();
+  owner.reset();
+  list.push_back(storage.release());
+  storage.reset(buffer);
+  // The buffer left the pool's live set; the old storage is free.
+  pool->live_ -= std::min(pool->live_, bytes);
+  return true;
+}
+#endif
 
 } // namespace typeflow::backend

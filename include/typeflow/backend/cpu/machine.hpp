@@ -25,28 +25,32 @@ struct machine_info {
   std::vector<std::string> warnings; ///< engines running below what the CPU can do
 
   /// One line: "CPU ...; fused loops ...; oneDNN ...; BLAS ...", then one line per warning.
-  std::string str() const {
-    std::string s = "machine: " + cpu;
-    if (!features.empty()) {
-      s += " (";
-      for (std::size_t i = 0; i < features.size(); ++i)
-        s += (i ? " " : "") + features[i];
-      s += ")";
-    }
-    s += "; fused loops: " + fused_isa;
-    s += "; convolutions and float32 matmul: " +
-         (onednn_isa.empty() ? std::string("im2col + BLAS (no oneDNN)") : "oneDNN " + onednn_isa);
-    if (!onednn_isa.empty())
-      s += bf16_products ? "; bfloat16 products: native"
-                         : "; bfloat16 products: not native (precision::bfloat16 computes in "
-                           "float32)";
-    if (!blas.empty())
-      s += "; BLAS (float64): " + blas;
-    for (const auto& w : warnings)
-      s += "\nwarning: " + w;
-    return s;
-  }
+  std::string str() const;
 };
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL std::string machine_info::str() const {
+  std::string s = "machine: " + cpu;
+  if (!features.empty()) {
+    s += " (";
+    for (std::size_t i = 0; i < features.size(); ++i)
+      s += (i ? " " : "") + features[i];
+    s += ")";
+  }
+  s += "; fused loops: " + fused_isa;
+  s += "; convolutions and float32 matmul: " +
+       (onednn_isa.empty() ? std::string("im2col + BLAS (no oneDNN)") : "oneDNN " + onednn_isa);
+  if (!onednn_isa.empty())
+    s += bf16_products ? "; bfloat16 products: native"
+                       : "; bfloat16 products: not native (precision::bfloat16 computes in "
+                         "float32)";
+  if (!blas.empty())
+    s += "; BLAS (float64): " + blas;
+  for (const auto& w : warnings)
+    s += "\nwarning: " + w;
+  return s;
+}
+#endif
 
 namespace detail {
 

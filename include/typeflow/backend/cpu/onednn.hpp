@@ -27,6 +27,7 @@
 #include <new>
 #include <string>
 
+#include "../../core/compiled.hpp"
 #include "../../core/error.hpp"
 #include "nn.hpp"
 
@@ -120,7 +121,9 @@ inline std::size_t bytes(const md& d) {
 }
 
 /// oneDNN's name for the ISA its kernels use on this CPU (e.g. "avx512_core_bf16").
-inline std::string isa_name() {
+TYPEFLOW_DECL std::string isa_name()
+#if TYPEFLOW_BODIES
+{
   switch (dnnl_get_effective_cpu_isa()) {
   case dnnl_cpu_isa_sse41:
     return "sse41";
@@ -145,6 +148,9 @@ inline std::string isa_name() {
     return "generic";
   }
 }
+#else
+    ;
+#endif
 
 /// A primitive descriptor, owned.
 struct pd_handle {
@@ -209,16 +215,23 @@ inline void team_of_one() {
   omp_set_num_threads(1);
 }
 
-inline std::unique_ptr<primitive> make(const pd_handle& pd, const char* what) {
+TYPEFLOW_DECL std::unique_ptr<primitive> make(const pd_handle& pd, const char* what)
+#if TYPEFLOW_BODIES
+{
   team_of_one();
   auto r = std::make_unique<primitive>();
   check(dnnl_primitive_create(&r->p, pd.pd), what);
   r->scratch = bytes(*dnnl_primitive_desc_query_md(pd.pd, dnnl_query_scratchpad_md, 0));
   return r;
 }
+#else
+    ;
+#endif
 
 /// A reorder from layout `from` to `to`.
-inline std::unique_ptr<primitive> make_reorder(const md& from, const md& to) {
+TYPEFLOW_DECL std::unique_ptr<primitive> make_reorder(const md& from, const md& to)
+#if TYPEFLOW_BODIES
+{
   dnnl_primitive_desc_t pd = nullptr;
   team_of_one();
   check(dnnl_reorder_primitive_desc_create(&pd, &from, engine(), &to, engine(), nullptr),
@@ -226,6 +239,9 @@ inline std::unique_ptr<primitive> make_reorder(const md& from, const md& to) {
   pd_handle h(pd);
   return make(h, "a reorder");
 }
+#else
+    ;
+#endif
 
 /// The calling thread's scratchpad, at least `n` bytes long, 64-byte aligned and padded by a
 /// cache line: oneDNN 2.7's JIT convolutions store 8 bytes at a time into a scratchpad whose
@@ -254,7 +270,9 @@ struct arg {
 
 /// Runs `p` on the calling thread (an OpenMP team of one: the session's pool owns the cores,
 /// so oneDNN never starts threads of its own), with a thread-local scratchpad.
-inline void execute(const primitive& p, std::initializer_list<arg> args) {
+TYPEFLOW_DECL void execute(const primitive& p, std::initializer_list<arg> args)
+#if TYPEFLOW_BODIES
+{
   team_of_one();
   std::array<dnnl_exec_arg_t, 8> a{};
   std::array<md, 1> scratch_md{};
@@ -282,6 +300,9 @@ inline void execute(const primitive& p, std::initializer_list<arg> args) {
   check(dnnl_primitive_execute(p.p, stream(), n, a.data()), "executing a primitive");
   check(dnnl_stream_wait(stream()), "waiting for a stream");
 }
+#else
+    ;
+#endif
 
 /// A convolution's primitives for one geometry (batch slab included); the forward ones by
 /// epilogue.
@@ -318,80 +339,11 @@ public:
   }
 
   const onednn::primitive& conv_forward(const window2d& g,
-                                        onednn::epilogue epi = onednn::epilogue::none) {
-    std::lock_guard lock(mu_);
-    auto& e = conv_locked(g);
-    auto& slot = e.fwd[static_cast<int>(epi)];
-    if (!slot) {
-      onednn::pd_handle own;
-      const onednn::pd_handle* pd = &e.fwd_pd;
-      if (epi != onednn::epilogue::none) {
-        // The same convolution with a bias operand (and relu after it).
-        dnnl_convolution_desc_t d;
-        const onednn::md w = any_filter(g);
-        dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
-        onednn::padding_r(g, pr);
-        onednn::check(dnnl_dilated_convolution_forward_desc_init(
-                          &d, dnnl_forward_training, dnnl_convolution_direct, &e.src_in, &w,
-                          &e.bias, &e.dst, st, dil, pl, pr),
-                      "a convolution with a bias");
-        own.pd = create_pd(&d, nullptr, epi);
-        pd = &own;
-      }
-      auto p = onednn::make(*pd, "a convolution");
-      p->w = *dnnl_primitive_desc_query_md(pd->pd, dnnl_query_weights_md, 0);
-      if (!onednn::equal(p->w, e.hwio))
-        p->reorder = onednn::make_reorder(e.hwio, p->w);
-      slot = std::move(p);
-      ++primitives_;
-    }
-    return *slot;
-  }
+                                        onednn::epilogue epi = onednn::epilogue::none);
 
-  const onednn::primitive& conv_backward_data(const window2d& g) {
-    std::lock_guard lock(mu_);
-    auto& e = conv_locked(g);
-    if (!e.bwd_data) {
-      dnnl_convolution_desc_t d;
-      const onednn::md w = any_filter(g);
-      dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
-      onednn::padding_r(g, pr);
-      onednn::check(dnnl_dilated_convolution_backward_data_desc_init(
-                        &d, dnnl_convolution_direct, &e.src, &w, &e.dst_in, st, dil, pl, pr),
-                    "a convolution's input gradient");
-      onednn::pd_handle pd(create_pd(&d, e.fwd_pd.pd));
-      auto p = onednn::make(pd, "a convolution's input gradient");
-      p->w = *dnnl_primitive_desc_query_md(pd.pd, dnnl_query_weights_md, 0);
-      if (!onednn::equal(p->w, e.hwio))
-        p->reorder = onednn::make_reorder(e.hwio, p->w);
-      e.bwd_data = std::move(p);
-      ++primitives_;
-    }
-    return *e.bwd_data;
-  }
+  const onednn::primitive& conv_backward_data(const window2d& g);
 
-  const onednn::primitive& conv_backward_weights(const window2d& g) {
-    std::lock_guard lock(mu_);
-    auto& e = conv_locked(g);
-    if (!e.bwd_weights) {
-      dnnl_convolution_desc_t d;
-      const onednn::md wg = any_filter(g, dnnl_f32); // the filter gradient: float32
-      dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
-      onednn::padding_r(g, pr);
-      onednn::check(dnnl_dilated_convolution_backward_weights_desc_init(&d, dnnl_convolution_direct,
-                                                                        &e.src_in, &wg, nullptr,
-                                                                        &e.dst_in, st, dil, pl, pr),
-                    "a convolution's filter gradient");
-      onednn::pd_handle pd(create_pd(&d, e.fwd_pd.pd));
-      auto p = onednn::make(pd, "a convolution's filter gradient");
-      p->w = *dnnl_primitive_desc_query_md(pd.pd, dnnl_query_diff_weights_md, 0);
-      if (!onednn::equal(p->w, e.hwio))
-        p->reorder = onednn::make_reorder(p->w, e.hwio);
-      e.bwd_weights = std::move(p);
-      ++primitives_;
-    }
-    return *e.bwd_weights;
-  }
+  const onednn::primitive& conv_backward_weights(const window2d& g);
 
   /// C[m,n] = op(A) op(B) with row strides lda, ldb, ldc (A stored [k,m] when ta, B stored
   /// [n,k] when tb); `descs` receives A's, B's and C's layouts.
@@ -399,26 +351,7 @@ public:
   const onednn::primitive& matmul(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::int64_t lda, std::int64_t ldb, std::int64_t ldc,
                                   std::array<onednn::md, 4>& descs,
-                                  onednn::epilogue epi = onednn::epilogue::none) {
-    const dnnl_data_type_t in = bf16_ ? dnnl_bf16 : dnnl_f32;
-    descs = {ta ? onednn::strided(m, k, 1, lda, in) : onednn::strided(m, k, lda, 1, in),
-             tb ? onednn::strided(k, n, 1, ldb, in) : onednn::strided(k, n, ldb, 1, in),
-             onednn::strided(m, n, ldc, 1), onednn::strided(1, n, n, 1)};
-    std::lock_guard lock(mu_);
-    const matmul_key key{ta, tb, m, n, k, lda, ldb, ldc, static_cast<std::int64_t>(epi)};
-    auto it = matmuls_.find(key);
-    if (it != matmuls_.end())
-      return *it->second;
-    dnnl_matmul_desc_t d;
-    onednn::check(dnnl_matmul_desc_init(&d, &descs[0], &descs[1],
-                                        epi == onednn::epilogue::none ? nullptr : &descs[3],
-                                        &descs[2]),
-                  "a matmul");
-    onednn::pd_handle pd(create_pd(&d, nullptr, epi));
-    auto p = onednn::make(pd, "a matmul");
-    ++primitives_;
-    return *matmuls_.emplace(key, std::move(p)).first->second;
-  }
+                                  onednn::epilogue epi = onednn::epilogue::none);
 
   /// A cache of float32 primitives, or with `bf16` (see session_options::precision) of bfloat16
   /// ones: convolutions and matrix products read their inputs rounded to bfloat16 and
@@ -447,39 +380,8 @@ private:
     return onednn::tagged({g.o, g.c, g.kh, g.kw}, dnnl_format_tag_any, dt);
   }
   static dnnl_primitive_desc_t create_pd(const void* op_desc, const_dnnl_primitive_desc_t hint,
-                                         onednn::epilogue epi = onednn::epilogue::none) {
-    onednn::user_scratchpad attr(epi);
-    dnnl_primitive_desc_t pd = nullptr;
-    onednn::team_of_one();
-    onednn::check(dnnl_primitive_desc_create(&pd, op_desc, attr.a, onednn::engine(), hint),
-                  "a primitive descriptor");
-    return pd;
-  }
-  onednn::conv_entry& conv_locked(const window2d& g) {
-    const conv_key k{g.n,  g.h,  g.w,  g.c,  g.kh, g.kw, g.o, g.oh,
-                     g.ow, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw};
-    auto it = convs_.find(k);
-    if (it != convs_.end())
-      return *it->second;
-    auto e = std::make_unique<onednn::conv_entry>();
-    const dnnl_data_type_t in = bf16_ ? dnnl_bf16 : dnnl_f32;
-    e->src = onednn::tagged({g.n, g.c, g.h, g.w}, dnnl_nhwc);
-    e->dst = onednn::tagged({g.n, g.o, g.oh, g.ow}, dnnl_nhwc);
-    e->src_in = onednn::tagged({g.n, g.c, g.h, g.w}, dnnl_nhwc, in);
-    e->dst_in = onednn::tagged({g.n, g.o, g.oh, g.ow}, dnnl_nhwc, in);
-    e->hwio = onednn::tagged({g.o, g.c, g.kh, g.kw}, dnnl_hwio);
-    e->bias = onednn::tagged({g.o}, dnnl_x);
-    const onednn::md w = any_filter(g);
-    dnnl_convolution_desc_t d;
-    dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
-    onednn::padding_r(g, pr);
-    onednn::check(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training,
-                                                             dnnl_convolution_direct, &e->src_in,
-                                                             &w, nullptr, &e->dst, st, dil, pl, pr),
-                  "a convolution");
-    e->fwd_pd.pd = create_pd(&d, nullptr);
-    return *convs_.emplace(k, std::move(e)).first->second;
-  }
+                                         onednn::epilogue epi = onednn::epilogue::none);
+  onednn::conv_entry& conv_locked(const window2d& g);
 
   mutable std::mutex mu_;
   const bool bf16_, f16_;
@@ -487,6 +389,155 @@ private:
   std::map<matmul_key, std::unique_ptr<onednn::primitive>> matmuls_;
   std::size_t primitives_ = 0;
 };
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL const onednn::primitive& onednn_cache::conv_forward(const window2d& g,
+                                                                  onednn::epilogue epi) {
+  std::lock_guard lock(mu_);
+  auto& e = conv_locked(g);
+  auto& slot = e.fwd[static_cast<int>(epi)];
+  if (!slot) {
+    onednn::pd_handle own;
+    const onednn::pd_handle* pd = &e.fwd_pd;
+    if (epi != onednn::epilogue::none) {
+      // The same convolution with a bias operand (and relu after it).
+      dnnl_convolution_desc_t d;
+      const onednn::md w = any_filter(g);
+      dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
+      onednn::padding_r(g, pr);
+      onednn::check(dnnl_dilated_convolution_forward_desc_init(
+                        &d, dnnl_forward_training, dnnl_convolution_direct, &e.src_in, &w, &e.bias,
+                        &e.dst, st, dil, pl, pr),
+                    "a convolution with a bias");
+      own.pd = create_pd(&d, nullptr, epi);
+      pd = &own;
+    }
+    auto p = onednn::make(*pd, "a convolution");
+    p->w = *dnnl_primitive_desc_query_md(pd->pd, dnnl_query_weights_md, 0);
+    if (!onednn::equal(p->w, e.hwio))
+      p->reorder = onednn::make_reorder(e.hwio, p->w);
+    slot = std::move(p);
+    ++primitives_;
+  }
+  return *slot;
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL const onednn::primitive& onednn_cache::conv_backward_data(const window2d& g) {
+  std::lock_guard lock(mu_);
+  auto& e = conv_locked(g);
+  if (!e.bwd_data) {
+    dnnl_convolution_desc_t d;
+    const onednn::md w = any_filter(g);
+    dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
+    onednn::padding_r(g, pr);
+    onednn::check(dnnl_dilated_convolution_backward_data_desc_init(
+                      &d, dnnl_convolution_direct, &e.src, &w, &e.dst_in, st, dil, pl, pr),
+                  "a convolution's input gradient");
+    onednn::pd_handle pd(create_pd(&d, e.fwd_pd.pd));
+    auto p = onednn::make(pd, "a convolution's input gradient");
+    p->w = *dnnl_primitive_desc_query_md(pd.pd, dnnl_query_weights_md, 0);
+    if (!onednn::equal(p->w, e.hwio))
+      p->reorder = onednn::make_reorder(e.hwio, p->w);
+    e.bwd_data = std::move(p);
+    ++primitives_;
+  }
+  return *e.bwd_data;
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL const onednn::primitive& onednn_cache::conv_backward_weights(const window2d& g) {
+  std::lock_guard lock(mu_);
+  auto& e = conv_locked(g);
+  if (!e.bwd_weights) {
+    dnnl_convolution_desc_t d;
+    const onednn::md wg = any_filter(g, dnnl_f32); // the filter gradient: float32
+    dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
+    onednn::padding_r(g, pr);
+    onednn::check(dnnl_dilated_convolution_backward_weights_desc_init(&d, dnnl_convolution_direct,
+                                                                      &e.src_in, &wg, nullptr,
+                                                                      &e.dst_in, st, dil, pl, pr),
+                  "a convolution's filter gradient");
+    onednn::pd_handle pd(create_pd(&d, e.fwd_pd.pd));
+    auto p = onednn::make(pd, "a convolution's filter gradient");
+    p->w = *dnnl_primitive_desc_query_md(pd.pd, dnnl_query_diff_weights_md, 0);
+    if (!onednn::equal(p->w, e.hwio))
+      p->reorder = onednn::make_reorder(p->w, e.hwio);
+    e.bwd_weights = std::move(p);
+    ++primitives_;
+  }
+  return *e.bwd_weights;
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL const onednn::primitive&
+onednn_cache::matmul(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
+                     std::int64_t lda, std::int64_t ldb, std::int64_t ldc,
+                     std::array<onednn::md, 4>& descs, onednn::epilogue epi) {
+  const dnnl_data_type_t in = bf16_ ? dnnl_bf16 : dnnl_f32;
+  descs = {ta ? onednn::strided(m, k, 1, lda, in) : onednn::strided(m, k, lda, 1, in),
+           tb ? onednn::strided(k, n, 1, ldb, in) : onednn::strided(k, n, ldb, 1, in),
+           onednn::strided(m, n, ldc, 1), onednn::strided(1, n, n, 1)};
+  std::lock_guard lock(mu_);
+  const matmul_key key{ta, tb, m, n, k, lda, ldb, ldc, static_cast<std::int64_t>(epi)};
+  auto it = matmuls_.find(key);
+  if (it != matmuls_.end())
+    return *it->second;
+  dnnl_matmul_desc_t d;
+  onednn::check(dnnl_matmul_desc_init(&d, &descs[0], &descs[1],
+                                      epi == onednn::epilogue::none ? nullptr : &descs[3],
+                                      &descs[2]),
+                "a matmul");
+  onednn::pd_handle pd(create_pd(&d, nullptr, epi));
+  auto p = onednn::make(pd, "a matmul");
+  ++primitives_;
+  return *matmuls_.emplace(key, std::move(p)).first->second;
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL onednn::conv_entry& onednn_cache::conv_locked(const window2d& g) {
+  const conv_key k{g.n,  g.h,  g.w,  g.c,  g.kh, g.kw, g.o, g.oh,
+                   g.ow, g.sh, g.sw, g.dh, g.dw, g.ph, g.pw};
+  auto it = convs_.find(k);
+  if (it != convs_.end())
+    return *it->second;
+  auto e = std::make_unique<onednn::conv_entry>();
+  const dnnl_data_type_t in = bf16_ ? dnnl_bf16 : dnnl_f32;
+  e->src = onednn::tagged({g.n, g.c, g.h, g.w}, dnnl_nhwc);
+  e->dst = onednn::tagged({g.n, g.o, g.oh, g.ow}, dnnl_nhwc);
+  e->src_in = onednn::tagged({g.n, g.c, g.h, g.w}, dnnl_nhwc, in);
+  e->dst_in = onednn::tagged({g.n, g.o, g.oh, g.ow}, dnnl_nhwc, in);
+  e->hwio = onednn::tagged({g.o, g.c, g.kh, g.kw}, dnnl_hwio);
+  e->bias = onednn::tagged({g.o}, dnnl_x);
+  const onednn::md w = any_filter(g);
+  dnnl_convolution_desc_t d;
+  dnnl_dims_t st{g.sh, g.sw}, dil{g.dh - 1, g.dw - 1}, pl{g.ph, g.pw}, pr;
+  onednn::padding_r(g, pr);
+  onednn::check(dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_training,
+                                                           dnnl_convolution_direct, &e->src_in, &w,
+                                                           nullptr, &e->dst, st, dil, pl, pr),
+                "a convolution");
+  e->fwd_pd.pd = create_pd(&d, nullptr);
+  return *convs_.emplace(k, std::move(e)).first->second;
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL dnnl_primitive_desc_t onednn_cache::create_pd(const void* op_desc,
+                                                            const_dnnl_primitive_desc_t hint,
+                                                            onednn::epilogue epi) {
+  onednn::user_scratchpad attr(epi);
+  dnnl_primitive_desc_t pd = nullptr;
+  onednn::team_of_one();
+  onednn::check(dnnl_primitive_desc_create(&pd, op_desc, attr.a, onednn::engine(), hint),
+                "a primitive descriptor");
+  return pd;
+}
+#endif
 
 namespace onednn {
 
@@ -606,10 +657,12 @@ void for_each_slab(onednn_cache& cache, thread_pool& pool, const window2d& g, co
 
 /// y = conv(x, w), or with an epilogue (bias [O] given) relu?(conv(x, w) + bias): NHWC x and y,
 /// HWIO w.
-inline void onednn_conv2d_forward(onednn_cache& cache, thread_pool& pool, const float* x,
-                                  const float* w, const window2d& g, float* y,
-                                  const float* bias = nullptr,
-                                  onednn::epilogue epi = onednn::epilogue::none) {
+TYPEFLOW_DECL void onednn_conv2d_forward(onednn_cache& cache, thread_pool& pool, const float* x,
+                                         const float* w, const window2d& g, float* y,
+                                         const float* bias = nullptr,
+                                         onednn::epilogue epi = onednn::epilogue::none)
+#if TYPEFLOW_BODIES
+{
   using namespace onednn;
   for_each_slab(
       cache, pool, g, w,
@@ -630,10 +683,16 @@ inline void onednn_conv2d_forward(onednn_cache& cache, thread_pool& pool, const 
                       {DNNL_ARG_DST, &e.dst, dst}});
       });
 }
+#else
+    ;
+#endif
 
 /// dx = the input gradient of a convolution given dy and w.
-inline void onednn_conv2d_backprop_input(onednn_cache& cache, thread_pool& pool, const float* dy,
-                                         const float* w, const window2d& g, float* dx) {
+TYPEFLOW_DECL void onednn_conv2d_backprop_input(onednn_cache& cache, thread_pool& pool,
+                                                const float* dy, const float* w, const window2d& g,
+                                                float* dx)
+#if TYPEFLOW_BODIES
+{
   using namespace onednn;
   for_each_slab(
       cache, pool, g, w,
@@ -648,15 +707,20 @@ inline void onednn_conv2d_backprop_input(onednn_cache& cache, thread_pool& pool,
                     {DNNL_ARG_DIFF_SRC, &e.src, dx + b0 * g.h * g.w * g.c}});
       });
 }
+#else
+    ;
+#endif
 
 /// dw = the filter gradient of a convolution given x and dy (HWIO); `partial` holds
 /// conv_parts filters. The slabs' partial gradients stay in the layout oneDNN writes them in
 /// (usually a blocked one) when every slab's primitive writes the same one: they are summed
 /// there, in slab order, and the sum alone is reordered to HWIO (one reorder, not one per
 /// slab). A reorder copies values, so the bits are those of summing reordered partials.
-inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool, const float* x,
-                                          const float* dy, const window2d& g, float* partial,
-                                          float* dw) {
+TYPEFLOW_DECL void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool,
+                                                 const float* x, const float* dy, const window2d& g,
+                                                 float* partial, float* dw)
+#if TYPEFLOW_BODIES
+{
   using namespace onednn;
   const std::int64_t parts = slabs(g.n), size = g.patch() * g.o;
   const window2d first_slab = slab(g, 0, slab_begin(g.n, 1));
@@ -704,6 +768,9 @@ inline void onednn_conv2d_backprop_filter(onednn_cache& cache, thread_pool& pool
     execute(*first.reorder,
             {{DNNL_ARG_FROM, &first.w, partial}, {DNNL_ARG_TO, &cache.conv(first_slab).hwio, dw}});
 }
+#else
+    ;
+#endif
 
 /// C[m,n] = op(A) op(B) (row strides lda, ldb, ldc) on the calling thread; with an epilogue
 /// (bias [n] given), relu?(op(A) op(B) + bias). A and B are float32, or bfloat16 in a bfloat16

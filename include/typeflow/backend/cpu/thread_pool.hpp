@@ -18,6 +18,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "../../core/compiled.hpp"
+
 namespace typeflow::cpu_backend {
 
 /// A non-owning reference to a callable taking (begin, end): what parallel_for runs. It holds
@@ -45,12 +47,7 @@ private:
 class thread_pool {
 public:
   /// threads <= 0: all hardware threads.
-  explicit thread_pool(int threads = 0) {
-    int n = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
-    n_ = std::max(1, n);
-    for (int i = 1; i < n_; ++i)
-      workers_.emplace_back([this] { work_loop(); });
-  }
+  explicit thread_pool(int threads = 0);
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
   ~thread_pool() {
@@ -67,35 +64,7 @@ public:
 
   /// Calls fn(begin, end) on disjoint chunks covering [0, n), each at least `grain` long
   /// (except the last). Runs inline when there is one chunk, one thread, or when nested.
-  void parallel_for(std::int64_t n, std::int64_t grain, range_fn fn) {
-    if (n <= 0)
-      return;
-    grain = std::max<std::int64_t>(1, grain);
-    const std::int64_t max_chunks = (n + grain - 1) / grain;
-    const std::int64_t chunks = std::min<std::int64_t>(max_chunks, std::int64_t{n_} * 4);
-    if (chunks <= 1 || n_ == 1 || in_parallel_) {
-      fn(0, n);
-      return;
-    }
-    std::unique_lock run_lock(run_mu_);
-    job j;
-    j.fn = &fn;
-    j.n = n;
-    j.chunks = chunks;
-    {
-      std::lock_guard lock(mu_);
-      job_ = &j;
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    cv_.notify_all();
-    run_chunks(j);
-    spin_until([&] { return j.finished.load(std::memory_order_acquire) == chunks; });
-    std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return j.finished.load() == chunks && active_ == 0; });
-    job_ = nullptr;
-    if (j.error)
-      std::rethrow_exception(j.error);
-  }
+  void parallel_for(std::int64_t n, std::int64_t grain, range_fn fn);
 
 private:
   struct job {
@@ -106,24 +75,7 @@ private:
     std::mutex error_mu;
   };
 
-  void run_chunks(job& j) {
-    in_parallel_ = true;
-    for (;;) {
-      const std::int64_t c = j.next.fetch_add(1);
-      if (c >= j.chunks)
-        break;
-      const std::int64_t b = j.n * c / j.chunks, e = j.n * (c + 1) / j.chunks;
-      try {
-        (*j.fn)(b, e);
-      } catch (...) {
-        std::lock_guard lock(j.error_mu);
-        if (!j.error)
-          j.error = std::current_exception();
-      }
-      j.finished.fetch_add(1);
-    }
-    in_parallel_ = false;
-  }
+  void run_chunks(job& j);
 
   /// Busy-waits (with a pause) until done() or about 50 microseconds have passed.
   template <class Done>
@@ -138,31 +90,7 @@ private:
     }
   }
 
-  void work_loop() {
-    std::uint64_t seen = 0;
-    for (;;) {
-      job* j;
-      spin_until([&] {
-        return stop_.load(std::memory_order_relaxed) ||
-               generation_.load(std::memory_order_acquire) != seen;
-      });
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || (job_ && generation_ != seen); });
-        if (stop_)
-          return;
-        seen = generation_;
-        j = job_;
-        ++active_;
-      }
-      run_chunks(*j);
-      {
-        std::lock_guard lock(mu_);
-        --active_;
-      }
-      done_cv_.notify_all();
-    }
-  }
+  void work_loop();
 
   int n_ = 1;
   std::vector<std::thread> workers_;
@@ -175,5 +103,95 @@ private:
   std::atomic<bool> stop_{false};
   static inline thread_local bool in_parallel_ = false;
 };
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL thread_pool::thread_pool(int threads) {
+  int n = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  n_ = std::max(1, n);
+  for (int i = 1; i < n_; ++i)
+    workers_.emplace_back([this] { work_loop(); });
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL void thread_pool::parallel_for(std::int64_t n, std::int64_t grain, range_fn fn) {
+  if (n <= 0)
+    return;
+  grain = std::max<std::int64_t>(1, grain);
+  const std::int64_t max_chunks = (n + grain - 1) / grain;
+  const std::int64_t chunks = std::min<std::int64_t>(max_chunks, std::int64_t{n_} * 4);
+  if (chunks <= 1 || n_ == 1 || in_parallel_) {
+    fn(0, n);
+    return;
+  }
+  std::unique_lock run_lock(run_mu_);
+  job j;
+  j.fn = &fn;
+  j.n = n;
+  j.chunks = chunks;
+  {
+    std::lock_guard lock(mu_);
+    job_ = &j;
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  run_chunks(j);
+  spin_until([&] { return j.finished.load(std::memory_order_acquire) == chunks; });
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return j.finished.load() == chunks && active_ == 0; });
+  job_ = nullptr;
+  if (j.error)
+    std::rethrow_exception(j.error);
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL void thread_pool::run_chunks(job& j) {
+  in_parallel_ = true;
+  for (;;) {
+    const std::int64_t c = j.next.fetch_add(1);
+    if (c >= j.chunks)
+      break;
+    const std::int64_t b = j.n * c / j.chunks, e = j.n * (c + 1) / j.chunks;
+    try {
+      (*j.fn)(b, e);
+    } catch (...) {
+      std::lock_guard lock(j.error_mu);
+      if (!j.error)
+        j.error = std::current_exception();
+    }
+    j.finished.fetch_add(1);
+  }
+  in_parallel_ = false;
+}
+#endif
+
+#if TYPEFLOW_BODIES
+TYPEFLOW_DECL void thread_pool::work_loop() {
+  std::uint64_t seen = 0;
+  for (;;) {
+    job* j;
+    spin_until([&] {
+      return stop_.load(std::memory_order_relaxed) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    });
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || (job_ && generation_ != seen); });
+      if (stop_)
+        return;
+      seen = generation_;
+      j = job_;
+      ++active_;
+    }
+    run_chunks(*j);
+    {
+      std::lock_guard lock(mu_);
+      --active_;
+    }
+    done_cv_.notify_all();
+  }
+}
+#endif
 
 } // namespace typeflow::cpu_backend
