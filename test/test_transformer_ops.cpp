@@ -784,6 +784,70 @@ TEST_SUITE("transformer ops") {
                       .error == "q, k and v need one shape (self-attention)");
   }
 
+  TEST_CASE("attention_stats: the forward's kept log-sum-exp, a recomputed one and a double loop "
+            "agree") {
+    // attention_stats of the attention's own output reads the log-sum-exp that the forward kept
+    // beside it; of the same output fed back through a placeholder (which carries nothing) it
+    // recomputes it from q and k. The two are equal bit for bit, and both match each row's
+    // log-sum-exp and g . o computed here in a plain loop.
+    session_t s;
+    const auto check = [&](auto causal_c, i64 t, unsigned seed) {
+      constexpr bool causal = decltype(causal_c)::value;
+      constexpr auto q = ty::placeholder<"lq", double, ty::shape<2, 2, ty::dyn, 4>>;
+      constexpr auto k = ty::placeholder<"lk", double, ty::shape<2, 2, ty::dyn, 4>>;
+      constexpr auto v = ty::placeholder<"lv", double, ty::shape<2, 2, ty::dyn, 4>>;
+      constexpr auto u = ty::placeholder<"lu", double, ty::shape<2, 2, ty::dyn, 4>>;
+      constexpr auto o = ty::placeholder<"lo", double, ty::shape<2, 2, ty::dyn, 4>>;
+      constexpr auto y = ty::attention<causal>(q, k, v);
+      using Q = std::remove_cvref_t<decltype(q)>;
+      using K = std::remove_cvref_t<decltype(k)>;
+      using V = std::remove_cvref_t<decltype(v)>;
+      using U = std::remove_cvref_t<decltype(u)>;
+      constexpr auto kept = ty::make_node<ty::ops::attention_stats<causal>, Q, K, V,
+                                          std::remove_cvref_t<decltype(y)>, U>();
+      constexpr auto fed = ty::make_node<ty::ops::attention_stats<causal>, Q, K, V,
+                                         std::remove_cvref_t<decltype(o)>, U>();
+      const auto qv = filled({2, 2, t, 4}, seed), kv = filled({2, 2, t, 4}, seed + 1),
+                 vv = filled({2, 2, t, 4}, seed + 2), uv = filled({2, 2, t, 4}, seed + 3);
+      auto [yv, a] = s.run(ty::fetch(y, kept), ty::feed(q, qv), ty::feed(k, kv), ty::feed(v, vv),
+                           ty::feed(u, uv));
+      auto [b] = s.run(ty::fetch(fed), ty::feed(q, qv), ty::feed(k, kv), ty::feed(v, vv),
+                       ty::feed(u, uv), ty::feed(o, yv));
+      INFO("causal " << causal << ", T " << t);
+      REQUIRE(a.shape() == b.shape());
+      REQUIRE(a.size() == 2 * 4 * t);
+      for (i64 i = 0; i < a.size(); ++i)
+        CHECK(a[i] == b[i]);
+      for (i64 bh = 0; bh < 4; ++bh)
+        for (i64 i = 0; i < t; ++i) {
+          const i64 row = bh * t + i;
+          double top = -std::numeric_limits<double>::infinity();
+          std::vector<double> sc(static_cast<std::size_t>(t));
+          for (i64 j = 0; j < t; ++j) {
+            double d = 0;
+            for (i64 c = 0; c < 4; ++c)
+              d += qv[row * 4 + c] * kv[(bh * t + j) * 4 + c];
+            sc[static_cast<std::size_t>(j)] = d * 0.5; // 1 / sqrt(4)
+            if (!causal || j <= i)
+              top = std::max(top, sc[static_cast<std::size_t>(j)]);
+          }
+          double sum = 0;
+          for (i64 j = 0; j < t; ++j)
+            if (!causal || j <= i)
+              sum += std::exp(sc[static_cast<std::size_t>(j)] - top);
+          const double lse = top + std::log(sum);
+          double dot = 0;
+          for (i64 c = 0; c < 4; ++c)
+            dot += uv[row * 4 + c] * yv[row * 4 + c];
+          CHECK(std::abs(a[2 * row] - lse) <= 1e-12 * (1 + std::abs(lse)));
+          CHECK(std::abs(a[2 * row + 1] - dot) <= 1e-12 * (1 + std::abs(dot)));
+        }
+    };
+    check(std::true_type{}, 70, 81);   // two query tiles, the second partial
+    check(std::false_type{}, 200, 85); // several key blocks
+    check(std::true_type{}, 200, 89);
+  }
+
   TEST_CASE("layers: embedding, multi-head attention against its ops written out, a block") {
     session_t s;
     SUBCASE("embedding picks rows of Name/embeddings") {

@@ -121,8 +121,7 @@ struct loop_interpreter {
   };
   /// A loop's kept activations, held by its value (rt_value::aux) until its gradient takes them:
   /// layer or step t's k-th kept node at values[t * per_step + k].
-  struct loop_kept {
-    const void* tag = nullptr;
+  struct loop_kept : backend::aux_header {
     std::int64_t steps = 0;
     std::size_t per_step = 0;
     bool taken = false; ///< moved out by a gradient (a second gradient of the loop recomputes)
@@ -182,8 +181,10 @@ struct loop_interpreter {
   template <class Q, class Kept>
   static std::shared_ptr<loop_kept> take_kept(const value& y, std::int64_t steps) {
     if constexpr (Kept::count > 0) {
+      if (!y.aux || y.aux->tag != &kept_tag<Q>::value)
+        return nullptr;
       auto k = std::static_pointer_cast<loop_kept>(y.aux);
-      if (k && k->tag == &kept_tag<Q>::value && !k->taken && k->steps == steps) {
+      if (!k->taken && k->steps == steps) {
         k->taken = true;
         return k;
       }

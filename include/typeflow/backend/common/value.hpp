@@ -171,15 +171,23 @@ private:
   }
 };
 
+/// What a kernel keeps beside a value for the value's gradient (rt_value::aux): each kind of
+/// record derives from this header, whose tag (the address of a constant of that kind) says
+/// which kind it is before anything downcasts it.
+struct aux_header {
+  const void* tag = nullptr;
+};
+
 /// A node's value during a run: data (owned through `owner` when it is a pool buffer) and dims.
 struct rt_value {
   std::shared_ptr<void> owner;
   void* data = nullptr;
   rt_dims dims;
   void* variable = nullptr; ///< a variable node's storage record (the session's)
-  /// What a loop keeps beside its value for its gradient (its kept activations,
-  /// runtime/loops.hpp); empty otherwise. Copies of the value share it.
-  std::shared_ptr<void> aux;
+  /// What the kernel that computed the value keeps beside it for its gradient (a loop's kept
+  /// activations, runtime/loops.hpp; attention's log-sum-exp per query row,
+  /// backend/cpu/kernels/attention.hpp); empty otherwise. Copies of the value share it.
+  std::shared_ptr<aux_header> aux;
 };
 
 /// A variable's storage, shared by the sessions of one replicated session. Its value lives in

@@ -1,8 +1,10 @@
 // CPU kernels of the attention op, FlashAttention's algorithm in tiles of 64 queries by 64 keys:
 // the forward pass keeps a running maximum, sum and output per query row (an online softmax),
-// so memory is O(64 * (64 + Dv)) per thread and the [T, S] scores are never stored. The
-// gradients recompute each tile's scores from each row's log-sum-exp L and D = dO . O (the
-// attention_stats op, once for the three): attention_grads all three in one pass per batch
+// so memory is O(64 * (64 + Dv)) per thread and the [T, S] scores are never stored; it keeps
+// each row's log-sum-exp L beside its output (rt_value::aux, FlashAttention-2's way). The
+// gradients recompute each tile's scores from L and D = dO . O (the attention_stats op, once for
+// the three, which reads the forward's L where the output it is given carries it and otherwise
+// recomputes it): attention_grads all three in one pass per batch
 // entry; attention_grad q's tile row by tile row, k's and v's tile column by tile column (no
 // atomics; each task owns its output rows). Arithmetic in the operands' dtype; products on the
 // BLAS.
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "../../../graph/flat.hpp"
@@ -149,6 +152,22 @@ inline std::int64_t att_tiles(std::int64_t n, std::int64_t tile = att_tile) {
   return (n + tile - 1) / tile;
 }
 
+/// What the forward keeps beside its output: each query row's log-sum-exp, [batch * T].
+template <class T, bool Causal>
+struct att_saved : backend::aux_header {
+  static constexpr char kind = 0; ///< its address is the tag
+  std::int64_t rows = 0;
+  std::unique_ptr<T[]> lse;
+};
+/// The log-sum-exp that the forward kept beside `out` for `rows` query rows, or null.
+template <class T, bool Causal>
+const T* att_saved_lse(const value& out, std::int64_t rows) {
+  if (!out.aux || out.aux->tag != &att_saved<T, Causal>::kind)
+    return nullptr;
+  const auto& s = static_cast<const att_saved<T, Causal>&>(*out.aux);
+  return s.rows == rows ? s.lse.get() : nullptr;
+}
+
 } // namespace detail
 
 template <std::size_t I, bool C, class T, class Q, class K, class V>
@@ -159,17 +178,22 @@ void kernel(context& ctx, ops::attention<C>*, T*, value* vals, void*, Q*, K*, V*
   const T* k = static_cast<const T*>(vals[K::index].data);
   const T* v = static_cast<const T*>(vals[V::index].data);
   T* out = ctx.allocate<T>(vals[I]);
+  auto saved = std::make_shared<detail::att_saved<T, C>>();
+  saved->tag = &detail::att_saved<T, C>::kind;
+  saved->rows = g.batch * g.t;
+  saved->lse.reset(new T[static_cast<std::size_t>(std::max<std::int64_t>(saved->rows, 1))]);
+  T* lse = saved->lse.get();
   const std::int64_t tiles = detail::att_tiles(g.t);
   ctx.pool.parallel_for(g.batch * tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
     std::vector<T> sc(static_cast<std::size_t>(detail::att_tile * detail::att_keys));
-    T lse[detail::att_tile];
     for (std::int64_t task = t0; task < t1; ++task) {
       const std::int64_t b = task / tiles, i0 = (task % tiles) * detail::att_tile;
       const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
-      detail::att_rows<C>(a, g, i0, std::min(detail::att_tile, g.t - i0), sc.data(), lse,
-                          out + (b * g.t + i0) * g.dv);
+      detail::att_rows<C>(a, g, i0, std::min(detail::att_tile, g.t - i0), sc.data(),
+                          lse + b * g.t + i0, out + (b * g.t + i0) * g.dv);
     }
   });
+  vals[I].aux = std::move(saved);
 }
 
 template <std::size_t I, bool C, class T, class Q, class K, class V, class O, class G>
@@ -182,6 +206,22 @@ void kernel(context& ctx, ops::attention_stats<C>*, T*, value* vals, void*, Q*, 
   const T* o = static_cast<const T*>(vals[O::index].data);
   const T* up = static_cast<const T*>(vals[G::index].data);
   T* st = ctx.allocate<T>(vals[I]); // [rows, 2]: L, D
+  const auto dot_row = [&](std::int64_t r) {
+    T s = 0;
+    for (std::int64_t c = 0; c < g.dv; ++c)
+      s += up[r * g.dv + c] * o[r * g.dv + c];
+    return s;
+  };
+  if (const T* kept = detail::att_saved_lse<T, C>(vals[O::index], g.batch * g.t)) {
+    ctx.pool.parallel_for(g.batch * g.t, std::max<std::int64_t>(1, 16384 / g.dv),
+                          [&](std::int64_t r0, std::int64_t r1) {
+                            for (std::int64_t r = r0; r < r1; ++r) {
+                              st[2 * r] = kept[r];
+                              st[2 * r + 1] = dot_row(r);
+                            }
+                          });
+    return;
+  }
   constexpr std::int64_t tile = detail::att_tile, keys = detail::att_keys;
   const std::int64_t qtiles = detail::att_tiles(g.t);
   ctx.pool.parallel_for(g.batch * qtiles, 1, [&](std::int64_t t0, std::int64_t t1) {
@@ -194,11 +234,8 @@ void kernel(context& ctx, ops::attention_stats<C>*, T*, value* vals, void*, Q*, 
       detail::att_rows<C>(a, g, i0, nq, sc.data(), lse, static_cast<T*>(nullptr));
       for (std::int64_t r0 = 0; r0 < nq; ++r0) {
         const std::int64_t r = b * g.t + i0 + r0;
-        T s = 0;
-        for (std::int64_t c = 0; c < g.dv; ++c)
-          s += up[r * g.dv + c] * o[r * g.dv + c];
         st[2 * r] = lse[r0];
-        st[2 * r + 1] = s;
+        st[2 * r + 1] = dot_row(r);
       }
     }
   });
