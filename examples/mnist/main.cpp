@@ -38,7 +38,8 @@ namespace mnist {
 /// The seed's step under dynamic loss scaling (--precision float16): what keeps gradients under
 /// float16's smallest subnormal from vanishing in its products.
 inline constexpr auto scaled_train_op = ty::loss_scaled(optimizer).minimize(total_loss);
-inline constexpr auto loss_scale = ty::find_variable<"loss_scale">(scaled_train_op);
+/// The scale variable, from the wrapper itself (find_variable would walk the whole graph again).
+inline constexpr auto loss_scale = decltype(ty::loss_scaled(optimizer))::scale;
 } // namespace mnist
 #endif
 
