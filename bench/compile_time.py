@@ -9,9 +9,10 @@ residual MLP (`h = h + relu(dense<64>(h))` N times, gradient and float32 Adam; d
 16 20); --repeat is the same model with the N blocks as one `ty::repeat<N, "block">` (default N: 2 50
 1000). With --quickstart it times
 examples/quickstart.cpp at -O0 and -O2 (the figure the README states), and with --mnist the main
-job, examples/mnist/main.cpp (forward, gradients, optimizer, data and checkpoint code; with
-TYPEFLOW_SEPARATE_COMPILATION, as its build compiles it), and its other translation units at -O2:
-typeflow_src.cpp (typeflow's non-template code) and flags.cpp (CLI11).
+job, examples/mnist/main.cpp (forward, gradients, optimizer, training loop and checkpoint code;
+with TYPEFLOW_SEPARATE_COMPILATION, as its build compiles it), and its other translation units at
+-O2: typeflow_src.cpp (typeflow's non-template code), data.cpp (IDX and TFRecord input) and
+flags.cpp (CLI11).
 With --nvcc (beside --shared, --grad, --residual, --repeat or the chain) the same program, its
 session on the CPU, is a .cu file compiled by nvcc for sm_90 (NVCC, default
 /usr/local/cuda/bin/nvcc), and the table gives the seconds of its device-side compiler (cicc,
@@ -314,8 +315,8 @@ def main() -> None:
                     print(f"| {opt} | {secs:.1f} | {mib:.0f} |", flush=True)
                 if flag == "--mnist":
                     # The main job's other translation units, at -O2: typeflow's out-of-line
-                    # code, and the flags with CLI11.
-                    for other in ("typeflow_src.cpp", "flags.cpp"):
+                    # code, the data input, and the flags with CLI11.
+                    for other in ("typeflow_src.cpp", "data.cpp", "flags.cpp"):
                         secs, mib = compile_file(ROOT / "examples" / "mnist" / other, cxx, "-O2",
                                                  pathlib.Path(tmp) / "f.o", defs)
                         print(f"| {other} -O2 | {secs:.1f} | {mib:.0f} |", flush=True)

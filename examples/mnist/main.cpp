@@ -20,13 +20,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <functional>
 #include <optional>
 #include <string>
 
+#include "data.hpp"
 #include "flags.hpp"
 #include "model.hpp"
-#include "tfrecord_data.hpp"
 #include "typeflow/io/batch.hpp"
 #include "typeflow/io/checkpoint.hpp"
 #include "typeflow/io/graph_dot.hpp"
@@ -129,30 +128,10 @@ int run_training(const flags& f) {
   namespace ty = typeflow;
   // First: the CPU and what each engine makes of it (and a warning for a generic fallback).
   std::printf("%s: %s\n", now_string().c_str(), ty::describe_machine().str().c_str());
-  const bool tfrecord = f.data_format == "tfrecord";
-  ty::data::mnist_split train, test;
-  std::vector<std::string> train_files;
-  if (tfrecord) {
-    train_files = mnist::tfrecord_files(f.data_dir, "train");
-    test = mnist::load_tfrecord_split(mnist::tfrecord_files(f.data_dir, "test"));
-    train.count = mnist::count_records(train_files);
-  } else {
-    train = ty::data::load_mnist(f.data_dir, true);
-    test = ty::data::load_mnist(f.data_dir, false);
-    if (train.rows != 28 || train.cols != 28 || test.rows != 28 || test.cols != 28)
-      throw ty::error("mnist: expected 28x28 images in " + f.data_dir);
-  }
-  if (f.train_limit > 0 && f.train_limit < train.count) {
-    train.count = f.train_limit;
-    train.images.resize(static_cast<std::size_t>(train.count * 28 * 28));
-    train.labels.resize(static_cast<std::size_t>(train.count));
-  }
-  if (f.test_limit > 0 && f.test_limit < test.count) {
-    test.count = f.test_limit;
-    test.images.resize(static_cast<std::size_t>(test.count * test.rows * test.cols));
-    test.labels.resize(static_cast<std::size_t>(test.count));
-  }
-  const std::int64_t train_count = train.count;
+  // The data (data.cpp): the test split, and the training batches from IDX or TFRecord files.
+  mnist::training_data data(f);
+  const ty::data::mnist_split& test = data.test();
+  const std::int64_t train_count = data.train_count();
   std::printf("%s: data: %lld training and %lld test images from %s (%s)\n", now_string().c_str(),
               static_cast<long long>(train_count), static_cast<long long>(test.count),
               f.data_dir.c_str(), f.data_format.c_str());
@@ -206,50 +185,11 @@ int run_training(const flags& f) {
                 static_cast<long long>(step));
   }
 
-  // The batches: from memory (IDX: the batcher, each epoch's last batch short), or streamed from
-  // TFRecord files through the seed's queue (shuffle_batch over all epochs; a short last batch
-  // of the whole input is dropped, as the seed's). epoch_of(s): the epoch step s belongs to.
-  std::optional<ty::data::batcher> batches;
-  std::optional<ty::data::input_queue<mnist::example>> queue;
-  std::int64_t total_steps = 0;
-  std::function<std::int64_t(std::int64_t)> epoch_of;
-  if (tfrecord) {
-    queue.emplace(
-        ty::data::input_options{.files = train_files,
-                                .compression = mnist::compression_of(train_files[0]),
-                                .num_epochs = f.epochs,
-                                .shuffle_files = true,
-                                .num_threads = f.reader_threads,
-                                .batch_size = f.batch_size,
-                                .capacity = static_cast<std::size_t>(1000 + 3 * f.batch_size),
-                                .min_after_dequeue = 1000,
-                                .seed = f.seed},
-        mnist::decode);
-    total_steps = f.epochs * train_count / f.batch_size;
-    epoch_of = [&](std::int64_t s) { return s * f.batch_size / train_count; };
-  } else {
-    batches.emplace(
-        std::move(train.images), std::move(train.labels), 28 * 28,
-        ty::data::batcher_options{.batch_size = f.batch_size, .shuffle = true, .seed = f.seed});
-    const std::int64_t per_epoch = batches->batches_per_epoch();
-    total_steps = per_epoch * f.epochs;
-    epoch_of = [per_epoch](std::int64_t s) { return s / per_epoch; };
-  }
-  const auto next_batch = [&] {
-    if (batches)
-      return batches->next();
-    ty::data::batch b;
-    const auto examples = queue->next();
-    b.size = static_cast<std::int64_t>(examples.size());
-    b.images.reserve(examples.size() * 28 * 28);
-    for (const auto& e : examples) {
-      b.images.insert(b.images.end(), e.pixels.begin(), e.pixels.end());
-      b.labels.push_back(e.label);
-    }
-    return b;
-  };
+  // The batches (data.hpp); epoch_of(s): the epoch step s belongs to.
+  const std::int64_t total_steps = data.total_steps();
+  const auto epoch_of = [&data](std::int64_t s) { return data.epoch_of(s); };
   for (std::int64_t k = 0; k < step && k < total_steps; ++k)
-    next_batch(); // resume: skip the batches already trained on (the same order from IDX)
+    data.next(); // resume: skip the batches already trained on (the same order from IDX)
 
   const auto start = std::chrono::steady_clock::now();
   double accuracy = 0;
@@ -261,7 +201,7 @@ int run_training(const flags& f) {
       s.write(
           mnist::learning_rate,
           static_cast<float>(f.learning_rate * std::pow(f.lr_decay, static_cast<double>(epoch))));
-    auto b = next_batch();
+    auto b = data.next();
     // Under MPI every rank draws the same batches and feeds its share of each.
     const auto part = ty::batch_split::of(b.size, static_cast<std::size_t>(ranks_of(s)),
                                           static_cast<std::size_t>(rank_of(s)));
