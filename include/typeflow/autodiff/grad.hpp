@@ -194,7 +194,27 @@ consteval auto gradient_from(X x) {
     return typeflow::broadcast_like(A{}, x);
 }
 
-template <class Y, class Seed, class Save, class... Xs>
+/// The position of X in table P, 0 where it is absent.
+template <class P, class X, bool In = P::template contains_c<X>::value>
+struct position_in : std::integral_constant<std::size_t, 0> {};
+template <class P, class X>
+struct position_in<P, X, true>
+    : std::integral_constant<std::size_t, P::template index_c<X>::value> {};
+/// Where the xs of a gradient are in table P: present[k] and at[k] for the k-th x.
+template <class P, class XList>
+struct x_positions;
+template <class P, class... Xs>
+struct x_positions<P, type_list<Xs...>> {
+  static constexpr std::size_t size = sizeof...(Xs);
+  static constexpr std::array<bool, size + 1> present{P::template contains_c<Xs>::value..., false};
+  static constexpr std::array<std::size_t, size + 1> at{position_in<P, Xs>::value..., 0};
+};
+
+/// The adjoints of Y's graph seeded with Seed, for the xs listed in XList (type_list<X...>).
+/// One class parameter for the xs, not a pack: g++ copies a class template's argument packs each
+/// time it instantiates a member template of it (tsubst_argument_pack, for every adjoint and
+/// every look-up), which made a gradient with respect to n variables quadratic in memory.
+template <class Y, class Seed, class Save, class XList>
 struct backprop {
   using P = graph::node_table<Y>;
   static constexpr std::size_t n = P::size;
@@ -206,22 +226,14 @@ struct backprop {
     std::array<std::size_t, n + 1> begin{};
     std::array<std::size_t, P::topology.edges.size()> who{}, slot{};
   };
-  /// The position of X in the table, 0 where it is absent (a class: a member function would be
-  /// named after every x).
-  template <class X, bool In = P::template contains_c<X>::value>
-  struct position_of : std::integral_constant<std::size_t, 0> {};
-  template <class X>
-  struct position_of<X, true> : std::integral_constant<std::size_t, P::template index_c<X>::value> {
-  };
   static consteval tables make() {
     tables t;
     const auto& f = P::topology;
     std::array<bool, n> is_x{};
-    const bool present[] = {P::template contains_c<Xs>::value..., false};
-    const std::size_t at[] = {position_of<Xs>::value..., 0};
-    for (std::size_t k = 0; k < sizeof...(Xs); ++k)
-      if (present[k])
-        is_x[at[k]] = true;
+    using X = x_positions<P, XList>;
+    for (std::size_t k = 0; k < X::size; ++k)
+      if (X::present[k])
+        is_x[X::at[k]] = true;
     for (std::size_t i = 0; i < n; ++i) {
       t.depends[i] = is_x[i];
       for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e)
@@ -300,7 +312,7 @@ consteval auto grad_impl(Y, Seed, Xs... xs) {
         ...);
     return invalid_expr{};
   } else {
-    using B = backprop<Y, Seed, Save, Xs...>;
+    using B = backprop<Y, Seed, Save, type_list<Xs...>>;
     static_assert(B::forced::size == B::n);
     if constexpr (sizeof...(Xs) == 1)
       return gradient_from<typename B::template adjoint_of<Xs...>::type>(xs...);
