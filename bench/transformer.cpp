@@ -9,6 +9,8 @@
 //                               the causal scores and products, 2 * 2 * T * T * 64 * 8 / 2)
 //   attention_fwd_bwd/T         the forward output and the three gradients (GFLOP/s counts the
 //                               forward's FLOPs only)
+//   attention_dropout_fwd_bwd/T the same with dropout on the probabilities (keep 0.9): the cost
+//                               of drawing the mask, in the forward and again in the gradient
 //   written_out_fwd/T           softmax(causal_mask(q k^T / 8)) v written with matmul: the same
 //                               work, with the [T, T] scores stored (the baseline the fused op
 //                               replaces)
@@ -114,6 +116,8 @@ constexpr auto ak = ty::placeholder<"ak", float, ty::shape<1, heads, ty::dyn, he
 constexpr auto av = ty::placeholder<"av", float, ty::shape<1, heads, ty::dyn, head_d>>;
 constexpr auto au = ty::placeholder<"au", float, ty::shape<1, heads, ty::dyn, head_d>>;
 constexpr auto fused = ty::attention<true>(aq, ak, av);
+constexpr auto dropped =
+    ty::attention<true, ty::attention_dropout{.keep = 0.9, .seed = 1}>(aq, ak, av);
 constexpr auto written = ty::matmul(
     ty::softmax(ty::causal_mask(ty::matmul<false, true>(aq, ak) * ty::constant<0.125>)), av);
 
@@ -133,7 +137,8 @@ double att_flops(std::int64_t t) {
   return 2.0 * 2.0 * static_cast<double>(t * t * head_d * heads) / 2;
 }
 
-template <int Mode> // 0: fused forward, 1: fused forward and backward, 2: written-out forward
+// 0: fused forward, 1: fused forward and backward, 2: written-out forward, 3: 1 with dropout
+template <int Mode>
 void attention_bench(benchmark::State& state) {
   const std::int64_t t = state.range(0);
   const att_inputs in(t);
@@ -147,6 +152,7 @@ void attention_bench(benchmark::State& state) {
     if (!within(a[i], b[i], 1e-4, 1))
       return state.SkipWithError("the attention op differs from its written-out form");
   constexpr auto loss = ty::sum(fused * au);
+  constexpr auto loss_dropped = ty::sum(dropped * au);
   for (auto _ : state) {
     if constexpr (Mode == 0) {
       auto [y] = feeds(fused);
@@ -154,6 +160,10 @@ void attention_bench(benchmark::State& state) {
     } else if constexpr (Mode == 1) {
       auto [y, dq, dk, dv] =
           feeds(fused, ty::grad(loss, aq), ty::grad(loss, ak), ty::grad(loss, av));
+      benchmark::DoNotOptimize(dv.data());
+    } else if constexpr (Mode == 3) {
+      auto [y, dq, dk, dv] = feeds(dropped, ty::grad(loss_dropped, aq), ty::grad(loss_dropped, ak),
+                                   ty::grad(loss_dropped, av));
       benchmark::DoNotOptimize(dv.data());
     } else {
       auto [y] = feeds(written);
@@ -173,6 +183,12 @@ BENCHMARK(attention_bench<0>)->Name("attention_fwd")->Arg(64)->Arg(512)->Arg(102
 BENCHMARK(attention_bench<2>)->Name("written_out_fwd")->Arg(64)->Arg(512)->Arg(1024)->UseRealTime();
 BENCHMARK(attention_bench<1>)
     ->Name("attention_fwd_bwd")
+    ->Arg(64)
+    ->Arg(512)
+    ->Arg(1024)
+    ->UseRealTime();
+BENCHMARK(attention_bench<3>)
+    ->Name("attention_dropout_fwd_bwd")
     ->Arg(64)
     ->Arg(512)
     ->Arg(1024)

@@ -848,6 +848,141 @@ TEST_SUITE("transformer ops") {
     check(std::true_type{}, 200, 89);
   }
 
+  TEST_CASE("attention with dropout: the mask read back through v = I, gradients against a double "
+            "loop with that mask, fresh masks per run, keep 1 is plain attention") {
+    // With v the identity ([..., S, S]) the output is the dropped-out probabilities themselves,
+    // Z = M P / keep, so the mask M of the run is read off the output and the run's gradients are
+    // checked against naive double loops that use it: dZ = dO v^T, dP = M dZ / keep,
+    // dS = P (dP - rowsum(P dP)), dq = scale dS k, dk = scale dS^T q, dv = Z^T dO. Nothing here
+    // reproduces the kernels' hash or run count.
+    session_t s;
+    constexpr ty::attention_dropout half{.keep = 0.5, .seed = 11};
+    const auto check = [&](auto q, auto k, auto v, auto causal_c, unsigned seed) {
+      constexpr bool causal = decltype(causal_c)::value;
+      using Q = decltype(q);
+      using K = decltype(k);
+      using V = decltype(v);
+      constexpr auto y = ty::attention<causal, half>(Q{}, K{}, V{});
+      using Y = std::remove_cvref_t<decltype(y)>;
+      constexpr auto qd = Q::shape_type::dims;
+      constexpr auto kd = K::shape_type::dims;
+      constexpr i64 B = qd[0] * qd[1], T = qd[2], S = kd[2], D = qd[3];
+      static_assert(V::shape_type::dims[2] == S && V::shape_type::dims[3] == S);
+      const auto qv = set(s, q, uniform_gen(seed, -1, 1));
+      const auto kv = set(s, k, uniform_gen(seed + 1, -1, 1));
+      ty::tensor<double> eye({qd[0], qd[1], S, S});
+      for (i64 b = 0; b < B; ++b)
+        for (i64 j = 0; j < S; ++j)
+          for (i64 c = 0; c < S; ++c)
+            eye[(b * S + j) * S + c] = j == c ? 1.0 : 0.0;
+      s.write(v, eye);
+      constexpr auto up = ty::placeholder<"dr_up", double, typename Y::shape_type>;
+      const auto uv = filled({qd[0], qd[1], T, S}, seed + 2);
+      constexpr auto loss = ty::sum(y * up);
+      auto [o, dq, dk, dv] =
+          s.run(ty::fetch(y, ty::grad(loss, Q{}), ty::grad(loss, K{}), ty::grad(loss, V{})),
+                ty::feed(up, uv));
+      const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+      std::vector<double> wq(static_cast<std::size_t>(B * T * D)),
+          wk(static_cast<std::size_t>(B * S * D)), wv(static_cast<std::size_t>(B * S * S));
+      i64 kept = 0, cells = 0, not_scaled = 0;
+      for (i64 b = 0; b < B; ++b)
+        for (i64 i = 0; i < T; ++i) {
+          std::vector<double> p(static_cast<std::size_t>(S)), m(p.size()), dp(p.size());
+          double mx = -std::numeric_limits<double>::infinity();
+          for (i64 j = 0; j < S; ++j) {
+            double e = 0;
+            for (i64 c = 0; c < D; ++c)
+              e += qv[(b * T + i) * D + c] * kv[(b * S + j) * D + c];
+            p[j] = causal && j > i ? -std::numeric_limits<double>::infinity() : e * scale;
+            mx = std::max(mx, p[j]);
+          }
+          double sum = 0;
+          for (i64 j = 0; j < S; ++j)
+            sum += (p[j] = std::exp(p[j] - mx));
+          for (i64 j = 0; j < S; ++j) {
+            p[j] /= sum;
+            const double z = o[(b * T + i) * S + j];
+            m[j] = z != 0.0 ? 1.0 : 0.0; // the run's mask (a kept probability is never 0 here)
+            if (!(causal && j > i)) {
+              kept += z != 0.0;
+              ++cells;
+              not_scaled += z != 0.0 && std::abs(z - 2.0 * p[j]) > 1e-14 + 1e-12 * p[j];
+            } else {
+              not_scaled += z != 0.0; // a masked key contributes nothing
+            }
+          }
+          double rs = 0;
+          for (i64 j = 0; j < S; ++j) {
+            double dz = 0;
+            for (i64 c = 0; c < S; ++c) // dO v^T, v = I
+              dz += uv[(b * T + i) * S + c] * (j == c ? 1.0 : 0.0);
+            dp[j] = m[j] * dz * 2.0;
+            rs += p[j] * dp[j];
+          }
+          for (i64 j = 0; j < S; ++j) {
+            const double ds = p[j] * (dp[j] - rs);
+            for (i64 c = 0; c < D; ++c) {
+              wq[static_cast<std::size_t>((b * T + i) * D + c)] +=
+                  scale * ds * kv[(b * S + j) * D + c];
+              wk[static_cast<std::size_t>((b * S + j) * D + c)] +=
+                  scale * ds * qv[(b * T + i) * D + c];
+            }
+            for (i64 c = 0; c < S; ++c) // dv = Z^T dO
+              wv[static_cast<std::size_t>((b * S + j) * S + c)] +=
+                  m[j] * 2.0 * p[j] * uv[(b * T + i) * S + c];
+          }
+        }
+      INFO("causal " << causal << ", T " << T << ", S " << S);
+      CHECK(not_scaled == 0);
+      const double frac = static_cast<double>(kept) / static_cast<double>(cells);
+      CHECK(frac > 0.42);
+      CHECK(frac < 0.58);
+      for (auto [got, want] : {std::pair{&dq, &wq}, {&dk, &wk}, {&dv, &wv}}) {
+        REQUIRE(got->size() == static_cast<i64>(want->size()));
+        i64 bad = 0;
+        for (i64 e = 0; e < got->size(); ++e) {
+          const double w = (*want)[static_cast<std::size_t>(e)];
+          bad += !(std::abs((*got)[e] - w) <= 1e-13 + 1e-11 * std::abs(w));
+        }
+        CHECK(bad == 0);
+      }
+      // the next run draws another mask
+      auto [o2] = s.run(ty::fetch(y));
+      i64 differ = 0;
+      for (i64 e = 0; e < o.size(); ++e)
+        differ += (o[e] == 0.0) != (o2[e] == 0.0);
+      CHECK(differ > cells / 5); // of the cells a mask can keep, about half differ
+    };
+    // self-attention shapes (one attention_grads op), two query tiles
+    constexpr auto q = ty::variable<"drq", double, ty::shape<2, 2, 70, 70>>;
+    constexpr auto k = ty::variable<"drk", double, ty::shape<2, 2, 70, 70>>;
+    constexpr auto v = ty::variable<"drv", double, ty::shape<2, 2, 70, 70>>;
+    check(q, k, v, std::false_type{}, 71);
+    check(q, k, v, std::true_type{}, 75);
+    // cross-attention shapes (three attention_grad ops), two key blocks
+    constexpr auto xq = ty::variable<"drxq", double, ty::shape<1, 2, 20, 8>>;
+    constexpr auto xk = ty::variable<"drxk", double, ty::shape<1, 2, 150, 8>>;
+    constexpr auto xv = ty::variable<"drxv", double, ty::shape<1, 2, 150, 150>>;
+    check(xq, xk, xv, std::false_type{}, 79);
+    check(xq, xk, xv, std::true_type{}, 83);
+
+    // keep 1 is plain attention, bit for bit; dropout draws, has no GPU kernel (a placement on
+    // a GPU runs it on the host), and prints its keep and seed
+    constexpr auto y1 = ty::attention<true, ty::attention_dropout{.keep = 1.0, .seed = 5}>(q, k, v);
+    auto [a, b] = s.run(ty::fetch(y1, ty::attention<true>(q, k, v)));
+    for (i64 e = 0; e < a.size(); ++e)
+      CHECK(a[e] == b[e]);
+    static_assert(ty::op_traits<ty::ops::attention<false, half>>::draws);
+    static_assert(!ty::op_traits<ty::ops::attention<false>>::draws);
+    static_assert(!ty::has_gpu_kernel<ty::ops::attention<true, half>>);
+    static_assert(ty::has_gpu_kernel<ty::ops::attention<true>>);
+    CHECK(ty::to_string(ty::attention<true, half>(q, k, v)).find("keep=0.5") != std::string::npos);
+    constexpr auto x = ty::placeholder<"drx", double, ty::shape<2, 8, 16>>;
+    CHECK(ty::to_string(ty::transformer_block<"drb", 2, 32, true, half>(x)).find("keep=0.5") !=
+          std::string::npos);
+  }
+
   TEST_CASE("layers: embedding, multi-head attention against its ops written out, a block") {
     session_t s;
     SUBCASE("embedding picks rows of Name/embeddings") {

@@ -184,7 +184,9 @@ consteval auto merge_heads(X x) {
 /// multi_head_attention<"attn", heads, causal>(x [B, T, D]): one dense layer `Name/qkv` to
 /// [B, T, 3D], split into q, k, v of `heads` heads each (D / heads features), the attention op
 /// per head, the heads merged and projected by `Name/proj` [D, D]. T and D must be static.
-template <fixed_string Name, std::int64_t Heads, bool Causal = true, expression X>
+/// Drop: dropout on the attention's probabilities (attention_dropout; none by default).
+template <fixed_string Name, std::int64_t Heads, bool Causal = true,
+          attention_dropout Drop = attention_dropout{}, expression X>
 consteval auto multi_head_attention(X x) {
   if constexpr (any_invalid<X>) { // an earlier mistake, reported already
     return invalid_expr{};
@@ -195,24 +197,25 @@ consteval auto multi_head_attention(X x) {
     static_assert(d % Heads == 0, "multi_head_attention: D is not divisible by the heads");
     constexpr std::int64_t dh = d / Heads;
     const auto [q, k, v] = typeflow::split<-1, 3>(dense<Name + fixed_string("/qkv"), 3 * d>(x));
-    const auto o = typeflow::attention<Causal>(detail::split_heads<t, Heads, dh>(q),
-                                               detail::split_heads<t, Heads, dh>(k),
-                                               detail::split_heads<t, Heads, dh>(v));
+    const auto o = typeflow::attention<Causal, Drop>(detail::split_heads<t, Heads, dh>(q),
+                                                     detail::split_heads<t, Heads, dh>(k),
+                                                     detail::split_heads<t, Heads, dh>(v));
     return dense<Name + fixed_string("/proj"), d>(detail::merge_heads<t, Heads, dh>(o));
   }
 }
 
 /// transformer_block<"b1", heads, hidden>(x [B, T, D]): GPT-2's pre-norm block,
 /// h = x + attn(ln1(x)); h + mlp(ln2(h)) with mlp = dense(hidden), gelu, dense(D); causal
-/// attention. Variables under `Name/` (ln1, attn, ln2, fc, out).
+/// attention (Drop: dropout on its probabilities, as multi_head_attention). Variables under
+/// `Name/` (ln1, attn, ln2, fc, out).
 template <fixed_string Name, std::int64_t Heads, std::int64_t Hidden, bool Causal = true,
-          expression X>
+          attention_dropout Drop = attention_dropout{}, expression X>
 consteval auto transformer_block(X x) {
   if constexpr (any_invalid<X>) { // an earlier mistake, reported already
     return invalid_expr{};
   } else {
     constexpr std::int64_t d = X::shape_type::dims[X::shape_type::rank - 1];
-    const auto h = x + multi_head_attention<Name + fixed_string("/attn"), Heads, Causal>(
+    const auto h = x + multi_head_attention<Name + fixed_string("/attn"), Heads, Causal, Drop>(
                            layer_norm_layer<Name + fixed_string("/ln1")>(x));
     const auto m = dense<Name + fixed_string("/out"), d>(
         typeflow::gelu(dense<Name + fixed_string("/fc"), Hidden>(

@@ -37,14 +37,34 @@ constexpr std::string_view attention_error(const dims_t<RQ>& q, const dims_t<RK>
 }
 } // namespace detail
 
+/// Dropout on attention's probabilities (as PyTorch's scaled_dot_product_attention's
+/// dropout_p = 1 - keep): each probability of softmax(q k^T / sqrt(D)) is kept with probability
+/// `keep` and scaled by 1 / keep, else zeroed, before the product with v. The mask is drawn
+/// afresh on every run from (seed, the session's run count, the element's batch entry, query and
+/// key), by the dropout ops' hash (backend/common/dropout.hpp), and drawn again, the same, by
+/// the gradient. keep = 1 (the default) is no dropout. Give each layer its own seed.
+struct attention_dropout {
+  double keep = 1.0;
+  std::uint64_t seed = 0;
+};
+
 namespace ops {
 
-/// attention<Causal>(q, k, v) -> [..., T, Dv]. Causal: query i attends to keys j <= i.
-template <bool Causal>
+/// attention<Causal, Drop>(q, k, v) -> [..., T, Dv]. Causal: query i attends to keys j <= i.
+template <bool Causal, attention_dropout Drop = attention_dropout{}>
 struct attention : nn_base {
+  static_assert(Drop.keep > 0.0 && Drop.keep <= 1.0, "attention: dropout's keep must be in (0, 1]");
   static constexpr std::string_view name = "attention";
   static constexpr bool causal = Causal;
-  static std::string attrs() { return Causal ? "causal" : ""; }
+  static constexpr attention_dropout dropout = Drop;
+  static constexpr bool draws = Drop.keep < 1.0; // a new mask each run (graph/op_traits.hpp)
+  static std::string attrs() {
+    std::string s = Causal ? "causal" : "";
+    if constexpr (Drop.keep < 1.0)
+      s += std::string(Causal ? ", " : "") + "keep=" + std::to_string(Drop.keep) +
+           ", seed=" + std::to_string(Drop.seed);
+    return s;
+  }
   template <class Q, class K, class V>
   using value_type = typename Q::value_type;
   template <class Q, class K, class V>
@@ -67,19 +87,20 @@ struct attention : nn_base {
 };
 
 /// What attention_stats and attention_grad share: five operands, the first three q, k, v.
-template <bool Causal>
-struct attention_backward_base : attention<Causal> {
+template <bool Causal, attention_dropout Drop = attention_dropout{}>
+struct attention_backward_base : attention<Causal, Drop> {
   template <class Q, class K, class V, class A, class B>
   using value_type = typename Q::value_type;
   template <class Q, class K, class V, class A, class B>
   static constexpr std::string_view dtype_error() {
-    return attention<Causal>::template dtype_error<Q, K, V>();
+    return attention<Causal, Drop>::template dtype_error<Q, K, V>();
   }
 };
 
 /// What the backward pass needs of each query row, computed once for the three gradients:
 /// [..., T, 2] holding the row's log-sum-exp L of its scores and D = g . o (the upstream
-/// gradient's row times the forward output's), from (q, k, v, o, g).
+/// gradient's row times the forward output's), from (q, k, v, o, g). With dropout the same: L
+/// is over the scores before dropout, and D = g . o over the output after it.
 template <bool Causal>
 struct attention_stats : attention_backward_base<Causal> {
   static constexpr std::string_view name = "attention_stats";
@@ -94,9 +115,10 @@ struct attention_stats : attention_backward_base<Causal> {
 };
 
 /// The gradient of attention with respect to operand Which (0: q, 1: k, 2: v), from
-/// (q, k, v, the upstream gradient g, attention_stats).
-template <bool Causal, int Which>
-struct attention_grad : attention_backward_base<Causal> {
+/// (q, k, v, the upstream gradient g, attention_stats); Drop: the forward's dropout, whose mask
+/// it draws again.
+template <bool Causal, int Which, attention_dropout Drop = attention_dropout{}>
+struct attention_grad : attention_backward_base<Causal, Drop> {
   static constexpr std::string_view name =
       Which == 0 ? std::string_view{"attention_grad_q"}
                  : (Which == 1 ? std::string_view{"attention_grad_k"}
@@ -120,8 +142,8 @@ struct attention_grad : attention_backward_base<Causal> {
 /// gradients, from (q, k, v, the upstream gradient g, attention_stats). One pass over the tiles
 /// forms each tile's scores and dS once for all three (FlashAttention-2's backward), where three
 /// attention_grad ops form them three times.
-template <bool Causal>
-struct attention_grads : attention_backward_base<Causal> {
+template <bool Causal, attention_dropout Drop = attention_dropout{}>
+struct attention_grads : attention_backward_base<Causal, Drop> {
   static constexpr std::string_view name = "attention_grads";
   template <std::size_t RQ, std::size_t RK, std::size_t RV, std::size_t RG, std::size_t RS>
   static constexpr rule_result<RQ + 1> rule(const dims_t<RQ>& q, const dims_t<RK>& k,
@@ -142,10 +164,13 @@ struct attention_grads : attention_backward_base<Causal> {
 
 /// attention(q, k, v) and attention<true>(q, k, v) (causal): softmax(q k^T / sqrt(D)) v over
 /// q [..., T, D], k [..., S, D], v [..., S, Dv], as one op that never stores the [T, S] scores
-/// (PyTorch's scaled_dot_product_attention with is_causal; dropout is not part of it).
-template <bool Causal = false, expression Q, expression K, expression V>
+/// (PyTorch's scaled_dot_product_attention with is_causal). attention<Causal, {.keep = 0.9,
+/// .seed = 7}>(q, k, v) applies dropout to the probabilities (see attention_dropout); its
+/// kernels are the CPU's (a placement on a GPU runs it on the host, as describe_placement says).
+template <bool Causal = false, attention_dropout Drop = attention_dropout{}, expression Q,
+          expression K, expression V>
 consteval auto attention(Q, K, V) {
-  return make_node<ops::attention<Causal>, Q, K, V>();
+  return make_node<ops::attention<Causal, Drop>, Q, K, V>();
 }
 
 } // namespace typeflow

@@ -6,7 +6,8 @@
 // result; otherwise each operand gets an attention_grad op of its own. (Every placeholder's dyn
 // is one extent when fed, so q, k and v read from fed tensors agree at run time; a dyn extent
 // from elsewhere, a reshape's -1, that differs is attention_grads' run-time error naming the
-// shapes.) The gradient ops have no rule of their own (no second derivatives).
+// shapes.) With dropout the gradient ops draw the forward's mask again (the same seed and run).
+// The gradient ops have no rule of their own (no second derivatives).
 #pragma once
 #include "attention.hpp"
 #include "fold.hpp"
@@ -14,8 +15,8 @@
 
 namespace typeflow {
 
-template <bool Causal>
-struct grad_rule<ops::attention<Causal>> {
+template <bool Causal, attention_dropout Drop>
+struct grad_rule<ops::attention<Causal, Drop>> {
   /// Whether q, k and v have one shape: attention_grads applies.
   template <class Q, class K, class V>
   static constexpr bool self_attention() {
@@ -37,7 +38,7 @@ struct grad_rule<ops::attention<Causal>> {
     using stats = decltype(make_node<ops::attention_stats<Causal>, Q, K, V, Y, G>());
     if constexpr (self_attention<Q, K, V>()) {
       constexpr std::size_t r = Q::shape_type::rank;
-      const auto all = make_node<ops::attention_grads<Causal>, Q, K, V, G, stats>();
+      const auto all = make_node<ops::attention_grads<Causal, Drop>, Q, K, V, G, stats>();
       const auto piece = [all]<std::size_t... I>(std::index_sequence<I...>) {
         return typeflow::slice<ints<(I == 0 ? static_cast<std::int64_t>(S) : 0)...>,
                                ints<(I == 0 ? 1 : -1)...>>(all);
@@ -45,7 +46,7 @@ struct grad_rule<ops::attention<Causal>> {
       (std::make_index_sequence<r + 1>{});
       return typeflow::reshape_like(piece, q);
     } else {
-      return make_node<ops::attention_grad<Causal, static_cast<int>(S)>, Q, K, V, G, stats>();
+      return make_node<ops::attention_grad<Causal, static_cast<int>(S), Drop>, Q, K, V, G, stats>();
     }
   }
 };

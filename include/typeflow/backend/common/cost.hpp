@@ -79,8 +79,8 @@ struct op_cost<ops::pool_grad<K, P, KH, KW, SH, SW>> { // (x, dy): each dy's win
     return static_cast<double>(d[2]->numel()) * static_cast<double>(KH * KW);
   }
 };
-template <bool C>
-struct op_cost<ops::attention<C>> { // (q, k, v): q k^T and p v, half of them when causal
+template <bool C, attention_dropout D>
+struct op_cost<ops::attention<C, D>> { // (q, k, v): q k^T and p v, half of them when causal
   static double flops(const rt_dims* const* d) {
     const auto g = attention_geometry::of(*d[1], *d[2], *d[3]);
     return 2.0 * static_cast<double>(g.batch * g.t * g.s) * static_cast<double>(g.d + g.dv) /
@@ -95,8 +95,8 @@ struct op_cost<ops::attention_stats<C>> { // the scores, for each row's log-sum-
            (C ? 2.0 : 1.0);
   }
 };
-template <bool C, int W>
-struct op_cost<ops::attention_grad<C, W>> { // the scores, dO v^T (not for v's), one product
+template <bool C, int W, attention_dropout D>
+struct op_cost<ops::attention_grad<C, W, D>> { // the scores, dO v^T (not for v's), one product
   static double flops(const rt_dims* const* d) {
     const auto g = attention_geometry::of(*d[1], *d[2], *d[3]);
     const std::int64_t per = W == 2 ? g.d + g.dv : 2 * g.d + g.dv;

@@ -18,6 +18,7 @@
 #include "../../../graph/flat.hpp"
 #include "../../../ops/attention.hpp"
 #include "../../common/attention.hpp"
+#include "../../common/dropout.hpp"
 #include "../context.hpp"
 #include "../gemm.hpp"
 #include "../simd.hpp"
@@ -64,10 +65,45 @@ T att_exp(T* x, std::int64_t n, T shift) {
   return sum;
 }
 
-/// The attention's operands of one batch entry (one head of one sequence).
+/// An attention op's dropout in one run (ops::attention_dropout): probability (row, key) is
+/// kept with probability keep and scaled by 1 / keep, row = b * T + i for query i of batch entry
+/// b; the draw is element row * S + key of the dropout hash (backend/common/dropout.hpp).
+template <class T>
+struct att_drop {
+  std::uint64_t base = 0;
+  /// Kept where the draw's 53 bits are below this: keep * 2^53 rounded up (the same test as
+  /// dropout_uniform(base, i) < keep, in integers, which the compiler vectorizes).
+  std::uint64_t below = 0;
+  T scale = 1;
+  std::int64_t s = 0;
+  /// z[c] = the factor of (row, j0 + c) for c < n: 1 / keep where kept, else 0.
+  void factors(std::int64_t row, std::int64_t j0, std::int64_t n, T* z) const {
+    const auto first = static_cast<std::uint64_t>(row * s + j0);
+    for (std::int64_t c = 0; c < n; ++c)
+      z[c] = (backend::dropout_mix(base ^ (first + static_cast<std::uint64_t>(c))) >> 11) < below
+                 ? scale
+                 : T(0);
+  }
+};
+/// The dropout of attention op Drop in the current run, or none (keep = 1).
+template <attention_dropout Drop, class T>
+std::unique_ptr<att_drop<T>> att_drop_of(const context& ctx, const backend::attention_geometry& g) {
+  if constexpr (Drop.keep < 1.0)
+    return std::make_unique<att_drop<T>>(
+        att_drop<T>{backend::dropout_base(Drop.seed, ctx.run),
+                    static_cast<std::uint64_t>(std::ceil(Drop.keep * 0x1.0p53)),
+                    static_cast<T>(1.0 / Drop.keep), g.s});
+  else
+    return nullptr;
+}
+
+/// The attention's operands of one batch entry (one head of one sequence): entry b, and its
+/// dropout (null: none).
 template <class T>
 struct att_slice {
   const T *q, *k, *v;
+  std::int64_t b = 0;
+  const att_drop<T>* drop = nullptr;
 };
 
 /// S[nq, nk] = scale * q[i0 .. i0 + nq) k[j0 .. j0 + nk)^T, with -inf above the diagonal when
@@ -109,8 +145,14 @@ void att_rows(const att_slice<T>& a, const backend::attention_geometry& g, std::
       }
       const T alpha = std::exp(m[r] - bm); // 0 while m is -inf
       const T sum = att_exp<true>(row, nk, bm);
-      l[r] = l[r] * alpha + sum;
+      l[r] = l[r] * alpha + sum; // the softmax's sum, before dropout
       m[r] = bm;
+      if (o && a.drop) {
+        T z[att_keys];
+        a.drop->factors(a.b * g.t + i0 + r, j0, nk, z);
+        for (std::int64_t c = 0; c < nk; ++c)
+          row[c] *= z[c];
+      }
       if (o && alpha != T(1))
         for (std::int64_t c = 0; c < g.dv; ++c)
           o[r * g.dv + c] *= alpha;
@@ -131,6 +173,7 @@ void att_rows(const att_slice<T>& a, const backend::attention_geometry& g, std::
 
 /// P = exp(S - L) and dS = P (dO v^T - D) for the tile of query rows [i0, i0 + nq) and keys
 /// [j0, j0 + nk), L and D read from attention_stats' [rows, 2] (st); leaves P in p and dS in ds.
+/// With dropout (mask M, scaled by 1 / keep): P M in p, dS = P ((dO v^T) M - D).
 template <bool Causal, class T>
 void att_grad_tile(const att_slice<T>& a, const T* up, const T* st,
                    const backend::attention_geometry& g, std::int64_t i0, std::int64_t nq,
@@ -143,8 +186,17 @@ void att_grad_tile(const att_slice<T>& a, const T* up, const T* st,
     T* dr = ds + r * att_keys;
     att_exp<false>(pr, nk, st[2 * (i0 + r)]); // exp(-inf) = 0 where masked
     const T d = st[2 * (i0 + r) + 1];
-    for (std::int64_t c = 0; c < nk; ++c)
-      dr[c] = pr[c] * (dr[c] - d);
+    if (a.drop) {
+      T z[att_keys];
+      a.drop->factors(a.b * g.t + i0 + r, j0, nk, z);
+      for (std::int64_t c = 0; c < nk; ++c) {
+        dr[c] = pr[c] * (dr[c] * z[c] - d);
+        pr[c] *= z[c];
+      }
+    } else {
+      for (std::int64_t c = 0; c < nk; ++c)
+        dr[c] = pr[c] * (dr[c] - d);
+    }
   }
 }
 
@@ -170,8 +222,8 @@ const T* att_saved_lse(const value& out, std::int64_t rows) {
 
 } // namespace detail
 
-template <std::size_t I, bool C, class T, class Q, class K, class V>
-void kernel(context& ctx, ops::attention<C>*, T*, value* vals, void*, Q*, K*, V*) {
+template <std::size_t I, bool C, attention_dropout D, class T, class Q, class K, class V>
+void kernel(context& ctx, ops::attention<C, D>*, T*, value* vals, void*, Q*, K*, V*) {
   const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
                                                  vals[V::index].dims);
   const T* q = static_cast<const T*>(vals[Q::index].data);
@@ -183,12 +235,14 @@ void kernel(context& ctx, ops::attention<C>*, T*, value* vals, void*, Q*, K*, V*
   saved->rows = g.batch * g.t;
   saved->lse.reset(new T[static_cast<std::size_t>(std::max<std::int64_t>(saved->rows, 1))]);
   T* lse = saved->lse.get();
+  const auto drop = detail::att_drop_of<D, T>(ctx, g);
   const std::int64_t tiles = detail::att_tiles(g.t);
   ctx.pool.parallel_for(g.batch * tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
     std::vector<T> sc(static_cast<std::size_t>(detail::att_tile * detail::att_keys));
     for (std::int64_t task = t0; task < t1; ++task) {
       const std::int64_t b = task / tiles, i0 = (task % tiles) * detail::att_tile;
-      const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
+      const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv, b,
+                                   drop.get()};
       detail::att_rows<C>(a, g, i0, std::min(detail::att_tile, g.t - i0), sc.data(),
                           lse + b * g.t + i0, out + (b * g.t + i0) * g.dv);
     }
@@ -241,8 +295,10 @@ void kernel(context& ctx, ops::attention_stats<C>*, T*, value* vals, void*, Q*, 
   });
 }
 
-template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class G, class St>
-void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*, K*, V*, G*, St*) {
+template <std::size_t I, bool C, int W, attention_dropout D, class T, class Q, class K, class V,
+          class G, class St>
+void kernel(context& ctx, ops::attention_grad<C, W, D>*, T*, value* vals, void*, Q*, K*, V*, G*,
+            St*) {
   const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
                                                  vals[V::index].dims);
   const T* q = static_cast<const T*>(vals[Q::index].data);
@@ -251,6 +307,7 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
   const T* up = static_cast<const T*>(vals[G::index].data);
   const T* st = static_cast<const T*>(vals[St::index].data);
   T* out = ctx.allocate<T>(vals[I]);
+  const auto drop = detail::att_drop_of<D, T>(ctx, g);
   constexpr std::int64_t tile = detail::att_tile, keys = detail::att_keys;
   const std::int64_t qtiles = detail::att_tiles(g.t), ktiles = detail::att_tiles(g.s, keys);
   const T scale = static_cast<T>(g.scale);
@@ -260,7 +317,8 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
       for (std::int64_t task = t0; task < t1; ++task) {
         const std::int64_t b = task / qtiles, i0 = (task % qtiles) * tile;
         const std::int64_t nq = std::min(tile, g.t - i0);
-        const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
+        const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv, b,
+                                     drop.get()};
         T* dq = out + (b * g.t + i0) * g.d;
         std::fill(dq, dq + nq * g.d, T(0));
         const std::int64_t end = C ? std::min(g.s, i0 + nq) : g.s;
@@ -282,7 +340,8 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
       for (std::int64_t task = t0; task < t1; ++task) {
         const std::int64_t b = task / ktiles, j0 = (task % ktiles) * keys;
         const std::int64_t nk = std::min(keys, g.s - j0);
-        const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
+        const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv, b,
+                                     drop.get()};
         T* dst = out + (b * g.s + j0) * width;
         std::fill(dst, dst + nk * width, T(0));
         for (std::int64_t i0 = C ? j0 / tile * tile : 0; i0 < g.t; i0 += tile) {
@@ -311,8 +370,10 @@ void kernel(context& ctx, ops::attention_grad<C, W>*, T*, value* vals, void*, Q*
 /// (dq's rows gather from every key tile, so nothing else writes them); with fewer batch
 /// entries than threads, k's and v's gradients run by key tile and q's by query tile instead,
 /// seven products per tile, every thread busy.
-template <std::size_t I, bool C, class T, class Q, class K, class V, class G, class St>
-void kernel(context& ctx, ops::attention_grads<C>*, T*, value* vals, void*, Q*, K*, V*, G*, St*) {
+template <std::size_t I, bool C, attention_dropout D, class T, class Q, class K, class V, class G,
+          class St>
+void kernel(context& ctx, ops::attention_grads<C, D>*, T*, value* vals, void*, Q*, K*, V*, G*,
+            St*) {
   const auto g = backend::attention_geometry::of(vals[Q::index].dims, vals[K::index].dims,
                                                  vals[V::index].dims);
   const T* q = static_cast<const T*>(vals[Q::index].data);
@@ -321,6 +382,7 @@ void kernel(context& ctx, ops::attention_grads<C>*, T*, value* vals, void*, Q*, 
   const T* up = static_cast<const T*>(vals[G::index].data);
   const T* st = static_cast<const T*>(vals[St::index].data);
   T* out = ctx.allocate<T>(vals[I]);
+  const auto drop = detail::att_drop_of<D, T>(ctx, g);
   const std::int64_t n = g.batch * g.t * g.d; // each gradient's elements
   T *dq = out, *dk = out + n, *dv = out + 2 * n;
   constexpr std::int64_t tile = detail::att_tile, keys = detail::att_keys;
@@ -334,7 +396,8 @@ void kernel(context& ctx, ops::attention_grads<C>*, T*, value* vals, void*, Q*, 
   // dv and dk of the keys (and, with `with_dq`, dq of the queries) accumulated; scale later.
   const auto tile_step = [&](std::int64_t b, std::int64_t i0, std::int64_t nq, std::int64_t j0,
                              std::int64_t nk, T* p, T* ds, bool with_kv, bool with_dq) {
-    const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv};
+    const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv, b,
+                                 drop.get()};
     const T* dout = up + b * g.t * g.dv;
     detail::att_grad_tile<C>(a, dout, st + 2 * b * g.t, g, i0, nq, j0, nk, p, ds);
     if (with_kv) {
