@@ -553,6 +553,55 @@ TEST_CASE("repeat: checkpoint_every and memory_budget give recompute's gradients
   CHECK(stored.peak <= all.peak + 2 * carry + n * 4 * carry);
 }
 
+TEST_CASE("repeat: a memory_budget bounds the stored carries and the kept activations together") {
+  // Under memory_budget<Bytes> a stored repeat (x's shape static, its N + 1 carries within Bytes)
+  // keeps its layers' activations only in what the carries leave of Bytes.
+  constexpr i64 n = 9, rows = 64;
+  constexpr std::size_t carry = rows * width * sizeof(double);
+  using xs = ty::expr<ty::ops::placeholder<ty::static_name<'m'>, double, ty::shape<rows, width>>>;
+  static_assert(ty::detail::repeat_keep_budget<n, xs, ty::memory_budget<25 * carry>> == 15 * carry);
+  static_assert(ty::detail::repeat_keep_budget<n, xs, ty::memory_budget<10 * carry>> == 0);
+  static_assert(ty::detail::repeat_keep_budget<n, xs, ty::store> == ~std::uint64_t{0});
+  static constexpr auto x = ty::placeholder<"mx", double, ty::shape<rows, width>>;
+  auto body = [](auto h) {
+    return h +
+           ty::tanh(ty::dense<"dense", width, ty::uniform<-0.6, 0.6>, ty::uniform<-0.2, 0.2>>(h));
+  };
+  static constexpr auto h_store = ty::repeat<n, "mb", ty::store>(body, x);
+  // the 10 carries take the whole budget: nothing is left for the activations
+  static constexpr auto h_exact = ty::repeat<n, "mb", ty::memory_budget<10 * carry>>(body, x);
+  static constexpr auto h_roomy = ty::repeat<n, "mb", ty::memory_budget<1000 * carry>>(body, x);
+  static constexpr auto w = ty::find_variable<"mb/dense/weights">(h_store);
+  auto grads = [](auto h) { return ty::grad(ty::sum(ty::square(h)), x, w); };
+  static constexpr auto g_store = grads(h_store);
+  static constexpr auto g_exact = grads(h_exact);
+  static constexpr auto g_roomy = grads(h_roomy);
+  const auto xv = inputs<double>(rows);
+  struct outcome {
+    ty::tensor<double> dx, dw;
+    std::size_t steps;
+  };
+  auto run = [&](auto g) {
+    ty::session<> s(ty::session_options{.threads = 1, .seed = 13});
+    const auto& [gx, gw] = g;
+    auto [dx, dw] = s.run(ty::fetch(gx, gw), ty::feed(x, xv));
+    return outcome{dx, dw, s.stats().steps};
+  };
+  const outcome stored = run(g_store), exact = run(g_exact), roomy = run(g_roomy);
+  for (const outcome* o : {&exact, &roomy}) {
+    REQUIRE(o->dx.size() == stored.dx.size());
+    REQUIRE(o->dw.size() == stored.dw.size());
+    for (i64 i = 0; i < stored.dx.size(); ++i)
+      CHECK(o->dx[i] == stored.dx[i]);
+    for (i64 i = 0; i < stored.dw.size(); ++i)
+      CHECK(o->dw[i] == stored.dw[i]);
+  }
+  INFO("steps: stored " << stored.steps << ", budget of the carries " << exact.steps
+                        << ", roomy budget " << roomy.steps);
+  CHECK(roomy.steps == stored.steps); // everything fits: the activations are kept
+  CHECK(exact.steps > stored.steps);  // the gradient recomputes each layer's activations
+}
+
 TEST_CASE("remat: the same value and gradients as the block itself, holding only its input") {
   static constexpr auto x = ty::placeholder<"x", double, ty::shape<ty::dyn, width>>;
   // a block whose inside (8 * width wide) outweighs its input

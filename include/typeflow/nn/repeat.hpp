@@ -32,8 +32,9 @@
 // repeat<N, "block", ty::checkpoint_every<K>>(body, x) recomputes as ty::recompute does but its
 // gradient holds every K-th layer's input only, recomputing the others a segment at a time;
 // ty::memory_budget<Bytes> is ty::store where the N + 1 carries fit in Bytes (x's shape static;
-// the layers' activations are then kept where they fit in Bytes too, measured on the first
-// layer), else a recomputing gradient that holds what fits (docs/repeat.md).
+// the layers' activations are then kept where they fit in what the carries leave of Bytes,
+// measured on the first layer), else a recomputing gradient that holds what fits
+// (docs/repeat.md).
 #pragma once
 #include <cstdint>
 #include <random>
@@ -62,10 +63,11 @@ template <std::int64_t K>
 struct checkpoint_every {
   static_assert(K >= 1, "repeat: checkpoint_every<K> needs K >= 1");
 };
-/// A byte budget for the carries that the gradient needs: ty::store where x's shape is static
-/// and its N + 1 carries fit in Bytes; else ty::recompute, whose gradient holds as many carries
-/// as Bytes allows and recomputes the fewest layers for it, chosen at run time from the carry's
-/// size (the fewest carries, about 2 sqrt(N), where nothing fits).
+/// A byte budget for what the gradient holds: ty::store where x's shape is static and its N + 1
+/// carries fit in Bytes, keeping the layers' activations where they fit in what the carries
+/// leave (a scan's budget is its steps' activations); else ty::recompute, whose gradient holds
+/// as many carries as Bytes allows and recomputes the fewest layers for it, chosen at run time
+/// from the carry's size (the fewest carries, about 2 sqrt(N), where nothing fits).
 template <std::uint64_t Bytes>
 struct memory_budget {};
 
@@ -331,6 +333,17 @@ template <class Policy>
 inline constexpr std::uint64_t keep_budget = ~std::uint64_t{0};
 template <std::uint64_t Bytes>
 inline constexpr std::uint64_t keep_budget<memory_budget<Bytes>> = Bytes;
+/// What a stored repeat's layers' activations may take under Policy: keep_budget, less the
+/// N + 1 carries that a memory_budget stores (one budget for both: the carries first).
+template <std::int64_t N, class X, class Policy>
+inline constexpr std::uint64_t repeat_keep_budget = keep_budget<Policy>;
+template <std::int64_t N, class X, std::uint64_t Bytes>
+inline constexpr std::uint64_t repeat_keep_budget<N, X, memory_budget<Bytes>> = [] {
+  const std::uint64_t carries = static_cast<std::uint64_t>(N + 1) *
+                                static_cast<std::uint64_t>(numel(X::shape_type::dims)) *
+                                sizeof(typename X::value_type);
+  return carries < Bytes ? Bytes - carries : 0;
+}();
 template <class Carry>
 using repeat_seed_t =
     expr<ops::placeholder<upstream_name, typename Carry::value_type, typename Carry::shape_type>>;
@@ -340,7 +353,7 @@ consteval auto make_repeat(X, type_list<V...>) {
   using B = typename body_with_params<Body>::type;
   using Hold = typename resolved_policy<N, X, Policy>::type;
   if constexpr (std::is_same_v<Hold, store>) {
-    using Keep = typename keep_of<keep_budget<Policy>, B, repeat_seed_t<Carry>, Carry,
+    using Keep = typename keep_of<repeat_keep_budget<N, X, Policy>, B, repeat_seed_t<Carry>, Carry,
                                   typename param_of<V>::type...>::type;
     using Y =
         decltype(make_node<ops::repeat_stored<N, B, Carry, Keep, typename param_of<V>::type...>, X,
