@@ -185,9 +185,8 @@ int run_training(const flags& f) {
                 static_cast<long long>(step));
   }
 
-  // The batches (data.hpp); epoch_of(s): the epoch step s belongs to.
+  // The batches (data.hpp); data.epoch_of(s): the epoch step s belongs to.
   const std::int64_t total_steps = data.total_steps();
-  const auto epoch_of = [&data](std::int64_t s) { return data.epoch_of(s); };
   for (std::int64_t k = 0; k < step && k < total_steps; ++k)
     data.next(); // resume: skip the batches already trained on (the same order from IDX)
 
@@ -196,8 +195,8 @@ int run_training(const flags& f) {
   float loss_value = 0;
   std::int64_t examples_seen = 0; // in this run (after a resume, not the skipped ones)
   while (step < total_steps) {
-    const std::int64_t epoch = epoch_of(step);
-    if (step == 0 || epoch != epoch_of(step - 1))
+    const std::int64_t epoch = data.epoch_of(step);
+    if (step == 0 || epoch != data.epoch_of(step - 1))
       s.write(
           mnist::learning_rate,
           static_cast<float>(f.learning_rate * std::pow(f.lr_decay, static_cast<double>(epoch))));
@@ -232,7 +231,7 @@ int run_training(const flags& f) {
                   now_string().c_str(), static_cast<long long>(step), loss_value,
                   static_cast<double>(b.size) / duration, duration);
     ++step;
-    if (epoch_of(step) != epoch || step == total_steps) {
+    if (data.epoch_of(step) != epoch || step == total_steps) {
       accuracy = test_accuracy(s, test);
       std::printf("%s: epoch %lld done, step %lld, test accuracy = %.4f\n", now_string().c_str(),
                   static_cast<long long>(epoch + 1), static_cast<long long>(step), accuracy);

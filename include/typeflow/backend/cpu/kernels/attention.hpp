@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "../../../graph/flat.hpp"
@@ -87,14 +88,13 @@ struct att_drop {
 };
 /// The dropout of attention op Drop in the current run, or none (keep = 1).
 template <attention_dropout Drop, class T>
-std::unique_ptr<att_drop<T>> att_drop_of(const context& ctx, const backend::attention_geometry& g) {
+std::optional<att_drop<T>> att_drop_of(const context& ctx, const backend::attention_geometry& g) {
   if constexpr (Drop.keep < 1.0)
-    return std::make_unique<att_drop<T>>(
-        att_drop<T>{backend::dropout_base(Drop.seed, ctx.run),
-                    static_cast<std::uint64_t>(std::ceil(Drop.keep * 0x1.0p53)),
-                    static_cast<T>(1.0 / Drop.keep), g.s});
+    return att_drop<T>{backend::dropout_base(Drop.seed, ctx.run),
+                       static_cast<std::uint64_t>(std::ceil(Drop.keep * 0x1.0p53)),
+                       static_cast<T>(1.0 / Drop.keep), g.s};
   else
-    return nullptr;
+    return std::nullopt;
 }
 
 /// The attention's operands of one batch entry (one head of one sequence): entry b, and its
@@ -242,7 +242,7 @@ void kernel(context& ctx, ops::attention<C, D>*, T*, value* vals, void*, Q*, K*,
     for (std::int64_t task = t0; task < t1; ++task) {
       const std::int64_t b = task / tiles, i0 = (task % tiles) * detail::att_tile;
       const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv, b,
-                                   drop.get()};
+                                   drop ? &*drop : nullptr};
       detail::att_rows<C>(a, g, i0, std::min(detail::att_tile, g.t - i0), sc.data(),
                           lse + b * g.t + i0, out + (b * g.t + i0) * g.dv);
     }
@@ -318,7 +318,7 @@ void kernel(context& ctx, ops::attention_grad<C, W, D>*, T*, value* vals, void*,
         const std::int64_t b = task / qtiles, i0 = (task % qtiles) * tile;
         const std::int64_t nq = std::min(tile, g.t - i0);
         const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv, b,
-                                     drop.get()};
+                                     drop ? &*drop : nullptr};
         T* dq = out + (b * g.t + i0) * g.d;
         std::fill(dq, dq + nq * g.d, T(0));
         const std::int64_t end = C ? std::min(g.s, i0 + nq) : g.s;
@@ -341,7 +341,7 @@ void kernel(context& ctx, ops::attention_grad<C, W, D>*, T*, value* vals, void*,
         const std::int64_t b = task / ktiles, j0 = (task % ktiles) * keys;
         const std::int64_t nk = std::min(keys, g.s - j0);
         const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv, b,
-                                     drop.get()};
+                                     drop ? &*drop : nullptr};
         T* dst = out + (b * g.s + j0) * width;
         std::fill(dst, dst + nk * width, T(0));
         for (std::int64_t i0 = C ? j0 / tile * tile : 0; i0 < g.t; i0 += tile) {
@@ -397,7 +397,7 @@ void kernel(context& ctx, ops::attention_grads<C, D>*, T*, value* vals, void*, Q
   const auto tile_step = [&](std::int64_t b, std::int64_t i0, std::int64_t nq, std::int64_t j0,
                              std::int64_t nk, T* p, T* ds, bool with_kv, bool with_dq) {
     const detail::att_slice<T> a{q + b * g.t * g.d, k + b * g.s * g.d, v + b * g.s * g.dv, b,
-                                 drop.get()};
+                                 drop ? &*drop : nullptr};
     const T* dout = up + b * g.t * g.dv;
     detail::att_grad_tile<C>(a, dout, st + 2 * b * g.t, g, i0, nq, j0, nk, p, ds);
     if (with_kv) {
