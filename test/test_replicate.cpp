@@ -187,6 +187,35 @@ TEST_CASE("fetches: the loss is the batch-weighted mean, predictions are concate
   CHECK(w.size() == 4);
 }
 
+TEST_CASE("towers draw their own dropout masks; tower 0 draws an unreplicated session's") {
+  static constexpr auto x = ty::placeholder<"dx", float, ty::shape<ty::dyn, 256>>;
+  static constexpr auto y = ty::dropout<11>(x, ty::constant<0.5>);
+  ty::tensor<float> ones({4, 256});
+  for (i64 i = 0; i < ones.size(); ++i)
+    ones[i] = 1;
+  ty::tensor<float> half({2, 256}); // tower 0's rows
+  for (i64 i = 0; i < half.size(); ++i)
+    half[i] = 1;
+  ty::session<> one(ty::session_options{.threads = 1});
+  ty::session<ty::replicate<ty::cpu<0>, ty::cpu<1>>> rep(ty::session_options{.threads = 2});
+  for (int run = 0; run < 2; ++run) {
+    auto [a] = one.run(ty::fetch(y), ty::feed(x, half));
+    auto [b] = rep.run(ty::fetch(y), ty::feed(x, ones));
+    REQUIRE(b.shape() == std::vector<i64>{4, 256});
+    i64 same_as_one = 0, same_rows = 0, kept = 0;
+    for (i64 i = 0; i < 512; ++i) {
+      same_as_one += b[i] == a[i];
+      same_rows += b[i] == b[512 + i]; // tower 1's element at the same place in its rows
+      kept += b[512 + i] != 0;
+    }
+    CHECK(same_as_one == 512);
+    // independent masks at keep 0.5 agree on about half of the places; the same mask on all
+    CHECK(same_rows < 400);
+    CHECK(kept > 150);
+    CHECK(kept < 362);
+  }
+}
+
 TEST_CASE("the in-process average is deterministic: two runs, identical bits") {
   using M = model<float>;
   auto train = [] {

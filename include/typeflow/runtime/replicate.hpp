@@ -118,7 +118,14 @@ public:
   session() : session(session_options{}) {}
   explicit session(session_options o)
       : opts_(o), vars_(std::make_shared<backend::variable_store>()),
-        towers_(tower_executor<D>(share(o), vars_)...) {}
+        towers_(tower_executor<D>(share(o), vars_)...) {
+    // Each tower draws its own random numbers: tower k of rank r counts its runs from g 2^40,
+    // g = r towers + k, so its dropout masks are not another tower's (TF 1.x's towers, separate
+    // ops, drew their own), and tower 0 of rank 0 draws what an unreplicated session draws.
+    apply_towers([&](auto& t, std::size_t k) {
+      t.state().runs = (static_cast<std::uint64_t>(reducer_.rank()) * towers + k) << 40;
+    });
+  }
 
   /// Threads of all towers together.
   int threads() const {
