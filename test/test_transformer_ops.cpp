@@ -577,6 +577,63 @@ TEST_SUITE("transformer ops") {
     CHECK(worst <= 1);
   }
 
+  TEST_CASE("layer_norm float32 above the last-level cache: streamed rows against a double loop") {
+    // x and y together exceed the cache, so the forward writes its rows with non-temporal
+    // stores (and x, u and dx the gradient's); 100 features: rows that start unaligned, whole
+    // vectors and a scalar tail
+    constexpr i64 d = 100;
+    const i64 n = static_cast<i64>(ty::cpu_backend::simd::last_level_cache_bytes() /
+                                   (2 * d * sizeof(float))) +
+                  3;
+    constexpr auto x = ty::placeholder<"lsx", float, ty::shape<ty::dyn, d>>;
+    constexpr auto g = ty::placeholder<"lsg", float, ty::shape<d>>;
+    constexpr auto b = ty::placeholder<"lsb", float, ty::shape<d>>;
+    constexpr auto u = ty::placeholder<"lsu", float, ty::shape<ty::dyn, d>>;
+    constexpr auto y = ty::layer_norm(x, g, b);
+    constexpr auto dx = ty::grad(ty::sum(y * u), x);
+    session_t s;
+    ty::tensor<float> xv({n, d}), gv({d}), bv({d}), uv({n, d});
+    uniform_gen gx(41, -3, 5), gg(42, 0.5, 1.5), gb(43, -1, 1), gu(44, -1, 1);
+    for (i64 i = 0; i < xv.size(); ++i) {
+      xv[i] = static_cast<float>(gx());
+      uv[i] = static_cast<float>(gu());
+    }
+    for (i64 j = 0; j < d; ++j) {
+      gv[j] = static_cast<float>(gg());
+      bv[j] = static_cast<float>(gb());
+    }
+    auto [yv, dxv] =
+        s.run(ty::fetch(y, dx), ty::feed(x, xv), ty::feed(g, gv), ty::feed(b, bv), ty::feed(u, uv));
+    double worst_y = 0, worst_dx = 0;
+    for (i64 r = 0; r < n; ++r) {
+      const float* xr = xv.data() + r * d;
+      const float* ur = uv.data() + r * d;
+      double mean = 0, var = 0, mh = 0, mhx = 0;
+      for (i64 j = 0; j < d; ++j)
+        mean += static_cast<double>(xr[j]) / d;
+      for (i64 j = 0; j < d; ++j)
+        var += (xr[j] - mean) * (xr[j] - mean) / d;
+      const double rstd = 1 / std::sqrt(var + 1e-5);
+      for (i64 j = 0; j < d; ++j) {
+        const double h = static_cast<double>(ur[j]) * gv[j];
+        mh += h / d;
+        mhx += h * (xr[j] - mean) * rstd / d;
+      }
+      for (i64 j = 0; j < d; ++j) {
+        const double want_y = (xr[j] - mean) * rstd * gv[j] + bv[j];
+        const double h = static_cast<double>(ur[j]) * gv[j];
+        const double want_dx = rstd * (h - mh - (xr[j] - mean) * rstd * mhx);
+        worst_y =
+            std::max(worst_y, std::abs(yv[r * d + j] - want_y) / (1e-5 * (1 + std::abs(want_y))));
+        worst_dx = std::max(worst_dx, std::abs(dxv[r * d + j] - want_dx) /
+                                          (5e-5 * rstd * (1 + std::abs(want_dx))));
+      }
+    }
+    INFO(n << " rows; worst errors over their tolerances: y " << worst_y << ", dx " << worst_dx);
+    CHECK(worst_y <= 1);
+    CHECK(worst_dx <= 1);
+  }
+
   TEST_CASE("attention: values and the gradients of q, k and v against PyTorch float64") {
     session_t s;
     auto run_case = [&](auto q, auto k, auto v, auto up, auto y, const char* what, const auto& fq,

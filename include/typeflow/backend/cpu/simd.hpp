@@ -28,6 +28,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <type_traits>
 #if __has_include(<unistd.h>)
 #include <unistd.h>
@@ -296,9 +297,25 @@ inline void stream_fence() {
 }
 #endif
 
-/// The last-level cache's size (sysconf), or 32 MiB when the system does not say.
+/// The size of the last-level cache that CPU 0 sees, from Linux's sysfs (what lscpu reports),
+/// else sysconf, else 32 MiB. sysfs first: on some virtual machines sysconf reports a whole
+/// socket's L3 (every core complex's: 256 MiB on an 8-complex AMD EPYC) where a thread's share
+/// is its own complex's (32 MiB).
 inline std::size_t last_level_cache_bytes() {
   static const std::size_t bytes = [] {
+    for (int index = 4; index >= 2; --index) { // the highest level Linux lists
+      char path[64];
+      std::snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+      std::FILE* f = std::fopen(path, "r");
+      if (f == nullptr)
+        continue;
+      unsigned long long n = 0;
+      char unit = 0;
+      const int got = std::fscanf(f, "%llu%c", &n, &unit);
+      std::fclose(f);
+      if (got >= 1 && n > 0)
+        return static_cast<std::size_t>(n) << (unit == 'K' ? 10 : unit == 'M' ? 20 : 0);
+    }
     long b = 0;
 #if defined(_SC_LEVEL3_CACHE_SIZE)
     b = sysconf(_SC_LEVEL3_CACHE_SIZE);

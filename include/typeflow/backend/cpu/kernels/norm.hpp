@@ -1,14 +1,14 @@
 // CPU kernels of the normalization ops. layer_norm and its input gradient take one row at a
 // time (two passes over a row that stays in cache: its statistics, then its output), rows
-// split across the pool; gamma's gradient sums g * xhat over blocks of rows into per-block
-// partial rows, then adds the blocks in order, so its result does not depend on the thread
-// count. Arithmetic in the dtype (float sums in vector lanes: about sqrt(D) ulps); gamma's
-// partial sums in double.
-// batch norm's channel sums (its moments, its gradient's sums) run over a fixed number of row
-// blocks (at most 256, set by the row count alone, so the result does not depend on the thread
-// count), each block's sums in double (float32's in float lanes over spans of 32 rows first),
-// then added in order; its normalization and input
-// gradient are one elementwise pass over rows with per-channel coefficients.
+// split across the pool, and write their rows with non-temporal stores where their arrays
+// together exceed the last-level cache (as the fused loops do); gamma's gradient sums g * xhat over
+// blocks of rows into per-block partial rows, then adds the blocks in order, so its result does not
+// depend on the thread count. Arithmetic in the dtype (float sums in vector lanes: about sqrt(D)
+// ulps); gamma's partial sums in double. batch norm's channel sums (its moments, its gradient's
+// sums) run over a fixed number of row blocks (at most 256, set by the row count alone, so the
+// result does not depend on the thread count), each block's sums in double (float32's in float
+// lanes over spans of 32 rows first), then added in order; its normalization and input gradient are
+// one elementwise pass over rows with per-channel coefficients.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -112,6 +112,53 @@ std::array<T, 3> row_sums3(const T* x, const T* u, const T* gamma, T mean, std::
   }
   return s;
 }
+/// Asks for the d elements of row p ahead of their use: a row's passes run on the row in L1,
+/// where the hardware's prefetcher, which follows the current pass's loads, has nothing to fetch
+/// ahead of the next row; a request issued two rows earlier overlaps that row's memory latency
+/// with this row's arithmetic (layer_norm's forward; its gradient, which reads two rows per row,
+/// ran slower with it: bench/README.md).
+template <class T>
+inline void prefetch_row([[maybe_unused]] const T* p, [[maybe_unused]] std::int64_t d) {
+#if defined(__GNUC__)
+  const char* b = reinterpret_cast<const char*>(p);
+  const std::int64_t bytes = d * static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t o = 0; o < bytes; o += 64)
+    __builtin_prefetch(b + o);
+#endif
+}
+/// out[j] = f(j) for j in [0, d): vf(j) the lanes [j, j + width), sf(j) one element. With
+/// stream (a pass whose operands and result exceed the last-level cache, as fused loops decide),
+/// the aligned lanes go out by non-temporal stores, which skip reading each line before writing
+/// it; otherwise the compiler vectorizes the element loop. A streaming caller fences before its
+/// rows are published (simd::stream_fence).
+template <class T, class VF, class SF>
+void row_store(T* out, std::int64_t d, [[maybe_unused]] bool stream, [[maybe_unused]] VF vf,
+               SF sf) {
+  std::int64_t j = 0;
+#if defined(TYPEFLOW_HAS_XSIMD)
+  if constexpr (simd::has_stream_store<T>) {
+    if (stream) {
+      using V = simd::vec<T>;
+      constexpr std::int64_t w = static_cast<std::int64_t>(V::size);
+      for (; j < d && reinterpret_cast<std::uintptr_t>(out + j) % sizeof(V) != 0; ++j)
+        out[j] = sf(j);
+      for (; j + w <= d; j += w)
+        simd::stream_store(out + j, vf(j));
+    }
+  }
+#endif
+  for (; j < d; ++j)
+    out[j] = sf(j);
+}
+/// Whether a row pass over `arrays` arrays of n elements of T streams its result (row_store).
+template <class T>
+bool streams(std::int64_t n, std::int64_t arrays) {
+#if defined(TYPEFLOW_HAS_XSIMD)
+  if constexpr (simd::has_stream_store<T>)
+    return static_cast<std::size_t>(n * arrays) * sizeof(T) > simd::last_level_cache_bytes();
+#endif
+  return false;
+}
 inline std::int64_t row_grain(std::int64_t d) {
   return std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(d, 1));
 }
@@ -125,14 +172,25 @@ void kernel(context& ctx, ops::layer_norm<E>*, T*, value* vals, void*, X*, G*, B
   const T* gamma = static_cast<const T*>(vals[G::index].data);
   const T* beta = static_cast<const T*>(vals[B::index].data);
   T* y = ctx.allocate<T>(vals[I]);
+  const bool stream = detail::streams<T>(rows * d, 2); // x read, y written
   ctx.pool.parallel_for(rows, detail::row_grain(d), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * d;
-      T* yr = y + r * d;
+      if (r + 2 < r1)
+        detail::prefetch_row(xr + 2 * d, d);
       const auto [mean, rstd] = detail::row_moments(xr, d, ops::layer_norm<E>::eps);
-      for (std::int64_t j = 0; j < d; ++j) // vectorized by the compiler: no reduction
-        yr[j] = (xr[j] - mean) * rstd * gamma[j] + beta[j];
+      detail::row_store(
+          y + r * d, d, stream,
+          [&](auto j) { // the lanes of the element loop's arithmetic, in its order
+            return (detail::load(xr + j) - mean) * rstd * detail::load(gamma + j) +
+                   detail::load(beta + j);
+          },
+          [&](std::int64_t j) { return (xr[j] - mean) * rstd * gamma[j] + beta[j]; });
     }
+#if defined(TYPEFLOW_HAS_XSIMD)
+    if (stream)
+      simd::stream_fence(); // before the join publishes the rows to other threads
+#endif
   });
 }
 
@@ -144,6 +202,7 @@ void kernel(context& ctx, ops::layer_norm_grad<E>*, T*, value* vals, void*, X*, 
   const T* gamma = static_cast<const T*>(vals[G::index].data);
   const T* up = static_cast<const T*>(vals[U::index].data);
   T* dx = ctx.allocate<T>(vals[I]);
+  const bool stream = detail::streams<T>(rows * d, 3); // x and u read, dx written
   ctx.pool.parallel_for(rows, detail::row_grain(d), [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * d;
@@ -159,10 +218,20 @@ void kernel(context& ctx, ops::layer_norm_grad<E>*, T*, value* vals, void*, X*, 
           1.0 / std::sqrt(static_cast<double>(sq / static_cast<T>(d)) + ops::layer_norm<E>::eps));
       const T mh = sh / static_cast<T>(d);
       const T mhx = shx * rstd / static_cast<T>(d);
-      T* out = dx + r * d;
-      for (std::int64_t j = 0; j < d; ++j) // vectorized by the compiler: no reduction
-        out[j] = rstd * (ur[j] * gamma[j] - mh - (xr[j] - mean) * rstd * mhx);
+      detail::row_store(
+          dx + r * d, d, stream,
+          [&](auto j) {
+            return rstd * (detail::load(ur + j) * detail::load(gamma + j) - mh -
+                           (detail::load(xr + j) - mean) * rstd * mhx);
+          },
+          [&](std::int64_t j) {
+            return rstd * (ur[j] * gamma[j] - mh - (xr[j] - mean) * rstd * mhx);
+          });
     }
+#if defined(TYPEFLOW_HAS_XSIMD)
+    if (stream)
+      simd::stream_fence(); // before the join publishes the rows to other threads
+#endif
   });
 }
 
