@@ -1,5 +1,9 @@
 """What bench/lstm_step.py, gpt_step.py and resnet_step.py share: the CPU's name, an example
-program's steady-state training step, a PyTorch model's, and the interleaved rounds."""
+program's steady-state training step, a PyTorch model's, the JAX and TensorFlow peers' (each a
+subprocess in its own virtual environment: bench/peers/examples_jax.py, examples_tf.py), and the
+interleaved rounds."""
+import json
+import os
 import pathlib
 import re
 import statistics
@@ -53,6 +57,65 @@ def torch_step(model, opt, inputs, steps: int, compiled: bool) -> float:
         if i >= warm:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+# the race's name of each subprocess peer: (its framework, as in .deps/venv-FRAMEWORK and
+# bench/peers/examples_FRAMEWORK.py, and the script's --mode)
+SUBPROCESS_PEERS = {"JAX jit": ("jax", "jit"), "TF graph": ("tf", "graph"), "TF XLA": ("tf", "xla")}
+# the installed distributions that name the version (setup.sh installs tensorflow-cpu)
+DIST = {"jax": ("jax",), "tf": ("tensorflow_cpu", "tensorflow")}
+
+
+def peer_python(framework: str) -> pathlib.Path:
+    """bench/peers/setup.sh's interpreter for framework (jax or tf): .deps/venv-FRAMEWORK."""
+    return REPO / ".deps" / f"venv-{framework}" / "bin" / "python"
+
+
+def peer_version(framework: str, python=None) -> str:
+    """The framework's version in the virtual environment of python (peer_python's by default),
+    read from its installed metadata (without starting the interpreter); "?" if not found."""
+    venv = pathlib.Path(python or peer_python(framework)).parent.parent
+    for dist in DIST[framework]:
+        for info in sorted(venv.glob(f"lib/python*/site-packages/{dist}-*.dist-info")):
+            return info.name[:-len(".dist-info")].split("-")[-1]
+    return "?"
+
+
+def subprocess_step(framework: str, mode: str, model: str, steps: int, threads: int,
+                    batch: int = None, python=None) -> float:
+    """Median seconds of a training step of model (gpt, lstm or resnet) in bench/peers/
+    examples_FRAMEWORK.py --mode mode, run by python (peer_python(framework) by default) with
+    CUDA_VISIBLE_DEVICES="" and JAX_PLATFORMS=cpu: --steps timed steps after its warm-up of 5
+    (the first one compiles), the process pinned to `threads` CPUs (intra-op threads too in
+    TensorFlow). Exits with the peer's output when it fails (its loss not decreasing included)."""
+    cmd = [str(python or peer_python(framework)),
+           str(REPO / "bench" / "peers" / f"examples_{framework}.py"), "--model", model,
+           "--mode", mode, "--steps", str(steps), "--threads", str(threads)]
+    if batch is not None:
+        cmd += ["--batch", str(batch)]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        sys.exit(f"{pathlib.Path(sys.argv[0]).name}: {' '.join(cmd)} failed (exit "
+                 f"{proc.returncode}):\n{proc.stdout}{proc.stderr[-4000:]}")
+    return float(json.loads(lines[-1])["step_s"])
+
+
+def subprocess_peers(model: str, steps: int, threads: int, batch: int = None) -> dict:
+    """race()'s peers "JAX jit", "TF graph" and "TF XLA" (subprocess_step) for those whose
+    interpreter (peer_python) exists."""
+    return {name: (lambda f=framework, m=mode: subprocess_step(f, m, model, steps, threads, batch))
+            for name, (framework, mode) in SUBPROCESS_PEERS.items()
+            if peer_python(framework).exists()}
+
+
+def subprocess_versions(peers: dict) -> str:
+    """", JAX 0.x, TensorFlow 2.y" for the subprocess peers among peers ("" for none)."""
+    frameworks = {SUBPROCESS_PEERS[name][0] for name in peers if name in SUBPROCESS_PEERS}
+    return "".join(f", {label} {peer_version(f)}" for f, label in
+                   (("jax", "JAX"), ("tf", "TensorFlow")) if f in frameworks)
 
 
 def race(rounds: int, ours, peers: dict, digits: int = 1) -> None:

@@ -2,7 +2,7 @@
 """examples/resnet's training step against PyTorch's on the same CPU, interleaved (issue 46).
 
     PYTHON bench/resnet_step.py BUILD/examples/resnet [--rounds 3] [--steps 40] [--batch 128]
-                                [--threads 2] [--data-dir DIR]
+                                [--threads 2] [--data-dir DIR] [--no-subprocess-peers]
 
 PYTHON is any interpreter with PyTorch: Debian's python3-torch (/usr/bin/python3, 1.13: eager
 only) or bench/peers/setup.sh's .deps/venv-torch/bin/python (PyTorch 2: eager and
@@ -10,13 +10,19 @@ torch.compile). The model is examples/resnet/model.hpp's (a 3x3 convolution of 1
 batch norm and relu, one basic residual block per stage of 16, 32 and 64 filters, the last two
 with stride 2 and a 1x1 shortcut with batch norm, global average pooling, a dense layer of 10,
 the mean cross-entropy, Adam) on Fashion-MNIST's 28x28 images, as examples/resnet/
-replay_torch.py writes it, in NCHW and in channels-last memory. typeflow trains on the first
-steps x batch training images (its own input pipeline, random flips included); PyTorch on one
-random batch. Each round runs typeflow's program for --steps steps (its step from the
-examples/sec of the steps after the first log line), then each PyTorch form for as many steps
-(the median after its warm-up; torch.compile's first steps compile), with the same thread
-count. Prints each round and the median ratio typeflow / peer (below 1: typeflow is faster),
-with the CPU."""
+replay_torch.py writes it, in NCHW and in channels-last memory. The same model also races in
+NHWC, batch norm in training mode, as "JAX jit" (bench/peers/examples_jax.py: one jax.jit'd
+step, lax.conv_general_dilated with SAME padding) and "TF graph" / "TF XLA" (bench/peers/
+examples_tf.py: Keras Conv2D(padding="same") and BatchNormalization, the step in one
+tf.function, without and with jit_compile=True), each a subprocess run by the interpreter of
+bench/peers/setup.sh's .deps/venv-jax or .deps/venv-tf (on the CPU, pinned to --threads CPUs),
+when that interpreter exists; --no-subprocess-peers leaves them out. typeflow trains on the
+first steps x batch training images (its own input pipeline, random flips included); the peers
+on one random batch. Each round runs typeflow's program for --steps steps (its step from the
+examples/sec of the steps after the first log line), then each PyTorch form and each
+subprocess peer for as many steps (the median after its warm-up; torch.compile's, jax.jit's
+and the tf.functions' first steps compile), with the same thread count. Prints each round and
+the median ratio typeflow / peer (below 1: typeflow is faster), with the CPU."""
 import argparse
 import pathlib
 import sys
@@ -25,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from example_step import cpu_name, race, typeflow_step  # noqa: E402  (bench/)
+from example_step import cpu_name, race, subprocess_peers, subprocess_versions  # noqa: E402
+from example_step import typeflow_step  # noqa: E402  (bench/)
 from example_step import torch_step as timed_step  # noqa: E402
 
 
@@ -84,20 +91,25 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data-dir", default=None, help="resnet's --data-dir (its default if absent)")
+    ap.add_argument("--no-subprocess-peers", action="store_true",
+                    help="leave out JAX jit, TF graph and TF XLA (the PyTorch peers only)")
     args = ap.parse_args()
-    peers = {"PyTorch eager": (False, False), "PyTorch eager, channels-last": (False, True)}
+    forms = {"PyTorch eager": (False, False), "PyTorch eager, channels-last": (False, True)}
     if hasattr(torch, "compile"):
-        peers["torch.compile"] = (True, False)
-        peers["torch.compile, channels-last"] = (True, True)
+        forms["torch.compile"] = (True, False)
+        forms["torch.compile, channels-last"] = (True, True)
+    peers = {name: (lambda f=form: torch_step(args.steps, args.batch, args.threads, *f))
+             for name, form in forms.items()}
+    if not args.no_subprocess_peers:
+        peers.update(subprocess_peers("resnet", args.steps, args.threads, args.batch))
     run_args = ["--epochs", "1", "--train-limit", str(args.steps * args.batch), "--test-limit",
                 "100", "--batch-size", str(args.batch)]
     if args.data_dir:
         run_args += ["--data-dir", args.data_dir]
-    print(f"{cpu_name()}, {args.threads} threads, batch {args.batch}, PyTorch {torch.__version__}")
+    print(f"{cpu_name()}, {args.threads} threads, batch {args.batch}, PyTorch {torch.__version__}"
+          f"{subprocess_versions(peers)}")
     race(args.rounds,
-         lambda: typeflow_step(args.exe, args.steps, args.threads, args.batch, run_args),
-         {name: (lambda f=form: torch_step(args.steps, args.batch, args.threads, *f))
-          for name, form in peers.items()})
+         lambda: typeflow_step(args.exe, args.steps, args.threads, args.batch, run_args), peers)
     return 0
 
 
