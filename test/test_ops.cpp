@@ -1362,6 +1362,51 @@ TEST_SUITE("ops") {
     }
   }
 
+  TEST_CASE("slice: a block of whole rows is a view; it is read, fetched and assigned as a copy") {
+    using ty::cpu_backend::contiguous_block;
+    const auto d3 = [](i64 a, i64 b, i64 c) {
+      return ty::backend::rt_dims::from(ty::dims_t<3>{a, b, c});
+    };
+    using b3 = std::array<i64, 3>;
+    CHECK(contiguous_block(d3(6, 4, 2), b3{2, 0, 0}, d3(3, 4, 2)) == 16); // rows 2..4
+    CHECK(contiguous_block(d3(1, 6, 4), b3{0, 3, 0}, d3(1, 2, 4)) == 12); // extent 1, then rows
+    CHECK(contiguous_block(d3(6, 4, 2), b3{0, 0, 0}, d3(6, 4, 2)) == 0);  // everything
+    CHECK(!contiguous_block(d3(2, 6, 4), b3{0, 3, 0}, d3(2, 2, 4)));      // two runs
+    CHECK(!contiguous_block(d3(6, 4, 2), b3{2, 1, 0}, d3(3, 2, 2)));      // inner cut
+    CHECK(!contiguous_block(d3(6, 4, 2), b3{2, 0, 0}, d3(0, 4, 2)));      // empty
+
+    constexpr auto x = ty::placeholder<"xv", float, ty::shape<6, 4>>;
+    constexpr auto w = ty::variable<"wv", float, ty::shape<2, 4>, ty::fill<1>>;
+    const auto xs = rnd<float>({6, 4}, 141);
+    const nd E = ref_map(to_nd(xs), [](double v) { return std::exp(v); });
+    ty::session s;
+    constexpr auto e = ty::exp(x);
+    // rows of an intermediate read by an elementwise op (which may write over them in place once
+    // e dies), and rows of a fed tensor fetched
+    auto [a, b] = s.run(ty::fetch(ty::slice<ty::ints<2, 0>, ty::ints<2, -1>>(e) * ty::constant<2>,
+                                  ty::slice<ty::ints<3, 0>, ty::ints<2, -1>>(x)),
+                        ty::feed(x, xs));
+    check_tensor(a, ref_map(ref_slice(E, {2, 0}, {2, -1}), [](double v) { return 2 * v; }),
+                 "2 exp(x)[2:4]");
+    check_tensor(b, ref_slice(to_nd(xs), {3, 0}, {2, -1}), "x[3:5]");
+    // a variable assigned rows at an offset of a buffer of its size class ([3, 4] against
+    // [2, 4]), which then dies: copied, not adopted as the variable's storage
+    constexpr auto x3 = ty::placeholder<"x3v", float, ty::shape<3, 4>>;
+    const auto x3s = rnd<float>({3, 4}, 142);
+    s.run(ty::fetch(
+              ty::group(ty::assign(w, ty::slice<ty::ints<1, 0>, ty::ints<2, -1>>(ty::exp(x3))))),
+          ty::feed(x3, x3s));
+    const nd W =
+        ref_slice(ref_map(to_nd(x3s), [](double v) { return std::exp(v); }), {1, 0}, {2, -1});
+    check_tensor(s.read(w), W, "w = exp(x3)[1:3]");
+    // rows of a variable fetched in the run that assigns it: the values before the assignment
+    auto [old_row, assigned] = s.run(ty::fetch(ty::slice<ty::ints<1, 0>, ty::ints<1, -1>>(w),
+                                               ty::assign(w, w * ty::constant<3>)));
+    check_tensor(old_row, ref_slice(W, {1, 0}, {1, -1}), "w[1:2] before the assignment");
+    check_tensor(assigned, ref_map(W, [](double v) { return 3 * v; }), "w = 3 w");
+    check_tensor(s.read(w), ref_map(W, [](double v) { return 3 * v; }), "w after w = 3 w");
+  }
+
   TEST_CASE("slice: -1 sizes and interior begins") {
     ty::session s;
     constexpr auto x = ty::placeholder<"x", float, ty::shape<4, 5>>;

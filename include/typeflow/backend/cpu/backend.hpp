@@ -121,10 +121,11 @@ struct device_backend<cpu<I>> {
   }
   /// An assignment's new value `v` becomes variable `var`'s: v's buffer, when nothing else holds
   /// it (`keep_source` false: not fetched) and the pool lets it go, becomes the variable's
-  /// storage and the old storage goes to the pool; else the bytes are copied.
+  /// storage and the old storage goes to the pool; else the bytes are copied (also where v is a
+  /// view into a larger buffer: a slice's block of rows).
   static void commit(state&, value& var, value& v, backend::variable_record& rec, bool keep_source,
                      std::size_t bytes) {
-    if (keep_source || bytes != rec.bytes ||
+    if (keep_source || bytes != rec.bytes || v.data != v.owner.get() ||
         !backend::buffer_pool::adopt(v.owner, rec.data, rec.bytes))
       std::memmove(var.data, v.data, bytes);
     else

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "../common/value.hpp"
 #include "thread_pool.hpp"
@@ -69,6 +70,35 @@ void slice(thread_pool& pool, const T* in, const backend::rt_dims& id,
 }
 
 /// out (dims od) = zeros with in (dims id) written at `begin`.
+/// Where a slice of id at `begin` with dims od is one contiguous run of the input's row-major
+/// buffer, that run's offset in elements: every axis after the first the slice cuts is whole, and
+/// every axis before it has extent 1 (a slice that cuts nothing is the whole buffer; an empty
+/// slice is not a view).
+template <std::size_t R>
+std::optional<std::int64_t> contiguous_block(const backend::rt_dims& id,
+                                             const std::array<std::int64_t, R>& begin,
+                                             const backend::rt_dims& od) {
+  if (od.numel() == 0)
+    return std::nullopt;
+  std::size_t cut = R; // the first axis the slice does not take whole
+  for (std::size_t i = 0; i < R; ++i)
+    if (od.d[i] != id.d[i]) {
+      cut = i;
+      break;
+    }
+  for (std::size_t i = cut + 1; i < R; ++i)
+    if (od.d[i] != id.d[i])
+      return std::nullopt;
+  for (std::size_t i = 0; i < cut && cut < R; ++i)
+    if (od.d[i] != 1)
+      return std::nullopt;
+  const auto s = detail::row_major_strides(id);
+  std::int64_t off = 0;
+  for (std::size_t i = 0; i < R; ++i)
+    off += begin[i] * s[i];
+  return off;
+}
+
 template <class T, std::size_t R>
 void pad(const T* in, const backend::rt_dims& id, const std::array<std::int64_t, R>& begin, T* out,
          const backend::rt_dims& od) {
