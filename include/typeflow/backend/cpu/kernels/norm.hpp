@@ -152,7 +152,7 @@ void row_store(T* out, std::int64_t d, [[maybe_unused]] bool stream, [[maybe_unu
 }
 /// Whether a row pass over `arrays` arrays of n elements of T streams its result (row_store).
 template <class T>
-bool streams(std::int64_t n, std::int64_t arrays) {
+bool streams([[maybe_unused]] std::int64_t n, [[maybe_unused]] std::int64_t arrays) {
 #if defined(TYPEFLOW_HAS_XSIMD)
   if constexpr (simd::has_stream_store<T>)
     return static_cast<std::size_t>(n * arrays) * sizeof(T) > simd::last_level_cache_bytes();
