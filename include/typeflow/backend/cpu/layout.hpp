@@ -69,7 +69,6 @@ void slice(thread_pool& pool, const T* in, const backend::rt_dims& id,
   detail::strided_copy(pool, in + off, s, out, od);
 }
 
-/// out (dims od) = zeros with in (dims id) written at `begin`.
 /// Where a slice of id at `begin` with dims od is one contiguous run of the input's row-major
 /// buffer, that run's offset in elements: every axis after the first the slice cuts is whole, and
 /// every axis before it has extent 1 (a slice that cuts nothing is the whole buffer; an empty
@@ -99,6 +98,7 @@ std::optional<std::int64_t> contiguous_block(const backend::rt_dims& id,
   return off;
 }
 
+/// out (dims od) = zeros with in (dims id) written at `begin`.
 template <class T, std::size_t R>
 void pad(const T* in, const backend::rt_dims& id, const std::array<std::int64_t, R>& begin, T* out,
          const backend::rt_dims& od) {
