@@ -274,13 +274,16 @@ template <std::int64_t N, class X, std::int64_t K>
 struct resolved_policy<N, X, checkpoint_every<K>> {
   using type = ops::hold_every<K>;
 };
+/// The bytes of a repeat's N + 1 carries of x's (static) shape: what a memory_budget stores
+/// first.
+template <std::int64_t N, class X>
+inline constexpr std::uint64_t
+    carries_bytes = static_cast<std::uint64_t>(N + 1) *
+                    static_cast<std::uint64_t>(numel(X::shape_type::dims)) *
+                    sizeof(typename X::value_type);
 template <std::int64_t N, class X, std::uint64_t Bytes>
 struct resolved_policy<N, X, memory_budget<Bytes>> {
-  static constexpr bool stores = is_static(X::shape_type::dims) &&
-                                 static_cast<std::uint64_t>(N + 1) *
-                                         static_cast<std::uint64_t>(numel(X::shape_type::dims)) *
-                                         sizeof(typename X::value_type) <=
-                                     Bytes;
+  static constexpr bool stores = is_static(X::shape_type::dims) && carries_bytes<N, X> <= Bytes;
   using type = std::conditional_t<stores, store, ops::hold_budget<Bytes>>;
 };
 template <class Policy>
@@ -338,12 +341,8 @@ inline constexpr std::uint64_t keep_budget<memory_budget<Bytes>> = Bytes;
 template <std::int64_t N, class X, class Policy>
 inline constexpr std::uint64_t repeat_keep_budget = keep_budget<Policy>;
 template <std::int64_t N, class X, std::uint64_t Bytes>
-inline constexpr std::uint64_t repeat_keep_budget<N, X, memory_budget<Bytes>> = [] {
-  const std::uint64_t carries = static_cast<std::uint64_t>(N + 1) *
-                                static_cast<std::uint64_t>(numel(X::shape_type::dims)) *
-                                sizeof(typename X::value_type);
-  return carries < Bytes ? Bytes - carries : 0;
-}();
+inline constexpr std::uint64_t repeat_keep_budget<N, X, memory_budget<Bytes>> =
+    carries_bytes<N, X> < Bytes ? Bytes - carries_bytes<N, X> : 0;
 template <class Carry>
 using repeat_seed_t =
     expr<ops::placeholder<upstream_name, typename Carry::value_type, typename Carry::shape_type>>;
