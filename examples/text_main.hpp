@@ -13,24 +13,21 @@
 // A model is a class with static members: `program` and `description` (strings), `vocab` and
 // `context` (bytes 0..vocab-1; tokens per sequence), the placeholders `tokens` and `targets`
 // (int32 [B, context]), `logits` ([B, context, vocab]), `loss`, `train_op` and the hyperparameter
-// `learning_rate`.
+// `learning_rate`. The flags, the corpus and the batches are text/io.hpp's, compiled once
+// (text/io.cpp) instead of in each model's translation unit.
 #pragma once
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "step_log.hpp"
+#include "text/io.hpp"
 #include "typeflow/io/checkpoint.hpp"
 #include "typeflow/typeflow.hpp"
 
@@ -38,107 +35,14 @@ namespace examples {
 
 namespace text {
 
-namespace fs = std::filesystem;
 namespace ty = typeflow;
-
-struct options {
-  std::int64_t steps = 2000;
-  std::int64_t batch_size = 32;
-  double learning_rate = 3e-3;
-  std::string data = "/usr/share/games/fortunes";
-  std::uint64_t seed = 1;
-  std::int64_t log_every = 100;
-  int threads = 0;
-  std::int64_t sample = 300;
-  double temperature = 0.8;
-  std::string replay;
-};
-
-/// The files of --replay DIR: the batches and losses, appended step by step.
-struct replay_files {
-  std::ofstream batches, losses;
-  explicit replay_files(const fs::path& dir)
-      : batches(dir / "batches.bin", std::ios::binary), losses(dir / "losses.txt") {
-    if (!batches || !losses)
-      throw ty::error("cannot write the replay files in " + dir.string());
-  }
-  void step(const ty::tensor<std::int32_t>& x, const ty::tensor<std::int32_t>& y, float loss) {
-    static_assert(std::endian::native == std::endian::little);
-    for (const auto* t : {&x, &y})
-      batches.write(reinterpret_cast<const char*>(t->data()),
-                    static_cast<std::streamsize>(t->size()) *
-                        static_cast<std::streamsize>(sizeof(std::int32_t)));
-    char line[32];
-    std::snprintf(line, sizeof line, "%.9g\n", static_cast<double>(loss));
-    losses << line;
-    if (!batches || !losses)
-      throw ty::error("writing the replay files failed");
-  }
-};
-
-/// The corpus as bytes 0..vocab-1 (others become '?'): a file, or every regular file of a
-/// directory (sorted by name; fortune's .dat indexes and .u8 links skipped).
-inline std::string read_corpus(const std::string& where, std::int64_t vocab, std::int64_t context) {
-  std::vector<fs::path> files;
-  if (fs::is_directory(where)) {
-    for (const auto& e : fs::directory_iterator(where))
-      if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().extension() != ".u8")
-        files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-  } else {
-    files.emplace_back(where);
-  }
-  std::string text;
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in)
-      throw ty::error("cannot read " + f.string());
-    text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  for (char& c : text)
-    if (static_cast<unsigned char>(c) >= vocab)
-      c = '?';
-  if (static_cast<std::int64_t>(text.size()) < 4 * (context + 1))
-    throw ty::error("the corpus at " + where + " has " + std::to_string(text.size()) +
-                    " bytes; it needs at least " + std::to_string(4 * (context + 1)));
-  return text;
-}
-
-/// batch windows of context + 1 bytes of `text` from random offsets: tokens and targets.
-inline void draw(const std::string& text, std::int64_t batch, std::int64_t context,
-                 std::mt19937_64& rng, ty::tensor<std::int32_t>& x, ty::tensor<std::int32_t>& y) {
-  std::uniform_int_distribution<std::int64_t> at(0, static_cast<std::int64_t>(text.size()) -
-                                                        context - 1);
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t o = at(rng);
-    for (std::int64_t t = 0; t < context; ++t) {
-      x[b * context + t] = static_cast<unsigned char>(text[static_cast<std::size_t>(o + t)]);
-      y[b * context + t] = static_cast<unsigned char>(text[static_cast<std::size_t>(o + t + 1)]);
-    }
-  }
-}
 
 /// The program: flags (defaults from `o`), training, validation, generation.
 template <class M>
 int main(int argc, char** argv, options o) {
   constexpr std::int64_t vocab = M::vocab, context = M::context;
-  CLI::App app{M::description};
-  app.add_option("--steps", o.steps, "training steps")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", o.batch_size, "sequences per step")->check(CLI::PositiveNumber);
-  app.add_option("--learning-rate", o.learning_rate, "Adam's learning rate")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--data", o.data, "a text file or a directory of them");
-  app.add_option("--seed", o.seed, "the session's and the batches' seed");
-  app.add_option("--log-every", o.log_every, "steps between log lines")->check(CLI::PositiveNumber);
-  app.add_option("--threads", o.threads, "CPU threads (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--sample", o.sample, "bytes of text to generate at the end")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--temperature", o.temperature, "sampling temperature")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--replay", o.replay,
-                 "a directory to write the initial variables, batches and losses into "
-                 "(for replay_torch.py)");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto stop = parse_flags(argc, argv, M::description, o))
+    return *stop;
 
   try {
     const std::string text = read_corpus(o.data, vocab, context);
@@ -154,9 +58,8 @@ int main(int argc, char** argv, options o) {
     s.write(M::learning_rate, lr);
     std::unique_ptr<replay_files> replay;
     if (!o.replay.empty()) {
-      fs::create_directories(o.replay);
-      ty::save_checkpoint(s, fs::path(o.replay) / "initial.safetensors");
-      replay = std::make_unique<replay_files>(o.replay);
+      replay = std::make_unique<replay_files>(o.replay); // creates the directory
+      ty::save_checkpoint(s, std::filesystem::path(o.replay) / "initial.safetensors");
     }
 
     std::mt19937_64 rng(o.seed);

@@ -1,45 +1,16 @@
 // The main job's command line, parsed with CLI11 (see flags.hpp).
 #include "flags.hpp"
 
-#include <cerrno>
-#include <cstdlib>
-#include <filesystem>
-
-#include <CLI/CLI.hpp>
+#include "../cli.hpp"
 
 namespace mnist {
-namespace {
-
-/// A CLI11 check that the value is a number, and positive (or non-negative): "--epochs: must be
-/// positive, got 0". The integer flags' conversion then rejects fractions. (CLI11 2.1's own
-/// PositiveNumber would say "Value 0 not in range 2.225074e-308 to 1.797693e+308".)
-CLI::Validator number_check(bool allow_zero) {
-  return CLI::Validator(
-      [allow_zero](std::string& text) -> std::string {
-        char* end = nullptr;
-        errno = 0;
-        const double v = std::strtod(text.c_str(), &end);
-        if (errno != 0 || end == text.c_str() || *end != '\0')
-          return "expects a number, got \"" + text + "\"";
-        if (allow_zero ? !(v >= 0) : !(v > 0))
-          return std::string(allow_zero ? "must be non-negative" : "must be positive") + ", got " +
-                 text;
-        return {};
-      },
-      allow_zero ? "NONNEGATIVE" : "POSITIVE");
-}
-
-} // namespace
 
 std::optional<int> parse_flags(int argc, char** argv, flags& f) {
-  const std::string name =
-      argc > 0 ? std::filesystem::path(argv[0]).filename().string() : std::string("mnist");
-  CLI::App app("Trains the seed's model on MNIST-format data (Fashion-MNIST by default).", name);
-  app.option_defaults()->always_capture_default(); // --help shows the defaults
-  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
-    return a->get_name() + ": " + CLI::FailureMessage::simple(a, e);
-  });
-  const auto positive = number_check(false), non_negative = number_check(true);
+  CLI::App app("Trains the seed's model on MNIST-format data (Fashion-MNIST by default).",
+               examples::cli::program_name(argc, argv, "mnist"));
+  examples::cli::configure(app);
+  const auto positive = examples::cli::number_check(false);
+  const auto non_negative = examples::cli::number_check(true);
   app.add_option("--epochs", f.epochs, "passes over the training set")->check(positive);
   app.add_option("--batch-size", f.batch_size, "examples per step")->check(positive);
   app.add_option("--learning-rate", f.learning_rate, "the first epoch's learning rate")
@@ -92,9 +63,8 @@ std::optional<int> parse_flags(int argc, char** argv, flags& f) {
   app.add_flag("--log-device-placement", f.log_device_placement,
                "print every node's device when the training step first runs (TensorFlow's "
                "log_device_placement)");
-  try {
-    app.parse(argc, argv);
-    // The checks across flags that CLI11 cannot state.
+  // The checks across flags that CLI11 cannot state.
+  return examples::cli::parse(app, argc, argv, [&] {
     if (f.resume && f.checkpoint_dir.empty())
       throw CLI::ValidationError("--resume", "needs a non-empty --checkpoint-dir");
     if (f.train_limit > 0 && f.data_format == "tfrecord")
@@ -106,10 +76,7 @@ std::optional<int> parse_flags(int argc, char** argv, flags& f) {
     if (f.replicas != 1 && f.placement == "gpu")
       throw CLI::ValidationError("--replicas", "2 on GPUs keeps the variables on the CPU, as the "
                                                "seed does: use --placement variables-on-cpu");
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2; // 2 for any bad flag, as before CLI11's own exit codes
-  }
-  return std::nullopt;
+  });
 }
 
 } // namespace mnist

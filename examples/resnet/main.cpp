@@ -16,20 +16,17 @@
 // (each step's batch, float32 [steps, batch, 28, 28, 1] and int32 [steps, batch], little-endian)
 // and DIR/losses.txt (each step's loss and learning rate, 9 significant digits).
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <numbers>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "../step_log.hpp"
+#include "io.hpp"
 #include "model.hpp"
 #include "typeflow/io/batch.hpp"
 #include "typeflow/io/checkpoint.hpp"
@@ -38,67 +35,6 @@
 namespace {
 
 namespace ty = resnet::ty;
-
-struct options {
-  std::int64_t epochs = 15;
-  std::int64_t batch_size = 128;
-  double learning_rate = 2e-3;
-  std::string schedule = "cosine";
-  bool no_flip = false;
-  std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  std::int64_t train_limit = 0;
-  std::int64_t test_limit = 0;
-  std::uint64_t seed = 1;
-  std::int64_t log_every = 100;
-  int threads = 0;
-  std::string checkpoint;
-  std::string restore;
-  std::string replay;
-};
-
-/// The files of --replay DIR: the batches and losses, appended step by step.
-struct replay_files {
-  std::ofstream images, labels, losses;
-  explicit replay_files(const std::filesystem::path& dir)
-      : images(dir / "images.bin", std::ios::binary), labels(dir / "labels.bin", std::ios::binary),
-        losses(dir / "losses.txt") {
-    if (!images || !labels || !losses)
-      throw ty::error("cannot write the replay files in " + dir.string());
-  }
-  void step(const ty::data::batch& b, float loss, float rate) {
-    static_assert(std::endian::native == std::endian::little);
-    images.write(reinterpret_cast<const char*>(b.images.data()),
-                 static_cast<std::streamsize>(b.images.size() * sizeof(float)));
-    labels.write(reinterpret_cast<const char*>(b.labels.data()),
-                 static_cast<std::streamsize>(b.labels.size() * sizeof(std::int32_t)));
-    char line[48];
-    std::snprintf(line, sizeof line, "%.9g %.9g\n", static_cast<double>(loss),
-                  static_cast<double>(rate));
-    losses << line;
-    if (!images || !labels || !losses)
-      throw ty::error("writing the replay files failed");
-  }
-};
-
-/// The first `limit` examples of a split (all of them when limit is 0 or more than it has).
-void truncate(ty::data::mnist_split& s, std::int64_t limit) {
-  if (limit <= 0 || limit >= s.count)
-    return;
-  s.count = limit;
-  s.images.resize(static_cast<std::size_t>(limit * s.rows * s.cols));
-  s.labels.resize(static_cast<std::size_t>(limit));
-}
-
-/// Mirrors each image of `b` left to right with probability 1/2, drawn from rng.
-void flip_half(ty::data::batch& b, std::mt19937_64& rng) {
-  for (std::int64_t i = 0; i < b.size; ++i) {
-    if ((rng() & 1) == 0)
-      continue;
-    float* image = b.images.data() + i * 28 * 28;
-    for (std::int64_t r = 0; r < 28; ++r)
-      std::reverse(image + r * 28, image + (r + 1) * 28);
-  }
-}
 
 /// The fraction of `test` that the inference-mode model classifies correctly.
 template <class Session>
@@ -120,36 +56,15 @@ double test_accuracy(Session& s, const ty::data::mnist_split& test) {
 } // namespace
 
 int main(int argc, char** argv) {
-  options o;
-  CLI::App app{"typeflow's residual network with batch norm on Fashion-MNIST (examples/resnet)"};
-  app.add_option("--epochs", o.epochs, "passes over the training set")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--batch-size", o.batch_size, "images per step")->check(CLI::Range(2, 1 << 20));
-  app.add_option("--learning-rate", o.learning_rate, "Adam's learning rate")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--schedule", o.schedule, "the learning rate over the run: cosine or constant")
-      ->check(CLI::IsMember({"cosine", "constant"}));
-  app.add_flag("--no-flip", o.no_flip, "do not mirror training images at random");
-  app.add_option("--data-dir", o.data_dir, "the Fashion-MNIST IDX files");
-  app.add_option("--train-limit", o.train_limit, "train on the first N images (0: all)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--test-limit", o.test_limit, "test on the first N images (0: all)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", o.seed, "the session's and the batches' seed");
-  app.add_option("--log-every", o.log_every, "steps between log lines")->check(CLI::PositiveNumber);
-  app.add_option("--threads", o.threads, "CPU threads (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--checkpoint", o.checkpoint, "save the variables here at the end");
-  app.add_option("--restore", o.restore, "restore the variables from here before training");
-  app.add_option("--replay", o.replay,
-                 "a directory to write the initial variables, batches and losses into "
-                 "(for replay_torch.py)");
-  CLI11_PARSE(app, argc, argv);
+  resnet::options o;
+  if (const auto stop = resnet::parse_flags(argc, argv, o))
+    return *stop;
 
   try {
     auto train = ty::data::load_mnist(o.data_dir, true);
     auto test = ty::data::load_mnist(o.data_dir, false);
-    truncate(train, o.train_limit);
-    truncate(test, o.test_limit);
+    resnet::truncate(train, o.train_limit);
+    resnet::truncate(test, o.test_limit);
     std::printf("Fashion-MNIST: %lld training and %lld test images from %s\n",
                 static_cast<long long>(train.count), static_cast<long long>(test.count),
                 o.data_dir.c_str());
@@ -161,11 +76,10 @@ int main(int argc, char** argv) {
       std::printf("restored %s\n", o.restore.c_str());
     }
     s.write(resnet::learning_rate, static_cast<float>(o.learning_rate));
-    std::unique_ptr<replay_files> replay;
+    std::unique_ptr<resnet::replay_files> replay;
     if (!o.replay.empty()) {
-      std::filesystem::create_directories(o.replay);
+      replay = std::make_unique<resnet::replay_files>(o.replay); // creates the directory
       ty::save_checkpoint(s, std::filesystem::path(o.replay) / "initial.safetensors");
-      replay = std::make_unique<replay_files>(o.replay);
     }
 
     // each epoch's last, partial batch dropped: a batch of one image has no variance
@@ -179,7 +93,7 @@ int main(int argc, char** argv) {
     for (std::int64_t step = 1; step <= steps; ++step) {
       auto b = batches.next();
       if (!o.no_flip)
-        flip_half(b, flips);
+        resnet::flip_half(b, flips);
       const float rate =
           o.schedule == "cosine"
               ? static_cast<float>(0.5 * o.learning_rate *

@@ -2,7 +2,8 @@
 # job's log line, a loss that falls (the last step's under 0.8 of the first's), a test accuracy
 # over 0.55 (chance is 0.10) from batch norm's moving averages, and a checkpoint that holds them:
 # restored into a fresh process with no training, it gives the same accuracy to four digits.
-# Then clear errors for a checkpoint that does not exist and a batch size of 1.
+# Then clear errors for a checkpoint that does not exist, a batch size of 1 and a negative
+# learning rate (exit 2, naming the flag).
 # Usage: cmake -DEXE=<resnet> -DDATA=<fashion-mnist dir> -DWORK=<scratch dir> -P resnet_smoke.cmake
 if(NOT EXISTS "${DATA}/train-images-idx3-ubyte.gz" AND NOT EXISTS "${DATA}/train-images-idx3-ubyte")
   message("skipped: no Fashion-MNIST at ${DATA}")
@@ -62,6 +63,11 @@ if(rc EQUAL 0 OR NOT err MATCHES "resnet: typeflow: ")
 endif()
 execute_process(COMMAND "${EXE}" ${common} --batch-size 1 OUTPUT_VARIABLE out ERROR_VARIABLE err
                 RESULT_VARIABLE rc)
-if(rc EQUAL 0)
-  message(FATAL_ERROR "--batch-size 1 was accepted")
+if(NOT rc EQUAL 2 OR NOT err MATCHES "resnet: --batch-size: ")
+  message(FATAL_ERROR "--batch-size 1 should fail naming the flag; got ${rc}:\n${err}")
+endif()
+execute_process(COMMAND "${EXE}" --learning-rate -1 OUTPUT_VARIABLE out ERROR_VARIABLE err
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "resnet: --learning-rate: must be positive, got -1")
+  message(FATAL_ERROR "--learning-rate -1 should fail naming the flag; got ${rc}:\n${err}")
 endif()

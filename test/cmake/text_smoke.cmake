@@ -47,6 +47,6 @@ if(rc EQUAL 0 OR NOT err MATCHES "${NAME}: typeflow: cannot read /nonexistent/co
 endif()
 execute_process(COMMAND "${EXE}" --steps 0 OUTPUT_VARIABLE out ERROR_VARIABLE err
                 RESULT_VARIABLE rc)
-if(rc EQUAL 0)
-  message(FATAL_ERROR "--steps 0 was accepted")
+if(NOT rc EQUAL 2 OR NOT err MATCHES "${NAME}: --steps: must be positive, got 0")
+  message(FATAL_ERROR "--steps 0 should fail naming the flag; got ${rc}:\n${err}")
 endif()
