@@ -63,14 +63,20 @@ inline void float_slab(context& ctx, bool blas, bool ta, bool tb, std::int64_t m
                        std::int64_t ldb, float* c, std::int64_t ldc, const float* bias = nullptr,
                        onednn::epilogue epi = onednn::epilogue::none) {
   if (blas) {
-    gemm_serial(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-    if (epi != onednn::epilogue::none)
+    if (epi == onednn::epilogue::none) {
+      gemm_serial(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+      return;
+    }
+    // The bias first, then the product added to it: BLAS then neither clears C (its beta pass)
+    // nor leaves a second pass over C for the bias, only the relu's.
+    for (std::int64_t i = 0; i < m; ++i)
+      std::copy_n(bias, n, c + i * ldc);
+    gemm_serial(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, /*accumulate=*/true);
+    if (epi == onednn::epilogue::bias_relu)
       for (std::int64_t i = 0; i < m; ++i) {
         float* row = c + i * ldc;
-        for (std::int64_t j = 0; j < n; ++j) {
-          const float v = row[j] + bias[j];
-          row[j] = epi == onednn::epilogue::bias_relu ? std::max(v, 0.0f) : v;
-        }
+        for (std::int64_t j = 0; j < n; ++j)
+          row[j] = std::max(row[j], 0.0f);
       }
     return;
   }
