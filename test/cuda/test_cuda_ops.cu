@@ -877,7 +877,8 @@ void batch_norm_case(T) {
 
 // attention on [2, 3, 37, 8] queries over 41 keys (not causal) and 37 keys (causal), and the
 // gradients of q, k and v (sums over the keys, or over the queries for k and v); q, k and v of
-// one shape (self-attention) take the three gradients from one attention_grads op.
+// one shape (self-attention) take the three gradients from one attention_grads op; the same with
+// dropout (keep 0.7).
 template <class T>
 void attention_case(T) {
   constexpr auto q = ty::placeholder<"q", T, ty::shape<2, 3, 37, 8>>;
@@ -907,6 +908,20 @@ void attention_case(T) {
         at("self grad q", ty::grad(ty::sum(ys * ws), q), accum_transc(37 * 8)),
         at("self grad k", ty::grad(ty::sum(ys * ws), kc), accum_transc(37 * 8)),
         at("self grad v", ty::grad(ty::sum(ys * ws), vs), accum_transc(37)));
+  // dropout on the probabilities: the GPU draws the CPU's masks (one hash of seed, run and
+  // element), so the outputs and gradients agree as without it; the self-attention shapes take
+  // attention_grads, the others attention_grad
+  constexpr ty::attention_dropout drop{.keep = 0.7, .seed = 11};
+  constexpr auto yd = ty::attention<false, drop>(q, k, v);
+  constexpr auto ysd = ty::attention<true, drop>(q, kc, vs);
+  check(dtype_group<T>("attention/dropout"), feeds, at("attention", yd, accum_transc(41 * 8)),
+        at("grad q", ty::grad(ty::sum(yd * w), q), accum_transc(41 * 8)),
+        at("grad k", ty::grad(ty::sum(yd * w), k), accum_transc(37 * 8)),
+        at("grad v", ty::grad(ty::sum(yd * w), v), accum_transc(37)),
+        at("self causal", ysd, accum_transc(37 * 8)),
+        at("self grad q", ty::grad(ty::sum(ysd * ws), q), accum_transc(37 * 8)),
+        at("self grad k", ty::grad(ty::sum(ysd * ws), kc), accum_transc(37 * 8)),
+        at("self grad v", ty::grad(ty::sum(ysd * ws), vs), accum_transc(37)));
 }
 
 // Layout ops on a GPU-computed tensor h = -x: reshape, expand_dims, transpose, slice, concat

@@ -92,21 +92,23 @@ requires std::is_arithmetic_v<T>
 void kernel(context&, ops::iota<U, Shape, Axis>*, T*, value*, void*);
 
 // ---- attention.cuh (float32 and float64) ----------------------------------------------------
-template <std::size_t I, bool C, class T, class Q, class K, class V>
+template <std::size_t I, bool C, attention_dropout D, class T, class Q, class K, class V>
 requires(std::is_same_v<T, float> ||
-         std::is_same_v<T, double>) void kernel(context&, ops::attention<C>*, T*, value*, void*, Q*,
-                                                K*, V*);
+         std::is_same_v<T, double>) void kernel(context&, ops::attention<C, D>*, T*, value*, void*,
+                                                Q*, K*, V*);
 template <std::size_t I, bool C, class T, class Q, class K, class V, class O, class G>
 requires(std::is_same_v<T, float> ||
          std::is_same_v<T, double>) void kernel(context&, ops::attention_stats<C>*, T*, value*,
                                                 void*, Q*, K*, V*, O*, G*);
-template <std::size_t I, bool C, int W, class T, class Q, class K, class V, class G, class St>
+template <std::size_t I, bool C, int W, attention_dropout D, class T, class Q, class K, class V,
+          class G, class St>
 requires(std::is_same_v<T, float> ||
-         std::is_same_v<T, double>) void kernel(context&, ops::attention_grad<C, W>*, T*, value*,
+         std::is_same_v<T, double>) void kernel(context&, ops::attention_grad<C, W, D>*, T*, value*,
                                                 void*, Q*, K*, V*, G*, St*);
-template <std::size_t I, bool C, class T, class Q, class K, class V, class G, class St>
+template <std::size_t I, bool C, attention_dropout D, class T, class Q, class K, class V, class G,
+          class St>
 requires(std::is_same_v<T, float> ||
-         std::is_same_v<T, double>) void kernel(context&, ops::attention_grads<C>*, T*, value*,
+         std::is_same_v<T, double>) void kernel(context&, ops::attention_grads<C, D>*, T*, value*,
                                                 void*, Q*, K*, V*, G*, St*);
 
 // ---- norm.cuh (float32 and float64) ---------------------------------------------------------
