@@ -17,7 +17,11 @@ CPUs), when that interpreter exists; --no-subprocess-peers leaves them out. Each
 typeflow's program for --steps steps (its step from the examples/sec of the steps after the
 first log line), then each PyTorch form and each subprocess peer for as many steps (the median
 after its warm-up; torch.compile's, jax.jit's and the tf.functions' first steps compile), with
-the same thread count. Prints each round and the median ratio typeflow / peer (below 1:
+the same thread count. "eager, no oneDNN" is PyTorch eager with torch.backends.mkldnn disabled:
+nn.LSTM's cell op by op, as typeflow's scan runs it, instead of oneDNN's fused LSTM primitive.
+Run it without OMP_WAIT_POLICY=PASSIVE: PyTorch's OpenMP threads would then sleep between its
+many small per-step regions (its eager step took 1.7x as long so on an AMD Zen 3; typeflow's
+own pool does not read the variable). Prints each round and the median ratio typeflow / peer (below 1:
 typeflow is faster), with the CPU it ran on."""
 import argparse
 import pathlib
@@ -43,14 +47,17 @@ class CharLstm(torch.nn.Module):
         return torch.nn.functional.cross_entropy(self.head(h).reshape(-1, 128), y.reshape(-1))
 
 
-def torch_step(steps: int, threads: int, compiled: bool) -> float:
+def torch_step(steps: int, threads: int, compiled: bool, onednn: bool = True) -> float:
+    """onednn=False: with torch.backends.mkldnn disabled, nn.LSTM runs its cell op by op instead
+    of as oneDNN's fused LSTM primitive (what PyTorch 2 picks on the CPU for float32)."""
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = CharLstm()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     x = torch.randint(0, 128, (32, 64))
     y = torch.randint(0, 128, (32, 64))
-    return timed_step(model, opt, (x, y), steps, compiled)
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        return timed_step(model, opt, (x, y), steps, compiled)
 
 
 def main() -> int:
@@ -67,6 +74,7 @@ def main() -> int:
         forms["torch.compile"] = True
     peers = {name: (lambda c=compiled: torch_step(args.steps, args.threads, c))
              for name, compiled in forms.items()}
+    peers["eager, no oneDNN"] = lambda: torch_step(args.steps, args.threads, False, onednn=False)
     if not args.no_subprocess_peers:
         peers.update(subprocess_peers("lstm", args.steps, args.threads, 32))
     print(f"{cpu_name()}, {args.threads} threads, PyTorch {torch.__version__}"
