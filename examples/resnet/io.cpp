@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdio>
 #include <filesystem>
+#include <system_error>
 
 #include "../cli.hpp"
 #include "typeflow/core/error.hpp"
@@ -42,17 +43,14 @@ std::optional<int> parse_flags(int argc, char** argv, options& o) {
   return examples::cli::parse(app, argc, argv);
 }
 
-namespace {
-fs::path created(const std::string& dir) {
-  fs::create_directories(dir);
-  return dir;
-}
-} // namespace
-
-replay_files::replay_files(const std::string& dir)
-    : images_(created(dir) / "images.bin", std::ios::binary),
-      labels_(fs::path(dir) / "labels.bin", std::ios::binary),
-      losses_(fs::path(dir) / "losses.txt") {
+replay_files::replay_files(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec); // a typeflow::error below, not filesystem_error, if it fails
+  if (ec)
+    throw ty::error("cannot create the replay directory " + dir + ": " + ec.message());
+  images_.open(fs::path(dir) / "images.bin", std::ios::binary);
+  labels_.open(fs::path(dir) / "labels.bin", std::ios::binary);
+  losses_.open(fs::path(dir) / "losses.txt");
   if (!images_ || !labels_ || !losses_)
     throw ty::error("cannot write the replay files in " + dir);
 }

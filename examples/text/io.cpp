@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
+#include <system_error>
 #include <vector>
 
 #include "../cli.hpp"
@@ -35,16 +36,13 @@ std::optional<int> parse_flags(int argc, char** argv, const char* description, o
   return cli::parse(app, argc, argv);
 }
 
-namespace {
-fs::path created(const std::string& dir) {
-  fs::create_directories(dir);
-  return dir;
-}
-} // namespace
-
-replay_files::replay_files(const std::string& dir)
-    : batches_(created(dir) / "batches.bin", std::ios::binary),
-      losses_(fs::path(dir) / "losses.txt") {
+replay_files::replay_files(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec); // a typeflow::error below, not filesystem_error, if it fails
+  if (ec)
+    throw ty::error("cannot create the replay directory " + dir + ": " + ec.message());
+  batches_.open(fs::path(dir) / "batches.bin", std::ios::binary);
+  losses_.open(fs::path(dir) / "losses.txt");
   if (!batches_ || !losses_)
     throw ty::error("cannot write the replay files in " + dir);
 }

@@ -1,7 +1,7 @@
 # example.gpt, example.lstm: a character-level example (examples/text_main.hpp) trains briefly on
 # a text corpus: the main job's log line, a loss that falls (the validation loss at least 1.0 nat
 # under the first step's, about ln 128 = 4.85), a generated sample; and clear errors for a missing
-# corpus and a bad flag.
+# corpus, a --replay directory that cannot be created and a bad flag.
 # Usage: cmake -DEXE=<gpt|lstm> -DNAME=<gpt|lstm> -DDATA=<corpus dir or file> [-DSTEPS=150]
 #        -P text_smoke.cmake
 if(NOT DEFINED STEPS)
@@ -44,6 +44,11 @@ execute_process(COMMAND "${EXE}" --data /nonexistent/corpus --steps 1
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(rc EQUAL 0 OR NOT err MATCHES "${NAME}: typeflow: cannot read /nonexistent/corpus")
   message(FATAL_ERROR "a missing corpus: exit ${rc}, stderr:\n${err}")
+endif()
+execute_process(COMMAND "${EXE}" --data "${DATA}" --steps 1 --sample 0 --replay /proc/no-such/dir
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc EQUAL 0 OR NOT err MATCHES "${NAME}: typeflow: cannot create the replay directory /proc/no-such/dir")
+  message(FATAL_ERROR "an unwritable --replay directory: exit ${rc}, stderr:\n${err}")
 endif()
 execute_process(COMMAND "${EXE}" --steps 0 OUTPUT_VARIABLE out ERROR_VARIABLE err
                 RESULT_VARIABLE rc)
