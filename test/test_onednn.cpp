@@ -5,6 +5,7 @@
 // created once per geometry.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -371,3 +372,50 @@ TEST_SUITE("machine") {
     CHECK(!ty::detail::blas_core_is_generic("Haswell"));
   }
 }
+
+#if defined(TYPEFLOW_HAS_ONEDNN) && defined(TYPEFLOW_HAS_CBLAS)
+TEST_SUITE("onednn") {
+  TEST_CASE("a slab on BLAS with a bias (and relu): the bias first, the product added onto it") {
+    // float_slab with blas = true is what small_nn_on_blas picks where oneDNN has only AVX2
+    // kernels; called directly here so that every CPU runs it: a 5 x 7 slab of a C 10 wide
+    // (the columns beyond the slab untouched), k = 9, against a double loop.
+    cpu::thread_pool pool(1);
+    const auto mem = std::make_shared<ty::backend::buffer_pool>();
+    ty::backend::run_stats stats;
+    cpu::onednn_cache dnnl;
+    cpu::context ctx{pool, *mem, stats, dnnl};
+    constexpr std::int64_t m = 5, n = 7, k = 9, ldc = 10;
+    std::vector<float> a(m * k), b(k * n), bias(n);
+    for (std::size_t i = 0; i < a.size(); ++i)
+      a[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
+    for (std::size_t i = 0; i < b.size(); ++i)
+      b[i] = static_cast<float>(std::cos(1.3 * static_cast<double>(i)));
+    for (std::size_t j = 0; j < bias.size(); ++j)
+      bias[j] = 0.5f - 0.25f * static_cast<float>(j);
+    for (const bool relu : {false, true}) {
+      INFO("relu: " << relu);
+      std::vector<float> c(m * ldc, 42.0f);
+      cpu::float_slab(ctx, true, false, false, m, n, k, a.data(), k, b.data(), n, c.data(), ldc,
+                      bias.data(),
+                      relu ? cpu::onednn::epilogue::bias_relu : cpu::onednn::epilogue::bias);
+      int wrong = 0;
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < ldc; ++j) {
+          const float got = c[static_cast<std::size_t>(i * ldc + j)];
+          if (j >= n) {
+            wrong += got != 42.0f;
+            continue;
+          }
+          double want = bias[static_cast<std::size_t>(j)];
+          for (std::int64_t p = 0; p < k; ++p)
+            want += static_cast<double>(a[static_cast<std::size_t>(i * k + p)]) *
+                    static_cast<double>(b[static_cast<std::size_t>(p * n + j)]);
+          if (relu)
+            want = std::max(want, 0.0);
+          wrong += std::abs(got - want) > 1e-5 * (1 + std::abs(want));
+        }
+      CHECK(wrong == 0);
+    }
+  }
+}
+#endif
