@@ -1024,15 +1024,17 @@ TEST_SUITE("transformer ops") {
     check(xq, xk, xv, std::false_type{}, 79);
     check(xq, xk, xv, std::true_type{}, 83);
 
-    // keep 1 is plain attention, bit for bit; dropout draws, has no GPU kernel (a placement on
-    // a GPU runs it on the host), and prints its keep and seed
+    // keep 1 is plain attention, bit for bit; dropout draws, has GPU kernels as without it
+    // (they draw the CPU's masks), and prints its keep and seed
     constexpr auto y1 = ty::attention<true, ty::attention_dropout{.keep = 1.0, .seed = 5}>(q, k, v);
     auto [a, b] = s.run(ty::fetch(y1, ty::attention<true>(q, k, v)));
     for (i64 e = 0; e < a.size(); ++e)
       CHECK(a[e] == b[e]);
     static_assert(ty::op_traits<ty::ops::attention<false, half>>::draws);
     static_assert(!ty::op_traits<ty::ops::attention<false>>::draws);
-    static_assert(!ty::has_gpu_kernel<ty::ops::attention<true, half>>);
+    static_assert(ty::has_gpu_kernel<ty::ops::attention<true, half>>);
+    static_assert(ty::has_gpu_kernel<ty::ops::attention_grads<true, half>>);
+    static_assert(ty::has_gpu_kernel<ty::ops::attention_grad<false, 2, half>>);
     static_assert(ty::has_gpu_kernel<ty::ops::attention<true>>);
     CHECK(ty::to_string(ty::attention<true, half>(q, k, v)).find("keep=0.5") != std::string::npos);
     constexpr auto x = ty::placeholder<"drx", double, ty::shape<2, 8, 16>>;
