@@ -1,9 +1,11 @@
 // A persistent fork-join thread pool: parallel_for splits [0, n) into tasks that the caller and
 // the workers take from one atomic counter. An idle worker, and a caller waiting for the last
-// chunks, spin for a few tens of microseconds before sleeping on a condition variable: a step
-// of a graph is often a fraction of a millisecond, and a futex wake-up per step would be a large
-// part of it (OpenBLAS's own threads spin the same way, which is why the session keeps BLAS on
-// one thread and runs it on this pool).
+// chunks, spin for up to 200 microseconds before sleeping on a condition variable: a step of a
+// graph is often a fraction of a millisecond, the gaps between parallel steps (a loop's serial
+// bookkeeping, a single-threaded call) are often longer than a few tens of microseconds, and a
+// futex sleep and wake-up per gap would be a large part of them (bench/README.md, *The pool
+// spins longer*; OpenBLAS's own threads spin the same way, which is why the session keeps BLAS
+// on one thread and runs it on this pool).
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -77,10 +79,10 @@ private:
 
   void run_chunks(job& j);
 
-  /// Busy-waits (with a pause) until done() or about 50 microseconds have passed.
+  /// Busy-waits (with a pause) until done() or about 200 microseconds have passed.
   template <class Done>
   static void spin_until(Done done) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
     for (int i = 0; !done(); ++i) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
@@ -99,7 +101,7 @@ private:
   job* job_ = nullptr;
   // Written under mu_, atomic so that a spinning worker may read them without it.
   std::atomic<std::uint64_t> generation_{0};
-  int active_ = 0;
+  std::atomic<int> active_{0}; // workers inside run_chunks; changed under mu_
   std::atomic<bool> stop_{false};
   static inline thread_local bool in_parallel_ = false;
 };
@@ -136,9 +138,16 @@ TYPEFLOW_DECL void thread_pool::parallel_for(std::int64_t n, std::int64_t grain,
   }
   cv_.notify_all();
   run_chunks(j);
-  spin_until([&] { return j.finished.load(std::memory_order_acquire) == chunks; });
+  // Done when every chunk is and no worker is still inside run_chunks (it may yet read j). The
+  // spin waits for both: a worker that ran the last chunk leaves a moment after counting it, and
+  // a caller that went to sleep in that moment paid a futex wait and wake-up per call.
+  const auto done = [&] {
+    return j.finished.load(std::memory_order_acquire) == chunks &&
+           active_.load(std::memory_order_acquire) == 0;
+  };
+  spin_until(done);
   std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return j.finished.load() == chunks && active_ == 0; });
+  done_cv_.wait(lock, done);
   job_ = nullptr;
   if (j.error)
     std::rethrow_exception(j.error);
