@@ -5,9 +5,9 @@
 #include <bit>
 #include <cstdio>
 #include <filesystem>
-#include <system_error>
 
 #include "../cli.hpp"
+#include "../replay_dir.hpp"
 #include "typeflow/core/error.hpp"
 
 namespace resnet {
@@ -44,10 +44,7 @@ std::optional<int> parse_flags(int argc, char** argv, options& o) {
 }
 
 replay_files::replay_files(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec); // a typeflow::error below, not filesystem_error, if it fails
-  if (ec)
-    throw ty::error("cannot create the replay directory " + dir + ": " + ec.message());
+  examples::create_replay_directory(dir);
   images_.open(fs::path(dir) / "images.bin", std::ios::binary);
   labels_.open(fs::path(dir) / "labels.bin", std::ios::binary);
   losses_.open(fs::path(dir) / "losses.txt");

@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <iterator>
-#include <system_error>
 #include <vector>
 
 #include "../cli.hpp"
+#include "../replay_dir.hpp"
 #include "typeflow/core/error.hpp"
 
 namespace examples::text {
@@ -37,10 +37,7 @@ std::optional<int> parse_flags(int argc, char** argv, const char* description, o
 }
 
 replay_files::replay_files(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec); // a typeflow::error below, not filesystem_error, if it fails
-  if (ec)
-    throw ty::error("cannot create the replay directory " + dir + ": " + ec.message());
+  examples::create_replay_directory(dir);
   batches_.open(fs::path(dir) / "batches.bin", std::ios::binary);
   losses_.open(fs::path(dir) / "losses.txt");
   if (!batches_ || !losses_)
