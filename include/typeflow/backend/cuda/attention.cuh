@@ -28,9 +28,9 @@ __device__ double attention_dot(const T* a, const T* b, std::int64_t n) {
 }
 
 /// An attention op's dropout in one run, as the CPU kernels draw it (kernels/attention.hpp,
-/// att_drop): probability (row r = b * T + i, key j) is kept where the 53 bits of the hash of
-/// element r * S + j are below keep * 2^53 (rounded up), and then scaled by 1 / keep (rounded to
-/// T, as the CPU's factor is). `on` false: no dropout, every factor 1.
+/// att_drop): probability (row r = b * T + i, key j) is kept where draw r * S + j is
+/// (backend::dropout_kept), and then scaled by 1 / keep (rounded to T, as the CPU's factor is).
+/// `on` false: no dropout, every factor 1.
 struct attention_drop_dev {
   std::uint64_t base = 0, below = 0;
   double scale = 1;
@@ -39,16 +39,14 @@ struct attention_drop_dev {
   __device__ double factor(std::int64_t r, std::int64_t j) const {
     if (!on)
       return 1.0;
-    const auto e = static_cast<std::uint64_t>(r * s + j);
-    return (backend::dropout_mix(base ^ e) >> 11) < below ? scale : 0.0;
+    return backend::dropout_kept(base, static_cast<std::uint64_t>(r * s + j), below) ? scale : 0.0;
   }
 };
 /// The dropout of attention op D in the current run (`on` false where keep is 1).
 template <attention_dropout D, class T>
 attention_drop_dev attention_drop_of(const context& ctx, const backend::attention_geometry& g) {
   if constexpr (D.keep < 1.0)
-    return {backend::dropout_base(D.seed, ctx.run()),
-            static_cast<std::uint64_t>(std::ceil(D.keep * 0x1.0p53)),
+    return {backend::dropout_base(D.seed, ctx.run()), backend::dropout_below(D.keep),
             static_cast<double>(static_cast<T>(1.0 / D.keep)), g.s, true};
   else
     return {};

@@ -72,26 +72,22 @@ T att_exp(T* x, std::int64_t n, T shift) {
 template <class T>
 struct att_drop {
   std::uint64_t base = 0;
-  /// Kept where the draw's 53 bits are below this: keep * 2^53 rounded up (the same test as
-  /// dropout_uniform(base, i) < keep, in integers, which the compiler vectorizes).
-  std::uint64_t below = 0;
+  std::uint64_t below = 0; ///< backend::dropout_below(keep)
   T scale = 1;
   std::int64_t s = 0;
   /// z[c] = the factor of (row, j0 + c) for c < n: 1 / keep where kept, else 0.
   void factors(std::int64_t row, std::int64_t j0, std::int64_t n, T* z) const {
     const auto first = static_cast<std::uint64_t>(row * s + j0);
     for (std::int64_t c = 0; c < n; ++c)
-      z[c] = (backend::dropout_mix(base ^ (first + static_cast<std::uint64_t>(c))) >> 11) < below
-                 ? scale
-                 : T(0);
+      z[c] =
+          backend::dropout_kept(base, first + static_cast<std::uint64_t>(c), below) ? scale : T(0);
   }
 };
 /// The dropout of attention op Drop in the current run, or none (keep = 1).
 template <attention_dropout Drop, class T>
 std::optional<att_drop<T>> att_drop_of(const context& ctx, const backend::attention_geometry& g) {
   if constexpr (Drop.keep < 1.0)
-    return att_drop<T>{backend::dropout_base(Drop.seed, ctx.run),
-                       static_cast<std::uint64_t>(std::ceil(Drop.keep * 0x1.0p53)),
+    return att_drop<T>{backend::dropout_base(Drop.seed, ctx.run), backend::dropout_below(Drop.keep),
                        static_cast<T>(1.0 / Drop.keep), g.s};
   else
     return std::nullopt;

@@ -53,16 +53,25 @@ void kernel(context& ctx, ops::transpose<Perm...>*, T*, value* vals, void*, A*) 
             vals[I].dims);
 }
 
+/// Makes `out` (its dims set) a view of `in` where the slice at `begin` is one contiguous block
+/// of in's buffer (contiguous_block): out shares in's buffer, no copy. Whether it did.
+template <class T, std::size_t R>
+bool slice_view(const value& in, const std::array<std::int64_t, R>& begin, value& out) {
+  const auto off = contiguous_block(in.dims, begin, out.dims);
+  if (!off)
+    return false;
+  out.owner = in.owner;
+  out.data = const_cast<T*>(static_cast<const T*>(in.data)) + *off;
+  return true;
+}
+
 template <std::size_t I, class B, class S, class T, class A>
 void kernel(context& ctx, ops::slice<B, S>*, T*, value* vals, void*, A*) {
   const value& in = vals[A::index];
-  if (const auto off = contiguous_block(in.dims, B::values, vals[I].dims)) {
-    // a view: a block of whole rows (a variable's leading rows, one step of a sequence) is
-    // contiguous in the input's buffer
-    vals[I].owner = in.owner;
-    vals[I].data = const_cast<T*>(static_cast<const T*>(in.data)) + *off;
+  // a view where a block of whole rows (a variable's leading rows, one step of a sequence) is
+  // contiguous in the input's buffer
+  if (slice_view<T>(in, B::values, vals[I]))
     return;
-  }
   T* out = ctx.allocate<T>(vals[I]);
   slice(ctx.pool, static_cast<const T*>(in.data), in.dims, B::values, out, vals[I].dims);
 }
@@ -78,12 +87,9 @@ template <std::size_t I, class B, class T, class G, class A>
 void kernel(context& ctx, ops::slice_like<B>*, T*, value* vals, void*, G*, A*) {
   const value& in = vals[G::index];
   backend::check_slice_like(B::values, vals[I].dims, in.dims);
-  if (const auto off = contiguous_block(in.dims, B::values, vals[I].dims)) {
-    // a view, as slice's (a loop's packed gradient unpacked into its variables' gradients)
-    vals[I].owner = in.owner;
-    vals[I].data = const_cast<T*>(static_cast<const T*>(in.data)) + *off;
+  // a view, as slice's (a loop's packed gradient unpacked into its variables' gradients)
+  if (slice_view<T>(in, B::values, vals[I]))
     return;
-  }
   T* out = ctx.allocate<T>(vals[I]);
   slice(ctx.pool, static_cast<const T*>(in.data), in.dims, B::values, out, vals[I].dims);
 }
