@@ -3,11 +3,14 @@
 // float64, with static and run-time shapes (both layouts of the backward's packed result); a
 // body whose gradients have no buffer of their own; float32 Adam trains through it; two CPU towers
 // equal one; the loop moves to cpu<0> under a GPU placement; misuse is a compile error
-// (test/compile_fail/scan_*.cpp).
+// (test/compile_fail/scan_*.cpp). The lstm op against a naive LSTM and finite differences, and
+// against lstm_scan (float32 and float64, several blocks of units, 1 and 2 threads).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "typeflow/typeflow.hpp"
@@ -387,10 +390,21 @@ std::vector<double> lstm_reference(const std::vector<double>& x, i64 batch, i64 
 
 } // namespace
 
-TEST_CASE("lstm: the layer equals a naive LSTM, and its gradients match finite differences") {
+/// The LSTM layer as the lstm op (Op) or as a scan of lstm_cell.
+template <bool Op, i64 Units, class X>
+consteval auto lstm_layer_of(X x) {
+  if constexpr (Op)
+    return ty::lstm<"lstm", Units>(x);
+  else
+    return ty::lstm_scan<"lstm", Units>(x);
+}
+
+TEST_CASE_TEMPLATE(
+    "lstm: the layer equals a naive LSTM, and its gradients match finite differences", Form,
+    std::true_type, std::false_type) {
   static constexpr i64 e = 2, steps = 4;
   static constexpr auto x = ty::placeholder<"x", double, ty::shape<ty::dyn, steps, e>>;
-  static constexpr auto y = ty::lstm<"lstm", lstm_units>(x);
+  static constexpr auto y = lstm_layer_of<Form::value, lstm_units>(x);
   static constexpr auto w = ty::find_variable<"lstm/weights">(y);
   static constexpr auto b = ty::find_variable<"lstm/biases">(y);
   static constexpr auto loss = ty::sum(y * y) + ty::sum(y);
@@ -427,4 +441,111 @@ TEST_CASE("lstm: the layer equals a naive LSTM, and its gradients match finite d
   };
   CHECK(check_var(w, dw) <= 1e-7);
   CHECK(check_var(b, db) <= 1e-7);
+}
+
+namespace {
+
+/// The lstm op and lstm_scan on one x, sharing their variables (the same names): the op's
+/// value and its gradients of x, w and b against the scan's, for 37 units (a block of 32 and a
+/// partial one, vector lanes and their tail).
+template <class T>
+struct lstm_pair {
+  static constexpr i64 e = 5, steps = 6, units = 37;
+  static constexpr auto x = ty::placeholder<"x", T, ty::shape<ty::dyn, steps, e>>;
+  static constexpr auto y_op = ty::lstm<"lstm", units>(x);
+  static constexpr auto y_scan = ty::lstm_scan<"lstm", units>(x);
+  static constexpr auto w = ty::find_variable<"lstm/weights">(y_op);
+  static constexpr auto b = ty::find_variable<"lstm/biases">(y_op);
+  // every step's h weighs in, each element differently
+  static constexpr auto weigh = ty::placeholder<"weigh", T, ty::shape<ty::dyn, steps, units>>;
+  static constexpr auto loss_op = ty::sum(y_op * weigh + y_op * y_op);
+  static constexpr auto loss_scan = ty::sum(y_scan * weigh + y_scan * y_scan);
+};
+
+template <class T>
+double worst_gap(const ty::tensor<T>& a, const ty::tensor<T>& b) {
+  REQUIRE(a.shape() == b.shape());
+  double worst = 0;
+  for (i64 i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])) /
+                                (1.0 + std::abs(static_cast<double>(b[i]))));
+  return worst;
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("lstm: the op equals lstm_scan over two blocks of units, value and gradients, "
+                   "on 1 and 2 threads",
+                   T, float, double) {
+  using M = lstm_pair<T>;
+  const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+  const auto xv = wave<T>({3, M::steps, M::e}, 0.9, 0.2);
+  const auto weigh = wave<T>({3, M::steps, M::units}, 0.37, 1.1);
+  static constexpr auto g_op = ty::grad(M::loss_op, M::x, M::w, M::b);
+  static constexpr auto g_scan = ty::grad(M::loss_scan, M::x, M::w, M::b);
+  std::vector<ty::tensor<T>> first; // the op's results on one thread
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    ty::session<> s(ty::session_options{.threads = threads, .seed = 5});
+    s.write(M::b, wave<T>({4 * M::units}, 1.3, 0.5)); // every gate's path away from zero
+    const auto run = [&](auto y, auto g) {
+      const auto [gx, gw, gb] = g;
+      auto [yv, dx, dw, db] =
+          s.run(ty::fetch(y, gx, gw, gb), ty::feed(M::x, xv), ty::feed(M::weigh, weigh));
+      return std::vector<ty::tensor<T>>{yv, dx, dw, db};
+    };
+    const auto op = run(M::y_op, g_op);
+    const auto scan = run(M::y_scan, g_scan);
+    const char* what[] = {"y", "dx", "dw", "db"};
+    for (std::size_t i = 0; i < op.size(); ++i) {
+      CAPTURE(what[i]);
+      CHECK(worst_gap(op[i], scan[i]) <= tol);
+    }
+    if (first.empty()) {
+      first = op;
+    } else { // the same bits on any thread count
+      for (std::size_t i = 0; i < op.size(); ++i) {
+        CAPTURE(what[i]);
+        CHECK(worst_gap(op[i], first[i]) == 0.0);
+      }
+    }
+  }
+}
+
+namespace {
+template <class Shape>
+void check_empty_lstm(std::vector<i64> dims) {
+  static constexpr auto x = ty::placeholder<"x", double, Shape>;
+  static constexpr auto y = ty::lstm<"lstm", 5>(x);
+  static constexpr auto w = ty::find_variable<"lstm/weights">(y);
+  static constexpr auto b = ty::find_variable<"lstm/biases">(y);
+  static constexpr auto g = ty::grad(ty::sum(y), x, w, b);
+  const auto [gx, gw, gb] = g;
+  ty::session<> s(ty::session_options{.threads = 2});
+  auto [yv, dx, dw, db] = s.run(ty::fetch(y, gx, gw, gb), ty::feed(x, ty::tensor<double>(dims)));
+  CHECK(yv.shape() == std::vector<i64>{dims[0], dims[1], 5});
+  CHECK(dx.shape() == dims);
+  CHECK(dw.shape() == std::vector<i64>{7, 20});
+  for (i64 i = 0; i < dw.size(); ++i)
+    CHECK(dw[i] == 0.0);
+  for (i64 i = 0; i < db.size(); ++i)
+    CHECK(db[i] == 0.0);
+}
+} // namespace
+
+TEST_CASE("lstm: the op over an empty batch or no steps gives an empty value and zero gradients") {
+  check_empty_lstm<ty::shape<ty::dyn, 3, 2>>({0, 3, 2});
+  check_empty_lstm<ty::shape<2, ty::dyn, 2>>({2, 0, 2});
+}
+
+TEST_CASE("lstm: a GPU placement runs the op on cpu<0> and says so") {
+  using M = lstm_pair<float>;
+  using Y = std::remove_cvref_t<decltype(M::y_op)>;
+  using P = ty::compile::plan<ty::type_list<Y>, ty::on<ty::gpu<0>>>;
+  constexpr std::size_t i = P::index_c<Y>::value;
+  CHECK(P::placement.device[i].is_cpu);
+  CHECK(P::placement.fell_back[i]);
+  const std::string listing = P::describe_placement();
+  INFO(listing);
+  CHECK(listing.find("lstm") != std::string::npos);
 }

@@ -1,7 +1,7 @@
 // A character-level LSTM: bytes of text as tokens, a learned embedding, one LSTM layer
-// (nn/recurrent.hpp: ty::lstm, a ty::scan over the sequence with the cell's variables shared by
-// every step) and a linear head, trained by Adam on the next byte's cross-entropy, on the same
-// corpus as examples/gpt (docs/lstm.md).
+// (nn/recurrent.hpp: ty::lstm, one op over the whole sequence; ty::lstm_scan is the same layer as
+// a ty::scan of the cell) and a linear head, trained by Adam on the next byte's cross-entropy, on
+// the same corpus as examples/gpt (docs/lstm.md).
 #pragma once
 #include <cstdint>
 

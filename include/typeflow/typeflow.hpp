@@ -43,6 +43,7 @@
 #include "ops/matmul.hpp"
 #include "ops/nn.hpp"
 #include "ops/norm.hpp"
+#include "ops/recurrent.hpp"
 #include "ops/reduce.hpp"
 #include "ops/repeat.hpp"
 #include "ops/state.hpp"

@@ -19,6 +19,7 @@
 #include "../ops/matmul_grad.hpp"
 #include "../ops/nn_grad.hpp"
 #include "../ops/norm_grad.hpp"
+#include "../ops/recurrent_grad.hpp"
 #include "../ops/reduce_grad.hpp"
 #include "../ops/scope.hpp"
 

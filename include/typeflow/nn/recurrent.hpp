@@ -1,7 +1,8 @@
-// Recurrent layers on scan (nn/scan.hpp): the LSTM cell and an LSTM layer over a batch-major
-// sequence.
+// Recurrent layers: the LSTM cell on scan (nn/scan.hpp), and an LSTM layer over a batch-major
+// sequence, as one op (ops/recurrent.hpp) or as the scan of the cell.
 //
-//   auto y = ty::lstm<"lstm1", 256>(x);    // x [B, T, E] -> y [B, T, 256]: h_1 ... h_T
+//   auto y = ty::lstm<"lstm1", 256>(x);       // x [B, T, E] -> y [B, T, 256]: h_1 ... h_T
+//   auto y = ty::lstm_scan<"lstm1", 256>(x);  // the same layer, the same variables, as a scan
 //
 // The cell is PyTorch's nn.LSTM / TF's LSTMCell without peepholes or projection: with z = [x_t,
 // h_t] W + b split into the gates i, f, g, o (in that order, PyTorch's),
@@ -9,15 +10,18 @@
 //   h_{t+1} = sigmoid(o) * tanh(c_{t+1})
 // W is `Name/weights` [E + Units, 4 Units] (glorot_uniform: TF's default), b `Name/biases`
 // [4 Units] (zeros), and forget_bias 1.0 as TF's BasicLSTMCell adds (0.0 gives PyTorch's cell).
-// The scan carries [h, c] as one value [B, 2 Units]; the layer starts from zeros and returns
-// every step's h. Every piece is an elementwise op, a slice, a concat or a matmul, so the cell's
-// gradient is derived as any graph's and its elementwise work fuses.
+// Both layers start from zeros and return every step's h. lstm is the lstm op: one product per
+// step fused with the gates' arithmetic, its gradient one backward loop (the way cuDNN and oneDNN
+// run a layer). lstm_scan carries [h, c] as one value [B, 2 Units] through a scan whose body is
+// elementwise ops, slices, a concat and a matmul, so its gradient is derived as any graph's: the
+// reference the op is tested against, and the form to start from for a cell of one's own.
 #pragma once
 #include <cstdint>
 #include <tuple>
 
 #include "../ops/elementwise.hpp"
 #include "../ops/layout.hpp"
+#include "../ops/recurrent.hpp"
 #include "initializers.hpp"
 #include "layers.hpp"
 #include "scan.hpp"
@@ -55,11 +59,12 @@ consteval auto zero_state(X x) {
 }
 } // namespace detail
 
-/// lstm<"lstm", Units>(x): an LSTM over x [B, T, E] (batch-major, as a replicated session splits a
-/// feed along its first axis) from a zero state; [B, T, Units], every step's h.
+/// lstm_scan<"lstm", Units>(x): an LSTM over x [B, T, E] (batch-major, as a replicated session
+/// splits a feed along its first axis) from a zero state, as a scan of lstm_cell; [B, T, Units],
+/// every step's h.
 template <fixed_string Name, std::int64_t Units, auto ForgetBias = 1.0,
           class WInit = glorot_uniform, class BInit = zeros, expression X>
-consteval auto lstm(X x) {
+consteval auto lstm_scan(X x) {
   if constexpr (any_invalid<X>) { // an earlier mistake, reported already
     return invalid_expr{};
   } else {
@@ -72,6 +77,24 @@ consteval auto lstm(X x) {
         detail::zero_state<2 * Units>(x), typeflow::transpose<1, 0, 2>(x)); // [T, B, 2 Units]
     return typeflow::transpose<1, 0, 2>(
         typeflow::slice<ints<0, 0, 0>, ints<-1, -1, Units>>(carries)); // h of each step
+  }
+}
+
+/// lstm<"lstm", Units>(x): an LSTM over x [B, T, E] from a zero state as one op (ops::lstm);
+/// [B, T, Units], every step's h. The same layer as lstm_scan, with the same variables.
+template <fixed_string Name, std::int64_t Units, auto ForgetBias = 1.0,
+          class WInit = glorot_uniform, class BInit = zeros, expression X>
+consteval auto lstm(X x) {
+  if constexpr (any_invalid<X>) { // an earlier mistake, reported already
+    return invalid_expr{};
+  } else {
+    static_assert(X::shape_type::rank == 3, "lstm: the input is not [B, T, E]");
+    constexpr std::int64_t in = X::shape_type::dims[2];
+    static_assert(in != dyn, "lstm: the input's last extent must be static");
+    using T = typename X::value_type;
+    return typeflow::lstm_layer<static_cast<double>(ForgetBias)>(
+        x, layer_weights<Name, T, shape<in + Units, 4 * Units>, WInit>,
+        layer_biases<Name, T, 4 * Units, BInit>);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "../../ops/attention.hpp"
 #include "../../ops/matmul.hpp"
 #include "../../ops/nn.hpp"
+#include "../../ops/recurrent.hpp"
 #include "attention.hpp"
 #include "value.hpp"
 
@@ -102,6 +103,21 @@ struct op_cost<ops::attention_grad<C, W, D>> { // the scores, dO v^T (not for v'
     const std::int64_t per = W == 2 ? g.d + g.dv : 2 * g.d + g.dv;
     return 2.0 * static_cast<double>(g.batch * g.t * g.s) * static_cast<double>(per) /
            (C ? 2.0 : 1.0);
+  }
+};
+
+template <double FB>
+struct op_cost<ops::lstm<FB>> { // (x, w, b): [x_t, h_t] w for every step
+  static double flops(const rt_dims* const* d) {
+    return 2.0 * static_cast<double>(d[1]->d[0] * d[1]->d[1]) *
+           static_cast<double>(d[2]->d[0] * d[2]->d[1]);
+  }
+};
+template <double FB>
+struct op_cost<ops::lstm_grads<FB>> { // dz_t w_h^T per step, then x^T dz, h^T dz and dz w_x^T
+  static double flops(const rt_dims* const* d) {
+    return 4.0 * static_cast<double>(d[1]->d[0] * d[1]->d[1]) *
+           static_cast<double>(d[2]->d[0] * d[2]->d[1]);
   }
 };
 

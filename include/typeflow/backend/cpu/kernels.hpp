@@ -13,6 +13,7 @@
 #include "kernels/matmul.hpp"
 #include "kernels/nn.hpp"
 #include "kernels/norm.hpp"
+#include "kernels/recurrent.hpp"
 #include "kernels/reduce.hpp"
 
 namespace typeflow::cpu_backend {
