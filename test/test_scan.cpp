@@ -447,7 +447,7 @@ namespace {
 
 /// The lstm op and lstm_scan on one x, sharing their variables (the same names): the op's
 /// value and its gradients of x, w and b against the scan's, for 37 units (a block of 32 and a
-/// partial one, vector lanes and their tail).
+/// partial one: vector lanes and their tail, full and partial panels of the packed products).
 template <class T>
 struct lstm_pair {
   static constexpr i64 e = 5, steps = 6, units = 37;
@@ -479,8 +479,9 @@ TEST_CASE_TEMPLATE("lstm: the op equals lstm_scan over two blocks of units, valu
                    T, float, double) {
   using M = lstm_pair<T>;
   const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
-  const auto xv = wave<T>({3, M::steps, M::e}, 0.9, 0.2);
-  const auto weigh = wave<T>({3, M::steps, M::units}, 0.37, 1.1);
+  // 13 sequences: tiles of 6 rows and one of 1 in the loop's products
+  const auto xv = wave<T>({13, M::steps, M::e}, 0.9, 0.2);
+  const auto weigh = wave<T>({13, M::steps, M::units}, 0.37, 1.1);
   static constexpr auto g_op = ty::grad(M::loss_op, M::x, M::w, M::b);
   static constexpr auto g_scan = ty::grad(M::loss_scan, M::x, M::w, M::b);
   std::vector<ty::tensor<T>> first; // the op's results on one thread

@@ -2,18 +2,19 @@
 //
 // - forward: every step's input projection x W_x as one product over all B T rows before the
 //   loop; then per step, per block of 32 units (one task each), the product of the previous h
-//   with the block's columns of W_h added in place and the gates' arithmetic on them, in vector
-//   lanes, the block's c and h written. The weights are first permuted so that a block's four
-//   gates are adjacent columns (one product per block, not four). The gates' activations and the
-//   cell states stay beside the output (rt_value::aux) for the gradient.
+//   with the block's columns of W_h (packed once per run: packed_gemm) added in place and the
+//   gates' arithmetic on them, in vector lanes, the block's c and h written. The weights are first
+//   permuted so that a block's four gates are adjacent columns (one product per block, not four).
+//   The gates' activations and the cell states stay beside the output (rt_value::aux) for the
+//   gradient.
 // - gradient: the loop backward, per step and block: the block's h gradient (the upstream's
 //   plus the next step's gate gradients times the block's rows of W_h), then the gates' and the
 //   carried c's gradients; after the loop the weights' gradient as two products over all steps
 //   (x^T dG and h_prev^T dG), the input's as one (dG W_x^T), the biases' as column sums.
 //
 // Blocks are fixed by the unit count alone and each is computed the same way on any thread, so
-// results do not depend on the thread count. Products on the BLAS (single-threaded per block in
-// the loop, split over the pool after it); arithmetic in the operands' dtype.
+// results do not depend on the thread count. The loop's products on packed_gemm, the others on the
+// BLAS split over the pool; arithmetic in the operands' dtype.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -94,6 +95,127 @@ V lstm_tanh(const V& v) {
   return tanh(v);
 }
 
+/// The loop's products, C[m, n] += A[m, k] B[k, n], with B packed once per run into panels of
+/// `panel_width` columns (zero-padded) that every step reads as they are: a BLAS call packs its
+/// operands again on every call, which for a step's [32, 256] x [256, 128] block cost about as
+/// much as a fifth of the product. The kernel keeps a tile of up to 6 rows by one panel in
+/// vector registers (two vectors a row) and adds A's broadcast elements times the panel's rows
+/// into it, as BLAS kernels do. The loops over the tile's rows are unrolled (g++ -O2 does not
+/// unroll them by itself and then keeps the tile in memory, at a quarter of the speed).
+template <class T>
+inline constexpr std::int64_t panel_width =
+#if defined(TYPEFLOW_HAS_XSIMD)
+    2 * static_cast<std::int64_t>(simd::vec<T>::size);
+#else
+    8;
+#endif
+
+inline std::int64_t panel_count(std::int64_t n, std::int64_t w) {
+  return (n + w - 1) / w;
+}
+/// The elements that pack_panels writes for a [k, n] operand.
+template <class T>
+std::int64_t packed_size(std::int64_t k, std::int64_t n) {
+  return panel_count(n, panel_width<T>) * k * panel_width<T>;
+}
+/// B [k, n], B(kk, c) = get(kk, c), into panels: B(kk, p w + c) at (p k + kk) w + c.
+template <class T, class Get>
+void pack_panels(std::int64_t k, std::int64_t n, Get get, T* out) {
+  constexpr std::int64_t w = panel_width<T>;
+  for (std::int64_t p = 0; p < panel_count(n, w); ++p)
+    for (std::int64_t kk = 0; kk < k; ++kk) {
+      T* row = out + (p * k + kk) * w;
+      for (std::int64_t c = 0; c < w; ++c)
+        row[c] = p * w + c < n ? get(kk, p * w + c) : T(0);
+    }
+}
+/// Rows [0, R) of C's panel columns [0, nc) += A B_panel, over k.
+template <int R, class T>
+void packed_tile(std::int64_t k, const T* a, std::int64_t lda, const T* b, T* c, std::int64_t ldc,
+                 std::int64_t nc) {
+  constexpr std::int64_t w = panel_width<T>;
+#if defined(TYPEFLOW_HAS_XSIMD)
+  using V = simd::vec<T>;
+  constexpr std::int64_t vw = static_cast<std::int64_t>(V::size);
+  V acc[R][2];
+  T edge[R][w];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    if (nc == w) {
+      acc[r][0] = V::load_unaligned(c + r * ldc);
+      acc[r][1] = V::load_unaligned(c + r * ldc + vw);
+    } else {
+      std::fill_n(edge[r], w, T(0));
+      std::copy_n(c + r * ldc, nc, edge[r]);
+      acc[r][0] = V::load_unaligned(edge[r]);
+      acc[r][1] = V::load_unaligned(edge[r] + vw);
+    }
+  }
+  for (std::int64_t kk = 0; kk < k; ++kk) {
+    const V b0 = V::load_unaligned(b + kk * w), b1 = V::load_unaligned(b + kk * w + vw);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const V av(a[r * lda + kk]);
+      acc[r][0] = xsimd::fma(av, b0, acc[r][0]);
+      acc[r][1] = xsimd::fma(av, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    if (nc == w) {
+      acc[r][0].store_unaligned(c + r * ldc);
+      acc[r][1].store_unaligned(c + r * ldc + vw);
+    } else {
+      acc[r][0].store_unaligned(edge[r]);
+      acc[r][1].store_unaligned(edge[r] + vw);
+      std::copy_n(edge[r], nc, c + r * ldc);
+    }
+  }
+#else
+  for (int r = 0; r < R; ++r)
+    for (std::int64_t j = 0; j < nc; ++j) {
+      T s = c[r * ldc + j];
+      for (std::int64_t kk = 0; kk < k; ++kk)
+        s += a[r * lda + kk] * b[kk * w + j];
+      c[r * ldc + j] = s;
+    }
+#endif
+}
+/// C[m, n] += A[m, k] B[k, n], B packed by pack_panels; A's and C's rows lda and ldc apart.
+template <class T>
+void packed_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
+                 const T* bp, T* c, std::int64_t ldc) {
+  constexpr std::int64_t w = panel_width<T>;
+  for (std::int64_t p = 0; p < panel_count(n, w); ++p) {
+    const T* b = bp + p * k * w;
+    const std::int64_t c0 = p * w, nc = std::min(w, n - c0);
+    std::int64_t i = 0;
+    for (; i + 6 <= m; i += 6)
+      packed_tile<6>(k, a + i * lda, lda, b, c + i * ldc + c0, ldc, nc);
+    const T* ai = a + i * lda;
+    T* ci = c + i * ldc + c0;
+    switch (m - i) {
+    case 5:
+      packed_tile<5>(k, ai, lda, b, ci, ldc, nc);
+      break;
+    case 4:
+      packed_tile<4>(k, ai, lda, b, ci, ldc, nc);
+      break;
+    case 3:
+      packed_tile<3>(k, ai, lda, b, ci, ldc, nc);
+      break;
+    case 2:
+      packed_tile<2>(k, ai, lda, b, ci, ldc, nc);
+      break;
+    case 1:
+      packed_tile<1>(k, ai, lda, b, ci, ldc, nc);
+      break;
+    default:
+      break;
+    }
+  }
+}
+
 /// Each operand column's permuted column: q U + u -> lstm_geometry::column(q, u).
 inline std::unique_ptr<std::int64_t[]> lstm_columns(const lstm_geometry& g) {
   std::unique_ptr<std::int64_t[]> col(new std::int64_t[static_cast<std::size_t>(g.gates() + 1)]);
@@ -120,6 +242,16 @@ void lstm_permute(context& ctx, const lstm_geometry& g, const T* w, const T* b, 
         b[j] + (j / g.units == 1 ? static_cast<T>(forget_bias) : T(0));
 }
 
+/// A scratch array of n T from the session's buffer pool (reused from run to run).
+template <class T>
+struct lstm_buffer {
+  std::shared_ptr<void> own;
+  lstm_buffer() = default;
+  lstm_buffer(context& ctx, std::int64_t n) : own(ctx.scratch<T>(n)) {}
+  T* get() const { return static_cast<T*>(own.get()); }
+  T& operator[](std::size_t i) const { return get()[i]; }
+};
+
 /// The forward pass: y [B, T, U], the gates' activations [B, T, 4 U] (permuted columns) and the
 /// cell states [B, T, U], from x and the permuted weights and biases.
 template <class T>
@@ -130,14 +262,26 @@ void lstm_forward(context& ctx, const lstm_geometry& g, const T* x, const T* wp,
     return;
   gemm<T>(ctx.pool, false, false, g.rows(), n, g.in, x, wp, gates); // every step's x W_x
   const T* wh = wp + g.in * n;
+  // each block's columns of W_h, packed for the steps' products
+  const std::int64_t per_block = packed_size<T>(u, 4 * lstm_block);
+  const lstm_buffer<T> panels(ctx, per_block * g.blocks());
+  ctx.pool.parallel_for(g.blocks(), 1, [&](std::int64_t k0, std::int64_t k1) {
+    for (std::int64_t k = k0; k < k1; ++k) {
+      const std::int64_t c0 = lstm_geometry::block_column(k);
+      pack_panels<T>(
+          u, 4 * g.block_size(k),
+          [&](std::int64_t kk, std::int64_t c) { return wh[kk * n + c0 + c]; },
+          panels.get() + k * per_block);
+    }
+  });
   for (std::int64_t t = 0; t < steps; ++t)
     ctx.pool.parallel_for(g.blocks(), 1, [&](std::int64_t k0, std::int64_t k1) {
       for (std::int64_t k = k0; k < k1; ++k) {
         const std::int64_t bs = g.block_size(k), c0 = lstm_geometry::block_column(k),
                            u0 = k * lstm_block;
         if (t > 0) // + h_{t-1} W_h on the block's columns
-          gemm_serial<T>(false, false, g.batch, 4 * bs, u, y + (t - 1) * u, steps * u, wh + c0, n,
-                         gates + t * n + c0, steps * n, true);
+          packed_gemm<T>(g.batch, 4 * bs, u, y + (t - 1) * u, steps * u,
+                         panels.get() + k * per_block, gates + t * n + c0, steps * n);
         for (std::int64_t b = 0; b < g.batch; ++b) {
           T* z = gates + (b * steps + t) * n + c0;
           const T* bias = bp + c0;
@@ -163,16 +307,6 @@ void lstm_forward(context& ctx, const lstm_geometry& g, const T* x, const T* wp,
       }
     });
 }
-
-/// A scratch array of n T from the session's buffer pool (reused from run to run).
-template <class T>
-struct lstm_buffer {
-  std::shared_ptr<void> own;
-  lstm_buffer() = default;
-  lstm_buffer(context& ctx, std::int64_t n) : own(ctx.scratch<T>(n)) {}
-  T* get() const { return static_cast<T*>(own.get()); }
-  T& operator[](std::size_t i) const { return get()[i]; }
-};
 
 /// What the forward pass keeps beside its output.
 template <class T>
@@ -244,6 +378,17 @@ void kernel(context& ctx, ops::lstm_grads<FB>*, T*, value* vals, void*, X*, W*, 
   std::fill_n(dc.get(), g.batch * u, T(0));
   const T* wh = wp.get() + g.in * n;
   T* dz = dgates.get();
+  // each block's rows of W_h, transposed and packed for the steps' products
+  const std::int64_t per_block = detail::packed_size<T>(n, detail::lstm_block);
+  const detail::lstm_buffer<T> panels(ctx, per_block * g.blocks());
+  ctx.pool.parallel_for(g.blocks(), 1, [&](std::int64_t k0, std::int64_t k1) {
+    for (std::int64_t k = k0; k < k1; ++k) {
+      const T* rows_k = wh + k * detail::lstm_block * n;
+      detail::pack_panels<T>(
+          n, g.block_size(k), [&](std::int64_t kk, std::int64_t c) { return rows_k[c * n + kk]; },
+          panels.get() + k * per_block);
+    }
+  });
   for (std::int64_t t = steps - 1; t >= 0 && rows > 0; --t)
     ctx.pool.parallel_for(g.blocks(), 1, [&](std::int64_t k0, std::int64_t k1) {
       for (std::int64_t k = k0; k < k1; ++k) {
@@ -254,8 +399,8 @@ void kernel(context& ctx, ops::lstm_grads<FB>*, T*, value* vals, void*, X*, W*, 
         for (std::int64_t b = 0; b < g.batch; ++b)
           std::copy_n(up + (b * steps + t) * u + u0, bs, dh.get() + b * u + u0);
         if (t + 1 < steps)
-          gemm_serial<T>(false, true, g.batch, bs, n, dz + (t + 1) * n, steps * n, wh + u0 * n, n,
-                         dh.get() + u0, u, true);
+          detail::packed_gemm<T>(g.batch, bs, n, dz + (t + 1) * n, steps * n,
+                                 panels.get() + k * per_block, dh.get() + u0, u);
         for (std::int64_t b = 0; b < g.batch; ++b) {
           const std::int64_t row = b * steps + t;
           const T* a = acts + row * n + c0;
