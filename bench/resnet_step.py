@@ -62,7 +62,8 @@ class ResNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.stem = conv_bn(1, 16, 3, 1)
-        self.stages = torch.nn.Sequential(Block(16, 16, 1), Block(16, 32, 2), Block(32, 64, 2))
+        self.stages = torch.nn.Sequential(Block(16, 16, 1), Block(16, 16, 1), Block(16, 32, 2),
+                                          Block(32, 32, 1), Block(32, 64, 2), Block(64, 64, 1))
         self.fc = torch.nn.Linear(64, 10)
 
     def forward(self, images, labels):

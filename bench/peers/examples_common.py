@@ -16,8 +16,10 @@ BATCH = {"gpt": 32, "lstm": 32, "resnet": 128}
 GPT = dict(vocab=128, context=32, width=64, heads=2, hidden=256, blocks=2, lr=3e-3)
 # examples/lstm: vocabulary, embedding, units, sequence length
 LSTM = dict(vocab=128, embed=32, units=256, length=64, lr=3e-3)
-# examples/resnet: Fashion-MNIST's 28x28x1 images, 10 classes, (filters, stride) per stage
-RESNET = dict(size=28, classes=10, stages=((16, 1), (32, 2), (64, 2)), lr=2e-3)
+# examples/resnet: Fashion-MNIST's 28x28x1 images, 10 classes, (filters, stride) per residual
+# block (two blocks per stage)
+RESNET = dict(size=28, classes=10,
+              stages=((16, 1), (16, 1), (32, 2), (32, 1), (64, 2), (64, 1)), lr=2e-3)
 # torch.optim.Adam's defaults, which the PyTorch peers use
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 

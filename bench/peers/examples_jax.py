@@ -152,7 +152,7 @@ def conv_bn(p, s, x, stride, eps=1e-5, momentum=0.1):
 
 
 def resnet_blocks():
-    """(cin, cout, stride) of each stage's one basic block."""
+    """(cin, cout, stride) of each basic block."""
     cin, out = 16, []
     for cout, stride in ec.RESNET["stages"]:
         out.append((cin, cout, stride))

@@ -8,14 +8,14 @@ resnet --replay DIR writes the variables before step 1 (DIR/initial.safetensors,
 checkpoint), every step's batch as fed, mirrored images included (DIR/images.bin: float32
 [steps, batch, 28, 28, 1]; DIR/labels.bin: int32 [steps, batch]) and every step's loss and
 learning rate (DIR/losses.txt). This script builds
-the same network in PyTorch (model.hpp: a 3x3 convolution with batch norm and relu, residual
-blocks of 16, 32 and 64 filters with TensorFlow's SAME padding, global average pooling, a dense
+the same network in PyTorch (model.hpp: a 3x3 convolution with batch norm and relu, two residual
+blocks each of 16, 32 and 64 filters with TensorFlow's SAME padding, global average pooling, a dense
 layer, the mean cross-entropy; batch norm normalizes by the batch, eps 1e-5), loads those weights
 (NHWC filters [KH, KW, I, O] turned to PyTorch's [O, I, KH, KW]), and trains it on those batches
 with TensorFlow's Adam as typeflow writes it (nn/optimizers.hpp), twice: in float64 (the
 reference) and in float32 (float32's own drift from it). It passes when typeflow's losses are
 within float32 noise of the float64 replay: the largest difference over the steps at most 4 times
-PyTorch float32's largest drift from float64 (and at most 1e-2), and at most 1e-5 over the first
+PyTorch float32's largest drift from float64 (and at most 1e-1), and at most 1e-5 over the first
 three steps, before Adam amplifies the rounding. It also checks the moving averages after the
 last replayed step when DIR/final.safetensors exists (resnet --checkpoint DIR/final.safetensors
 with as many steps as replayed): at most 4 times float32's drift from float64. Exit status 0 when it agrees, 1 when it does not, 2 on unusable input.
@@ -33,9 +33,13 @@ import torch.nn.functional as F
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 from torch_replay import TfAdam, loss_table, read_safetensors  # noqa: E402  (examples/)
 
-BLOCKS = [("res1", 16, 1), ("res2", 32, 2), ("res3", 64, 2)]
+BLOCKS = [("res1", 16, 1), ("res1b", 16, 1), ("res2", 32, 2), ("res2b", 32, 1), ("res3", 64, 2),
+          ("res3b", 64, 1)]
+# a block has a shortcut convolution where its stride or its channel count changes the shape
+SHORTCUTS = [b for (b, f, s), prev in zip(BLOCKS, [16] + [f for _, f, _ in BLOCKS])
+             if s != 1 or f != prev]
 BATCH_NORMS = ["stem/bn"] + [f"{b}/{n}" for b, _, _ in BLOCKS for n in ("bn1", "bn2")] + [
-    "res2/shortcut_bn", "res3/shortcut_bn"]
+    f"{b}/shortcut_bn" for b in SHORTCUTS]
 
 
 def conv_same(x, w, stride):
@@ -131,12 +135,12 @@ def main() -> int:
     print(f"{steps} steps, batch {batch}, learning rate {rates[0]:g} to {rates[-1]:g}")
     err, drift = loss_table(ours, ref, f32)
     worst, noise = max(err), max(drift)
-    # Adam on a residual net amplifies rounding step by step (float32's own drift reaches a few
-    # 1e-3 by step 50), so the rule is relative to that drift, with two absolute bounds: 1e-2
-    # over all steps, and 1e-5 over the first three, before the amplification (a wrong gradient
-    # shows at step 2)
+    # Adam on a residual net amplifies rounding step by step (float32's own drift from float64
+    # reaches a few 1e-2 by step 50 at batch 32 through this network's 13 convolutions), so the
+    # rule is relative to that drift, with two absolute bounds: 1e-1 over all steps, and 1e-5 over
+    # the first three, before the amplification (a wrong gradient shows at step 2)
     early = max(err[:3])
-    ok = worst <= 4 * noise and worst <= 1e-2 and early <= 1e-5
+    ok = worst <= 4 * noise and worst <= 1e-1 and early <= 1e-5
     print(f"largest |typeflow - float64| {worst:.3e} ({early:.1e} in the first 3 steps, at most "
           f"1e-5); largest |float32 - float64| {noise:.3e}; ratio "
           f"{worst / noise if noise else float('inf'):.2f} (at most 4): "
