@@ -192,27 +192,17 @@ void packed_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std
     std::int64_t i = 0;
     for (; i + 6 <= m; i += 6)
       packed_tile<6>(k, a + i * lda, lda, b, c + i * ldc + c0, ldc, nc);
-    const T* ai = a + i * lda;
-    T* ci = c + i * ldc + c0;
-    switch (m - i) {
-    case 5:
-      packed_tile<5>(k, ai, lda, b, ci, ldc, nc);
-      break;
-    case 4:
-      packed_tile<4>(k, ai, lda, b, ci, ldc, nc);
-      break;
-    case 3:
-      packed_tile<3>(k, ai, lda, b, ci, ldc, nc);
-      break;
-    case 2:
-      packed_tile<2>(k, ai, lda, b, ci, ldc, nc);
-      break;
-    case 1:
-      packed_tile<1>(k, ai, lda, b, ci, ldc, nc);
-      break;
-    default:
-      break;
-    }
+    // the last 1 to 5 rows
+    using tile_fn =
+        void (*)(std::int64_t, const T*, std::int64_t, const T*, T*, std::int64_t, std::int64_t);
+    static constexpr tile_fn rest[] = {nullptr,
+                                       &packed_tile<1, T>,
+                                       &packed_tile<2, T>,
+                                       &packed_tile<3, T>,
+                                       &packed_tile<4, T>,
+                                       &packed_tile<5, T>};
+    if (m > i)
+      rest[m - i](k, a + i * lda, lda, b, c + i * ldc + c0, ldc, nc);
   }
 }
 
