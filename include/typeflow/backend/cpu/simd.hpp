@@ -49,10 +49,21 @@ struct batch_op {
 };
 
 #if defined(TYPEFLOW_HAS_XSIMD)
+/// The instruction set of typeflow's vectors: the best the target has, except that an
+/// unoptimized g++ build for AVX-512BW takes AVX-512DQ (the same 512-bit vectors of float and
+/// double). In Debian's xsimd 8.1, `select` on AVX-512BW for 8-byte integers, which `log`,
+/// `exp` and `pow` of doubles call, names an 8-bit blend that g++ defines as a macro at -O0,
+/// whose cast of an xsimd batch does not compile: a Debug build (or CI's -O0 unit tests) on an
+/// Intel Rocket Lake, Sapphire Rapids or AMD Zen 4 failed in xsimd's header.
+#if defined(__AVX512BW__) && !defined(__OPTIMIZE__) && defined(__GNUC__) && !defined(__clang__)
+using arch = xsimd::avx512dq;
+#else
+using arch = xsimd::default_arch;
+#endif
 template <class F>
-using vec = xsimd::batch<F>;
+using vec = xsimd::batch<F, arch>;
 template <class F>
-using mask = xsimd::batch_bool<F>;
+using mask = xsimd::batch_bool<F, arch>;
 
 /// erfc to a few ulps: xsimd's erfc in double is off by up to about 3e-12 relative (x near
 /// 2.5, measured against libm), so doubles take libm's erfc lane by lane; floats keep xsimd's.
@@ -296,6 +307,49 @@ inline void stream_fence() {
 #endif
 }
 #endif
+
+/// A hand-written kernel's loop runs by lanes: `simd::vec<T>` where xsimd has a vector of T,
+/// and one T for the tail (or for every element where it has none). The helpers below take
+/// either, so one loop body serves both.
+template <class T>
+struct lane_of {
+  using type = T;
+};
+#if defined(TYPEFLOW_HAS_XSIMD)
+template <class T>
+requires std::is_same_v<T, float> || std::is_same_v<T, double>
+struct lane_of<T> {
+  using type = vec<T>;
+};
+#endif
+template <class T>
+using lane_t = typename lane_of<T>::type;
+
+/// Loads a lane V (a vector, or one T) from p, unaligned; V defaults to T's widest lane.
+template <class V = void, class T>
+auto lane_load(const T* p) {
+  using L = std::conditional_t<std::is_void_v<V>, lane_t<T>, V>;
+  if constexpr (std::is_same_v<L, T>)
+    return *p;
+  else
+    return L::load_unaligned(p);
+}
+template <class V, class T>
+void lane_store(T* p, const V& v) {
+  if constexpr (std::is_same_v<V, T>)
+    *p = v;
+  else
+    v.store_unaligned(p);
+}
+/// Op (an elementwise op of ops/elementwise.hpp) on a lane: its vector form on a vector, its
+/// scalar `eval` on one value, so that the two agree as the fused loops' do.
+template <class Op, class V>
+V lane_apply(const V& v) {
+  if constexpr (requires { typename V::arch_type; }) // an xsimd batch
+    return batch_op<Op>::eval(v);
+  else
+    return Op::template eval<V>(v);
+}
 
 /// The size of the last-level cache that CPU 0 sees, from Linux's sysfs (what lscpu reports),
 /// else sysconf, else 32 MiB. sysfs first: on some virtual machines sysconf reports a whole

@@ -45,7 +45,7 @@ T att_exp(T* x, std::int64_t n, T shift) {
   T sum = 0;
   std::int64_t c = 0;
 #if defined(TYPEFLOW_HAS_XSIMD)
-  using V = xsimd::batch<T>;
+  using V = simd::vec<T>;
   constexpr auto lanes = static_cast<std::int64_t>(V::size);
   const V sv(shift);
   V acc(T(0));

@@ -48,29 +48,17 @@ T row_sum([[maybe_unused]] std::int64_t n, [[maybe_unused]] VF vf, SF sf) {
   return s;
 }
 
-template <class T>
-auto load(const T* p) {
-#if defined(TYPEFLOW_HAS_XSIMD)
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
-    return simd::vec<T>::load_unaligned(p);
-  else
-    return *p;
-#else
-  return *p;
-#endif
-}
-
 /// A row's mean and 1 / sqrt(biased variance + eps), two passes over the row.
 template <class T>
 std::pair<T, T> row_moments(const T* x, std::int64_t d, double eps) {
-  const T mean =
-      row_sum<T>(
-          d, [&](std::int64_t i) { return load(x + i); }, [&](std::int64_t i) { return x[i]; }) /
-      static_cast<T>(d > 0 ? d : 1);
+  const T mean = row_sum<T>(
+                     d, [&](std::int64_t i) { return simd::lane_load(x + i); },
+                     [&](std::int64_t i) { return x[i]; }) /
+                 static_cast<T>(d > 0 ? d : 1);
   const T sq = row_sum<T>(
       d,
       [&](std::int64_t i) {
-        const auto c = load(x + i) - mean;
+        const auto c = simd::lane_load(x + i) - mean;
         return c * c;
       },
       [&](std::int64_t i) { return (x[i] - mean) * (x[i] - mean); });
@@ -182,8 +170,8 @@ void kernel(context& ctx, ops::layer_norm<E>*, T*, value* vals, void*, X*, G*, B
       detail::row_store(
           y + r * d, d, stream,
           [&](auto j) { // the lanes of the element loop's arithmetic, in its order
-            return (detail::load(xr + j) - mean) * rstd * detail::load(gamma + j) +
-                   detail::load(beta + j);
+            return (simd::lane_load(xr + j) - mean) * rstd * simd::lane_load(gamma + j) +
+                   simd::lane_load(beta + j);
           },
           [&](std::int64_t j) { return (xr[j] - mean) * rstd * gamma[j] + beta[j]; });
     }
@@ -210,7 +198,7 @@ void kernel(context& ctx, ops::layer_norm_grad<E>*, T*, value* vals, void*, X*, 
       // the row's mean; then in one pass its variance and the means of h = g * gamma and of
       // h * xhat (five passes over the row before, one sum each)
       const T mean = detail::row_sum<T>(
-                         d, [&](std::int64_t j) { return detail::load(xr + j); },
+                         d, [&](std::int64_t j) { return simd::lane_load(xr + j); },
                          [&](std::int64_t j) { return xr[j]; }) /
                      static_cast<T>(d);
       const auto [sq, sh, shx] = detail::row_sums3<T>(xr, ur, gamma, mean, d);
@@ -221,8 +209,8 @@ void kernel(context& ctx, ops::layer_norm_grad<E>*, T*, value* vals, void*, X*, 
       detail::row_store(
           dx + r * d, d, stream,
           [&](auto j) {
-            return rstd * (detail::load(ur + j) * detail::load(gamma + j) - mh -
-                           (detail::load(xr + j) - mean) * rstd * mhx);
+            return rstd * (simd::lane_load(ur + j) * simd::lane_load(gamma + j) - mh -
+                           (simd::lane_load(xr + j) - mean) * rstd * mhx);
           },
           [&](std::int64_t j) {
             return rstd * (ur[j] * gamma[j] - mh - (xr[j] - mean) * rstd * mhx);

@@ -56,21 +56,6 @@ struct lstm_geometry {
   }
 };
 
-/// A lane of n values: a vector of the dtype where xsimd has one, or one value.
-template <class V, class T>
-V lane_load(const T* p) {
-  if constexpr (std::is_same_v<V, T>)
-    return *p;
-  else
-    return V::load_unaligned(p);
-}
-template <class V, class T>
-void lane_store(T* p, const V& v) {
-  if constexpr (std::is_same_v<V, T>)
-    *p = v;
-  else
-    v.store_unaligned(p);
-}
 /// f(j, V{}) for j in [0, n) by vector lanes, then f(j, T{}) for the tail.
 template <class T, class F>
 void for_lanes(std::int64_t n, F f) {
@@ -84,17 +69,6 @@ void for_lanes(std::int64_t n, F f) {
   for (; j < n; ++j)
     f(j, T(0));
 }
-template <class V>
-V lstm_sigmoid(const V& v) {
-  using std::exp;
-  return V(1) / (V(1) + exp(-v));
-}
-template <class V>
-V lstm_tanh(const V& v) {
-  using std::tanh;
-  return tanh(v);
-}
-
 /// The loop's products, C[m, n] += A[m, k] B[k, n], with B packed once per run into panels of
 /// `panel_width` columns (zero-padded) that every step reads as they are: a BLAS call packs its
 /// operands again on every call, which for a step's [32, 256] x [256, 128] block cost about as
@@ -280,18 +254,21 @@ void lstm_forward(context& ctx, const lstm_geometry& g, const T* x, const T* wp,
           T* h = y + (b * steps + t) * u + u0;
           detail::for_lanes<T>(bs, [&](std::int64_t j, auto lane) {
             using V = decltype(lane);
-            const V i = lstm_sigmoid(lane_load<V>(z + j) + lane_load<V>(bias + j));
-            const V f = lstm_sigmoid(lane_load<V>(z + bs + j) + lane_load<V>(bias + bs + j));
-            const V gg = lstm_tanh(lane_load<V>(z + 2 * bs + j) + lane_load<V>(bias + 2 * bs + j));
-            const V o =
-                lstm_sigmoid(lane_load<V>(z + 3 * bs + j) + lane_load<V>(bias + 3 * bs + j));
-            const V cn = cp ? f * lane_load<V>(cp + j) + i * gg : i * gg;
-            lane_store(z + j, i);
-            lane_store(z + bs + j, f);
-            lane_store(z + 2 * bs + j, gg);
-            lane_store(z + 3 * bs + j, o);
-            lane_store(c + j, cn);
-            lane_store(h + j, o * lstm_tanh(cn));
+            const V i = simd::lane_apply<ops::sigmoid>(simd::lane_load<V>(z + j) +
+                                                       simd::lane_load<V>(bias + j));
+            const V f = simd::lane_apply<ops::sigmoid>(simd::lane_load<V>(z + bs + j) +
+                                                       simd::lane_load<V>(bias + bs + j));
+            const V gg = simd::lane_apply<ops::tanh>(simd::lane_load<V>(z + 2 * bs + j) +
+                                                     simd::lane_load<V>(bias + 2 * bs + j));
+            const V o = simd::lane_apply<ops::sigmoid>(simd::lane_load<V>(z + 3 * bs + j) +
+                                                       simd::lane_load<V>(bias + 3 * bs + j));
+            const V cn = cp ? f * simd::lane_load<V>(cp + j) + i * gg : i * gg;
+            simd::lane_store(z + j, i);
+            simd::lane_store(z + bs + j, f);
+            simd::lane_store(z + 2 * bs + j, gg);
+            simd::lane_store(z + 3 * bs + j, o);
+            simd::lane_store(c + j, cn);
+            simd::lane_store(h + j, o * simd::lane_apply<ops::tanh>(cn));
           });
         }
       }
@@ -402,18 +379,18 @@ void kernel(context& ctx, ops::lstm_grads<FB>*, T*, value* vals, void*, X*, W*, 
           detail::for_lanes<T>(bs, [&](std::int64_t j, auto lane) {
             using V = decltype(lane);
             const V one(1);
-            const V i = detail::lane_load<V>(a + j), f = detail::lane_load<V>(a + bs + j);
-            const V gg = detail::lane_load<V>(a + 2 * bs + j);
-            const V o = detail::lane_load<V>(a + 3 * bs + j);
-            const V tc = detail::lstm_tanh(detail::lane_load<V>(c + j));
-            const V h = detail::lane_load<V>(dhb + j);
-            const V dcn = detail::lane_load<V>(dcb + j) + h * o * (one - tc * tc);
-            const V cprev = cp ? detail::lane_load<V>(cp + j) : V(0);
-            detail::lane_store(d + j, dcn * gg * i * (one - i));
-            detail::lane_store(d + bs + j, dcn * cprev * f * (one - f));
-            detail::lane_store(d + 2 * bs + j, dcn * i * (one - gg * gg));
-            detail::lane_store(d + 3 * bs + j, h * tc * o * (one - o));
-            detail::lane_store(dcb + j, dcn * f);
+            const V i = simd::lane_load<V>(a + j), f = simd::lane_load<V>(a + bs + j);
+            const V gg = simd::lane_load<V>(a + 2 * bs + j);
+            const V o = simd::lane_load<V>(a + 3 * bs + j);
+            const V tc = simd::lane_apply<ops::tanh>(simd::lane_load<V>(c + j));
+            const V h = simd::lane_load<V>(dhb + j);
+            const V dcn = simd::lane_load<V>(dcb + j) + h * o * (one - tc * tc);
+            const V cprev = cp ? simd::lane_load<V>(cp + j) : V(0);
+            simd::lane_store(d + j, dcn * gg * i * (one - i));
+            simd::lane_store(d + bs + j, dcn * cprev * f * (one - f));
+            simd::lane_store(d + 2 * bs + j, dcn * i * (one - gg * gg));
+            simd::lane_store(d + 3 * bs + j, h * tc * o * (one - o));
+            simd::lane_store(dcb + j, dcn * f);
           });
         }
       }
