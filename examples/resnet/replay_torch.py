@@ -15,8 +15,9 @@ layer, the mean cross-entropy; batch norm normalizes by the batch, eps 1e-5), lo
 with TensorFlow's Adam as typeflow writes it (nn/optimizers.hpp), twice: in float64 (the
 reference) and in float32 (float32's own drift from it). It passes when typeflow's losses are
 within float32 noise of the float64 replay: the largest difference over the steps at most 4 times
-PyTorch float32's largest drift from float64 (and at most 1e-1), and at most 1e-5 over the first
-three steps, before Adam amplifies the rounding. It also checks the moving averages after the
+PyTorch float32's largest drift from float64 (and at most 1e-1), and over the first three
+steps, before Adam amplifies the rounding, at most a quarter of float32's drift there (at least
+1e-5). It also checks the moving averages after the
 last replayed step when DIR/final.safetensors exists (resnet --checkpoint DIR/final.safetensors
 with as many steps as replayed): at most 4 times float32's drift from float64. Exit status 0 when it agrees, 1 when it does not, 2 on unusable input.
 
@@ -137,12 +138,18 @@ def main() -> int:
     worst, noise = max(err), max(drift)
     # Adam on a residual net amplifies rounding step by step (float32's own drift from float64
     # reaches a few 1e-2 by step 50 at batch 32 through this network's 13 convolutions), so the
-    # rule is relative to that drift, with two absolute bounds: 1e-1 over all steps, and 1e-5 over
-    # the first three, before the amplification (a wrong gradient shows at step 2)
-    early = max(err[:3])
-    ok = worst <= 4 * noise and worst <= 1e-1 and early <= 1e-5
+    # rule is relative to that drift, with an absolute bound of 1e-1 over all steps. The first
+    # three steps, before the amplification, are held tighter: a wrong gradient shows at step 2.
+    # Their bound is a quarter of float32's own drift there (at least 1e-5), not a fixed figure:
+    # Adam's first update is about the learning rate times the sign of each gradient, so weights
+    # whose gradient is near zero move by the sign their rounding gives, which depends on the
+    # CPU's kernels (2.1e-6 by step 3 on an AMD Zen 3, 1.3e-4 on an Intel Rocket Lake with
+    # AVX-512, where float32's own drift was 3.4e-3).
+    early, early_noise = max(err[:3]), max(drift[:3])
+    early_bound = max(1e-5, early_noise / 4)
+    ok = worst <= 4 * noise and worst <= 1e-1 and early <= early_bound
     print(f"largest |typeflow - float64| {worst:.3e} ({early:.1e} in the first 3 steps, at most "
-          f"1e-5); largest |float32 - float64| {noise:.3e}; ratio "
+          f"{early_bound:.1e}); largest |float32 - float64| {noise:.3e}; ratio "
           f"{worst / noise if noise else float('inf'):.2f} (at most 4): "
           f"{'agrees' if ok else 'DOES NOT AGREE'}")
     final = args.dir / "final.safetensors"
