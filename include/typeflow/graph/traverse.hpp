@@ -303,17 +303,21 @@ struct walk_trie<walk_state<T, stack_end>> {
 template <class T, class... Roots>
 using walk_from = typename walk_trie<
     typename walk_run<walk_state<T, frame<walk_roots<Roots...>, 0, stack_end>>, 0>::type>::type;
-/// The first root is walked alone and the others continue its trie: the walk of a first root
-/// alone is then the start of every walk that begins with it (a plan's table of `loss, train`
-/// continues the one that `grad` made of `loss`), and the compiler instantiates it once. The
-/// post-order is the one a walk of all the roots at once gives, and nothing nests per root.
+/// The last root is walked alone and all the roots then continue its trie: the walk of a root
+/// alone is then the start of every walk that ends with it, and the compiler instantiates it
+/// once. A session's `initialize(train)` walks `train`; its plan for `fetch(loss, train)` starts
+/// from that walk and adds only what `loss` needs beyond it. (The first root first shared only
+/// the forward graph of `loss` with the walk `grad` made, and a training graph was walked twice:
+/// about a sixth of clang's time for a 3-block transformer; bench/README.md.) In the post-order
+/// the last root's nodes come first, then those only the others need.
 template <class... Roots>
 struct walk_seq {
   using type = walk_from<empty_trie, Roots...>;
 };
 template <class R, class R2, class... Rest>
 struct walk_seq<R, R2, Rest...> {
-  using type = walk_from<walk_from<empty_trie, R>, R2, Rest...>;
+  using last = pack_element_t<sizeof...(Rest) + 1, pack<R, R2, Rest...>>;
+  using type = walk_from<walk_from<empty_trie, last>, R, R2, Rest...>;
 };
 /// The trie of the nodes that Roots need, each entry at its place in post-order.
 template <class... Roots>
@@ -384,9 +388,21 @@ struct order_of<Trie, std::index_sequence<I...>> {
 template <class... Roots>
 using topological_order = typename detail::order_of<detail::walk_all<Roots...>>::type;
 #else
+namespace detail {
+/// The nested form's post-order, the same as the walk's above: the last root's nodes first.
+template <class... Roots>
+struct visit_seq {
+  using type = typename visit_all<visited<>, Roots...>::type;
+};
+template <class R, class R2, class... Rest>
+struct visit_seq<R, R2, Rest...> {
+  using last = pack_element_t<sizeof...(Rest) + 1, pack<R, R2, Rest...>>;
+  using type = typename visit_all<typename visit<visited<>, last>::type, R, R2, Rest...>::type;
+};
+} // namespace detail
 /// `type_list` of the distinct nodes reachable from `Roots`, children before parents.
 template <class... Roots>
-using topological_order = typename detail::visit_all<detail::visited<>, Roots...>::type::list;
+using topological_order = typename detail::visit_seq<Roots...>::type::list;
 #endif
 
 /// Start offsets of buckets of the given sizes (an exclusive prefix sum; the last entry is the
