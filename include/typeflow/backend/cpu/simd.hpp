@@ -53,8 +53,8 @@ struct batch_op {
 /// unoptimized g++ build for AVX-512BW takes AVX-512DQ (the same 512-bit vectors of float and
 /// double). In Debian's xsimd 8.1, `select` on AVX-512BW for 8-byte integers, which `log`,
 /// `exp` and `pow` of doubles call, names an 8-bit blend that g++ defines as a macro at -O0,
-/// whose cast of an xsimd batch does not compile: a Debug build (or CI's -O0 unit tests) on an
-/// Intel Rocket Lake, Sapphire Rapids or AMD Zen 4 failed in xsimd's header.
+/// whose cast of an xsimd batch does not compile: a Debug build (or CI's -O0 unit tests) for
+/// any AVX-512BW target failed in xsimd's header (seen on an Intel Rocket Lake).
 #if defined(__AVX512BW__) && !defined(__OPTIMIZE__) && defined(__GNUC__) && !defined(__clang__)
 using arch = xsimd::avx512dq;
 #else
