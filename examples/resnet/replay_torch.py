@@ -8,18 +8,19 @@ resnet --replay DIR writes the variables before step 1 (DIR/initial.safetensors,
 checkpoint), every step's batch as fed, mirrored images included (DIR/images.bin: float32
 [steps, batch, 28, 28, 1]; DIR/labels.bin: int32 [steps, batch]) and every step's loss and
 learning rate (DIR/losses.txt). This script builds
-the same network in PyTorch (model.hpp: a 3x3 convolution with batch norm and relu, two residual
-blocks each of 16, 32 and 64 filters with TensorFlow's SAME padding, global average pooling, a dense
-layer, the mean cross-entropy; batch norm normalizes by the batch, eps 1e-5), loads those weights
+the same network in PyTorch (model.hpp: a 3x3 convolution with batch norm and relu, two
+residual blocks each of 16, 32 and 64 filters with TensorFlow's SAME padding, global average
+pooling, a dense layer, the mean cross-entropy; batch norm normalizes by the batch, eps 1e-5), loads those weights
 (NHWC filters [KH, KW, I, O] turned to PyTorch's [O, I, KH, KW]), and trains it on those batches
 with TensorFlow's Adam as typeflow writes it (nn/optimizers.hpp), twice: in float64 (the
 reference) and in float32 (float32's own drift from it). It passes when typeflow's losses are
 within float32 noise of the float64 replay: the largest difference over the steps at most 4 times
 PyTorch float32's largest drift from float64 (and at most 1e-1), and over the first three
 steps, before Adam amplifies the rounding, at most a quarter of float32's drift there (at least
-1e-5). It also checks the moving averages after the
-last replayed step when DIR/final.safetensors exists (resnet --checkpoint DIR/final.safetensors
-with as many steps as replayed): at most 4 times float32's drift from float64. Exit status 0 when it agrees, 1 when it does not, 2 on unusable input.
+1e-5). It also checks the moving averages after the last replayed step when
+DIR/final.safetensors exists (resnet --checkpoint DIR/final.safetensors with as many steps as
+replayed): at most 4 times float32's drift from float64. Exit status 0 when it agrees, 1 when
+it does not, 2 on unusable input.
 
 Needs Debian's python3-torch and python3-numpy (/usr/bin/python3).
 """

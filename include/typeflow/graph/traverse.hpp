@@ -307,9 +307,9 @@ using walk_from = typename walk_trie<
 /// alone is then the start of every walk that ends with it, and the compiler instantiates it
 /// once. A session's `initialize(train)` walks `train`; its plan for `fetch(loss, train)` starts
 /// from that walk and adds only what `loss` needs beyond it. (The first root first shared only
-/// the forward graph of `loss` with the walk `grad` made, and a training graph was walked twice:
-/// about a sixth of clang's time for a 3-block transformer; bench/README.md.) In the post-order
-/// the last root's nodes come first, then those only the others need.
+/// the forward graph of `loss` with the walk `grad` made, and a training graph was walked
+/// twice; figures in bench/README.md.) In the post-order the last root's nodes come first, then
+/// those only the others need.
 template <class... Roots>
 struct walk_seq {
   using type = walk_from<empty_trie, Roots...>;
