@@ -6,6 +6,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -77,14 +78,26 @@ using def_t = typename N::definition;
 #endif
 
 namespace detail {
-/// 64-bit FNV-1a of the compiler's spelling of T (the op's type: its name and attributes).
+/// A 64-bit hash of the compiler's spelling of T (the op's type: its name and attributes), eight
+/// characters a step. Constant evaluation pays per step and per value (g++ allocates a tree for
+/// each intermediate and each pointer step, and keeps them until its next collection): FNV-1a a
+/// character a step through a string_view cost g++ about 200 KB for a variable's spelling,
+/// eight a step on the array itself about 40 KB (bench/README.md, with the CPU).
 template <class T>
 consteval std::uint64_t type_hash() {
-  const std::string_view s = __PRETTY_FUNCTION__;
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (const char c : s) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;
+  constexpr std::size_t n = sizeof(__PRETTY_FUNCTION__) - 1;
+  std::uint64_t h = 0xcbf29ce484222325ull ^ n;
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w = 0;
+    for (std::size_t k = 0; k < 8; ++k)
+      w |= std::uint64_t{static_cast<unsigned char>(__PRETTY_FUNCTION__[i + k])} << (8 * k);
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 32;
+  }
+  for (; i < n; ++i) {
+    h = (h ^ static_cast<unsigned char>(__PRETTY_FUNCTION__[i])) * 0x100000001b3ull;
+    h ^= h >> 29;
   }
   return h;
 }
@@ -184,13 +197,14 @@ struct node_hash : std::integral_constant<std::uint64_t, type_hash<N>()> {};
 template <std::uint64_t H>
 struct node_hash<node_ref<H>> : std::integral_constant<std::uint64_t, H> {};
 #endif
-template <class Op, class... Cs>
-consteval std::uint64_t combined_hash() {
-  std::uint64_t h = type_hash<Op>() ^ (sizeof...(Cs) * 0x9e3779b97f4a7c15ull);
+/// The identity of a node of op identity `op` on operands of identities `operands`. Not a
+/// template: a function template instantiated per node cost g++ a copy of its body each time.
+consteval std::uint64_t combined_hash(std::uint64_t op,
+                                      std::initializer_list<std::uint64_t> operands) {
+  std::uint64_t h = op ^ (operands.size() * 0x9e3779b97f4a7c15ull);
   // A loop, not a fold: a group can have thousands of operands (see core/pack.hpp's all_of).
-  const std::uint64_t operand[] = {node_hash<Cs>::value..., 0};
-  for (std::size_t i = 0; i < sizeof...(Cs); ++i) {
-    h = (h ^ operand[i]) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
+  for (const std::uint64_t o : operands) {
+    h = (h ^ o) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
     h ^= h >> 29;
   }
   return h;
@@ -224,7 +238,8 @@ consteval auto intern_node() {
   if constexpr (sizeof...(Cs) == 0) {
     return expr<Op>{};
   } else {
-    constexpr std::uint64_t h = detail::combined_hash<Op, Cs...>();
+    constexpr std::uint64_t h =
+        detail::combined_hash(detail::type_hash<Op>(), {detail::node_hash<Cs>::value...});
     (void)detail::node_entry<h, expr<Op, Cs...>>{};
     (void)detail::varies<node_ref<h>>::value;
     return node_ref<h>{};

@@ -183,21 +183,6 @@ constexpr std::size_t top_of(std::uint64_t h) {
 constexpr std::size_t mid_of(std::uint64_t h) {
   return (h >> 4) & 15u;
 }
-template <class Trie, std::uint64_t H>
-struct trie_has;
-template <std::size_t C, class Top, std::uint64_t H>
-struct trie_has<trie<C, Top>, H>
-    : bucket_has<typename row_at<typename row_at<Top, top_of(H)>::type, mid_of(H)>::type, H> {};
-template <class Trie, std::uint64_t H>
-struct trie_add;
-template <std::size_t C, class Top, std::uint64_t H>
-struct trie_add<trie<C, Top>, H> {
-  using mid = typename row_at<Top, top_of(H)>::type;
-  using b = typename bucket_add<typename row_at<mid, mid_of(H)>::type, H, C>::type;
-  using type =
-      trie<C + 1,
-           typename row_with<Top, top_of(H), typename row_with<mid, mid_of(H), b>::type>::type>;
-};
 template <class Seq>
 struct empty_trie_of;
 template <std::size_t... K>
@@ -214,16 +199,16 @@ using empty_trie = typename empty_trie_of<std::make_index_sequence<16>>::type;
 // and the index of its next operand), and one step either pushes an unseen operand, skips a seen
 // one, or pops a finished node into the trie. A recursive walk nested one instantiation per graph
 // level and per operand before it (g++ stops at 900, clang at 1,024: a chain of 300 additions,
-// or a group of 600 assignments, did not compile). Steps are applied by doubling (2^L steps as
-// two runs of 2^(L-1)), so the nesting is O(log^2) of the graph's size, not its depth.
+// or a group of 600 assignments, did not compile). Steps are applied in runs of 4^L (four runs
+// of 4^(L-1)), so the nesting is O(log^2) of the graph's size, not its depth. What g++ keeps of
+// a walk is its classes (a few KB each, all alive to the end), so a step instantiates as few as
+// it can: one walk_steps<S, 0> and either a walk_visit or a walk_pop (which adds to the trie
+// itself); a frame says whether its node has operands left, and a run of four steps costs a
+// third of a class per step where doubling cost one (a walk of the 12-block transformer's
+// training graph allocated 394 MB, now 313; bench/README.md).
 template <class... Roots>
 struct walk_roots {};
 struct stack_end {};
-template <class N, std::size_t K, class Below>
-struct frame {};
-template <class Trie, class Stack>
-struct walk_state {};
-
 template <class Def>
 struct operands_of_def;
 template <class Op, class... Cs>
@@ -239,52 +224,69 @@ struct operands_of<walk_roots<Roots...>> {
   static constexpr std::size_t size = sizeof...(Roots);
 };
 
-/// After node N's operands: N enters the trie (the roots' frame only leaves the stack).
-template <class T, class N, class Below>
-struct walk_pop {
+template <class N, std::size_t K, class Below, bool More = (K < operands_of<N>::size)>
+struct frame {};
+template <class Trie, class Stack>
+struct walk_state {};
+
+/// After node N's operands: N enters the trie (the roots' frame only leaves the stack). The
+/// trie's rows are named here and in walk_visit, not through classes of their own (trie_has,
+/// trie_add): a class instantiated per edge or per node costs g++ a few KB each.
+template <class T, class N, class Below, std::uint64_t H = typeflow::detail::node_hash<N>::value>
+struct walk_pop;
+template <std::size_t C, class Top, class N, class Below, std::uint64_t H>
+struct walk_pop<trie<C, Top>, N, Below, H> {
   // A leaf enters the registry here (a node with operands did as make_node made it).
-  static_assert(
-      sizeof(typeflow::detail::node_entry<typeflow::detail::node_hash<N>::value, def_t<N>>) > 0);
-  using type = walk_state<typename trie_add<T, typeflow::detail::node_hash<N>::value>::type, Below>;
+  static_assert(sizeof(typeflow::detail::node_entry<H, def_t<N>>) > 0);
+  using mid = typename row_at<Top, top_of(H)>::type;
+  using b = typename bucket_add<typename row_at<mid, mid_of(H)>::type, H, C>::type;
+  using type =
+      walk_state<trie<C + 1, typename row_with<Top, top_of(H),
+                                               typename row_with<mid, mid_of(H), b>::type>::type>,
+                 Below>;
 };
-template <class T, class... Roots, class Below>
-struct walk_pop<T, walk_roots<Roots...>, Below> {
-  using type = walk_state<T, Below>;
+template <class T, class N, std::size_t K, class Below, class C, bool Seen>
+struct walk_visit {
+  using type = walk_state<T, frame<N, K + 1, Below>>;
 };
-template <class T, class N, std::size_t K, class Below, bool More = (K < operands_of<N>::size)>
-struct walk_next {
-  using type = typename walk_pop<T, N, Below>::type;
+template <class T, class N, std::size_t K, class Below, class C>
+struct walk_visit<T, N, K, Below, C, false> {
+  using type = walk_state<T, frame<C, 0, frame<N, K + 1, Below>>>;
 };
-template <class T, class N, std::size_t K, class Below>
-struct walk_next<T, N, K, Below, true> {
-  using C = pack_element_t<K, typename operands_of<N>::type>;
-  using type = std::conditional_t<trie_has<T, typeflow::detail::node_hash<C>::value>::value,
-                                  walk_state<T, frame<N, K + 1, Below>>,
-                                  walk_state<T, frame<C, 0, frame<N, K + 1, Below>>>>;
-};
-/// One step of the walk; a finished walk (an empty stack) stays as it is.
-template <class S>
-struct walk_step {
-  using type = S;
-};
-template <class T, class N, std::size_t K, class Below>
-struct walk_step<walk_state<T, frame<N, K, Below>>> {
-  using type = typename walk_next<T, N, K, Below>::type;
-};
-/// 2^L steps.
+/// Whether the trie whose top row is Top holds H.
+template <class Top, std::uint64_t H>
+using top_has =
+    bucket_has<typename row_at<typename row_at<Top, top_of(H)>::type, mid_of(H)>::type, H>;
+/// 4^L steps (a finished walk, an empty stack, stays as it is).
 template <class S, std::size_t L>
 struct walk_steps {
-  using type = typename walk_steps<typename walk_steps<S, L - 1>::type, L - 1>::type;
+  using type = typename walk_steps<
+      typename walk_steps<typename walk_steps<typename walk_steps<S, L - 1>::type, L - 1>::type,
+                          L - 1>::type,
+      L - 1>::type;
 };
-template <class S>
-struct walk_steps<S, 0> {
-  using type = typename walk_step<S>::type;
+template <class T>
+struct walk_steps<walk_state<T, stack_end>, 0> {
+  using type = walk_state<T, stack_end>;
+};
+/// One step: N's next operand is visited (or skipped, if seen), or N is done.
+template <std::size_t Count, class Top, class N, std::size_t K, class Below>
+struct walk_steps<walk_state<trie<Count, Top>, frame<N, K, Below, true>>, 0>
+    : walk_visit<trie<Count, Top>, N, K, Below, pack_element_t<K, typename operands_of<N>::type>,
+                 top_has<Top, typeflow::detail::node_hash<pack_element_t<
+                                  K, typename operands_of<N>::type>>::value>::value> {};
+template <std::size_t Count, class Top, class N, std::size_t K, class Below>
+struct walk_steps<walk_state<trie<Count, Top>, frame<N, K, Below, false>>, 0>
+    : walk_pop<trie<Count, Top>, N, Below> {};
+template <std::size_t Count, class Top, class... Roots, std::size_t K, class Below>
+struct walk_steps<walk_state<trie<Count, Top>, frame<walk_roots<Roots...>, K, Below, false>>, 0> {
+  using type = walk_state<trie<Count, Top>, Below>;
 };
 template <class S>
 struct walk_done : std::false_type {};
 template <class T>
 struct walk_done<walk_state<T, stack_end>> : std::true_type {};
-/// Runs of 2^L, 2^(L+1), ... steps until the stack is empty.
+/// Runs of 4^L, 4^(L+1), ... steps until the stack is empty.
 template <class S, std::size_t L, bool Done = walk_done<S>::value>
 struct walk_run {
   using type = typename walk_run<typename walk_steps<S, L>::type, L + 1>::type;
