@@ -222,10 +222,11 @@ struct backprop {
   template <std::size_t I>
   using node = typename P::template node<I>;
 
+  // Plain arrays (see core/pack.hpp's fill_all): every adjoint reads them.
   struct tables {
-    std::array<bool, n> depends{};
-    std::array<std::size_t, n + 1> begin{};
-    std::array<std::size_t, P::topology.edges.size()> who{}, slot{};
+    bool depends[n]{};
+    std::size_t begin[n + 1]{};
+    std::size_t who[P::n_edges + 1]{}, slot[P::n_edges + 1]{};
   };
   static consteval tables make() {
     tables t;
@@ -244,8 +245,9 @@ struct backprop {
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e)
         ++count[f.edges[e]];
-    t.begin = graph::bucket_begins(count);
-    auto fill = t.begin;
+    copy_all(t.begin, graph::bucket_begins(count));
+    std::size_t fill[n + 1]{};
+    copy_all(fill, t.begin);
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t e = f.edge_begin[i]; e < f.edge_begin[i + 1]; ++e) {
         const std::size_t k = f.edges[e];

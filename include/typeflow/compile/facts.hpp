@@ -92,8 +92,8 @@ template <class T, class... Fetches>
 consteval node_facts_t<T::size, T::n_edges> gather_facts() {
   constexpr std::size_t size = T::size;
   node_facts_t<size, T::n_edges> f;
-  f.edge_begin = T::topology.edge_begin;
-  f.edges = T::topology.edges;
+  copy_all(f.edge_begin, T::topology.edge_begin);
+  copy_all(f.edges, T::topology.edges);
   // One table of op facts, built in chunks (core/pack.hpp's indexed_table): an expansion of a
   // pack of every node costs the compilers O(n) per node.
   const std::array<detail::op_facts, size> nf =

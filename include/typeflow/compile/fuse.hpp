@@ -109,8 +109,8 @@ consteval void fold_epilogues(const placed<size, n_edges>& g,
   const auto& f = g.fact;
   const auto& p = g.placement;
   const auto readers = reader_counts(g);
-  L.producer.fill(none);
-  L.bias_edge.fill(none);
+  fill_all(L.producer, none);
+  fill_all(L.bias_edge, none);
   for (std::size_t r = 0; r < size; ++r) {
     if (L.root[r] != r || L.step[r] != graph::step_kind::kernel || !f.elementwise[r] ||
         !folds_on(p.device[r]).epilogue)
@@ -157,7 +157,7 @@ consteval void fold_prologues(const placed<size, n_edges>& g,
   const auto& f = g.fact;
   const auto& p = g.placement;
   const auto readers = reader_counts(g);
-  L.source.fill(none);
+  fill_all(L.source, none);
   for (std::size_t q = 0; q < size; ++q) {
     if (!f.fused_input[q] || L.step[q] != graph::step_kind::kernel ||
         !folds_on(p.device[q]).prologue || f.edge_begin[q + 1] - f.edge_begin[q] != 1)
@@ -191,7 +191,7 @@ template <std::size_t size, std::size_t slots, std::size_t n_edges>
 consteval void fold_chains(const placed<size, n_edges>& g, layout_table<size, slots, n_edges>& L) {
   const auto& f = g.fact;
   const auto& p = g.placement;
-  L.chain_input.fill(none);
+  fill_all(L.chain_input, none);
   for (std::size_t r = 0; r < size; ++r) {
     if (L.root[r] != r || L.step[r] != graph::step_kind::kernel || !f.elementwise[r] ||
         f.force_root[r] || !folds_on(p.device[r]).chain)
@@ -251,11 +251,11 @@ consteval layout_table<size, slots, n_edges> fuse(const placed<size, n_edges>& g
   const auto& p = g.placement;
   layout_table<size, slots, n_edges> L;
   constexpr std::size_t no_consumer = none, conflict = none - 1;
-  std::array<std::size_t, size> consumer_root{};
-  std::array<bool, size> boundary{};
-  consumer_root.fill(no_consumer);
+  std::size_t consumer_root[size]{};
+  bool boundary[size]{};
+  fill_all(consumer_root, no_consumer);
   // Merged assignments: the loop of assignment r runs in that of merged[r] (see mergeable).
-  std::array<std::size_t, size> merged{};
+  std::size_t merged[size]{};
   for (std::size_t i = 0; i < size; ++i)
     merged[i] = i;
   const auto find = [&](std::size_t r) {
@@ -265,7 +265,7 @@ consteval layout_table<size, slots, n_edges> fuse(const placed<size, n_edges>& g
   };
   const auto groups_only = detail::read_by_groups_only(g);
   // Members of each region so far, at its root (see max_region_members).
-  std::array<std::size_t, size> members_of{};
+  std::size_t members_of[size]{};
   // Reverse topological order: every consumer is decided before its children.
   for (std::size_t j = size; j-- > 0;) {
     if (f.constant[j]) {
@@ -316,18 +316,19 @@ consteval layout_table<size, slots, n_edges> fuse(const placed<size, n_edges>& g
   for (std::size_t i = 0; i < size; ++i)
     if (L.root[i] != none)
       ++count[L.root[i]];
-  L.member_begin = graph::bucket_begins(count);
-  std::array<std::size_t, size + 1> fill = L.member_begin;
+  copy_all(L.member_begin, graph::bucket_begins(count));
+  std::size_t fill[size + 1]{};
+  copy_all(fill, L.member_begin);
   for (std::size_t i = 0; i < size; ++i)
     if (L.root[i] != none) {
       L.local_pos[i] = fill[L.root[i]] - L.member_begin[L.root[i]];
       L.members[fill[L.root[i]]++] = i;
     }
   // Region inputs and last uses.
-  std::array<std::size_t, slots> mark{}, mark_pos{}, shape_last{};
-  mark.fill(none);
-  shape_last.fill(none);
-  L.last_use.fill(none);
+  std::size_t mark[slots]{}, mark_pos[slots]{}, shape_last[slots]{};
+  fill_all(mark, none);
+  fill_all(shape_last, none);
+  fill_all(L.last_use, none);
   std::size_t in = 0;
   for (std::size_t r = 0; r < size; ++r) {
     L.input_begin[r] = in;

@@ -47,14 +47,14 @@ struct node_request_at {
 template <class T, class Placement>
 consteval placement::result<T::size, T::n_edges> place(const node_facts_t<T::size, T::n_edges>& f) {
   placement::request<T::size, T::n_edges> r;
-  r.edge_begin = f.edge_begin;
-  r.edges = f.edges;
-  r.constant = f.constant;
-  r.fetched = f.fetched;
-  r.elementwise = f.elementwise;
-  r.group = f.group;
-  r.state = f.force_root;
-  r.leaf = f.leaf;
+  copy_all(r.edge_begin, f.edge_begin);
+  copy_all(r.edges, f.edges);
+  copy_all(r.constant, f.constant);
+  copy_all(r.fetched, f.fetched);
+  copy_all(r.elementwise, f.elementwise);
+  copy_all(r.group, f.group);
+  copy_all(r.state, f.force_root);
+  copy_all(r.leaf, f.leaf);
   // One table, built in chunks (core/pack.hpp's indexed_table), not a pack expansion per field.
   const auto nodes = indexed_table<detail::node_request, T::size,
                                    detail::node_request_at<T, Placement>::template at>();

@@ -172,23 +172,23 @@ public:
   // describe
 
   /// Each node's op name ("conv2d"; a leaf's is its kind: "variable", "placeholder", ...).
-  static constexpr const std::array<std::string_view, size>& op_names = fact.op;
+  static constexpr const std::string_view (&op_names)[size] = fact.op;
   /// Each node's dtype ("float32"; empty for a group) and static shape (`dyn` for a fed extent).
-  static constexpr const std::array<std::string_view, size>& dtype_names = fact.dtype;
-  static constexpr const std::array<static_dims, size>& static_shapes = fact.shape;
+  static constexpr const std::string_view (&dtype_names)[size] = fact.dtype;
+  static constexpr const static_dims (&static_shapes)[size] = fact.shape;
 
   /// The readable form of node i (as to_string), built once from a table of op names and
   /// attributes: no per-node printing code is instantiated.
   static const std::string& node_string(std::size_t i) {
     static const std::vector<std::string> table =
-        node_texts(entries.data(), size, fact.edge_begin.data(), fact.edges.data(), true);
+        node_texts(entries.data(), size, fact.edge_begin, fact.edges, true);
     return table[i];
   }
   /// A short label of node i for pictures, traces and logs: `conv2d(%3, conv1/weights, ...)`,
   /// its operands by index (leaves by name), where node_string spells the whole subexpression.
   static const std::string& node_label(std::size_t i) {
     static const std::vector<std::string> table =
-        node_texts(entries.data(), size, fact.edge_begin.data(), fact.edges.data(), false);
+        node_texts(entries.data(), size, fact.edge_begin, fact.edges, false);
     return table[i];
   }
 
@@ -219,34 +219,34 @@ public:
     v.steps = steps;
     v.label = &node_label;
     v.string = &node_string;
-    v.op = fact.op.data();
-    v.dtype = fact.dtype.data();
-    v.shape = fact.shape.data();
-    v.edge_begin = fact.edge_begin.data();
-    v.edges = fact.edges.data();
-    v.kind = fact.kind.data();
-    v.elementwise = fact.elementwise.data();
-    v.constant = fact.constant.data();
-    v.fetched = fact.fetched.data();
-    v.state = fact.force_root.data();
-    v.placeholder = fact.placeholder.data();
-    v.variable = fact.variable.data();
-    v.group = fact.group.data();
-    v.no_buffer = fact.no_buffer.data();
-    v.products = fact.products.data();
-    v.root = layout.root.data();
-    v.member_begin = layout.member_begin.data();
-    v.members = layout.members.data();
-    v.producer = layout.producer.data();
-    v.source = layout.source.data();
-    v.step = layout.step.data();
-    v.relu = layout.relu.data();
-    v.device = placement.device.data();
-    v.fell_back = placement.fell_back.data();
-    v.edge_transfer = placement.edge_transfer.data();
-    v.source_begin = placement.source_begin.data();
-    v.by_source = placement.by_source.data();
-    v.transfer_device = placement.transfer_device.data();
+    v.op = fact.op;
+    v.dtype = fact.dtype;
+    v.shape = fact.shape;
+    v.edge_begin = fact.edge_begin;
+    v.edges = fact.edges;
+    v.kind = fact.kind;
+    v.elementwise = fact.elementwise;
+    v.constant = fact.constant;
+    v.fetched = fact.fetched;
+    v.state = fact.force_root;
+    v.placeholder = fact.placeholder;
+    v.variable = fact.variable;
+    v.group = fact.group;
+    v.no_buffer = fact.no_buffer;
+    v.products = fact.products;
+    v.root = layout.root;
+    v.member_begin = layout.member_begin;
+    v.members = layout.members;
+    v.producer = layout.producer;
+    v.source = layout.source;
+    v.step = layout.step;
+    v.relu = layout.relu;
+    v.device = placement.device;
+    v.fell_back = placement.fell_back;
+    v.edge_transfer = placement.edge_transfer;
+    v.source_begin = placement.source_begin;
+    v.by_source = placement.by_source;
+    v.transfer_device = placement.transfer_device;
     return v;
   }
 

@@ -32,7 +32,7 @@ consteval void schedule(const placed<size, n_edges>& g, layout_table<size, slots
   for (std::size_t i = 0; i < size; ++i)
     L.order[i] = L.position[i] = i;
   // runs_at[k]: the step that computes node k (its own, or the one it is deferred into).
-  std::array<std::size_t, size> runs_at{};
+  std::size_t runs_at[size]{};
   for (std::size_t i = 0; i < size; ++i)
     runs_at[i] = i;
   for (std::size_t r = 0; r < size; ++r) {
@@ -54,14 +54,14 @@ consteval void schedule(const placed<size, n_edges>& g, layout_table<size, slots
   };
   // after[j]: j runs right after node after[j]'s place (stored copies); early[j]: likewise,
   // after those (shrinking kernels); before[w]: w runs right before node before[w].
-  std::array<std::size_t, size> after{}, early{}, before{};
-  after.fill(none);
-  early.fill(none);
-  before.fill(none);
+  std::size_t after[size]{}, early[size]{}, before[size]{};
+  fill_all(after, none);
+  fill_all(early, none);
+  fill_all(before, none);
   // Widenings: regions of one node whose operands are all stored copies. First reader of
   // each: the earliest node that reads it (every node, a fused member or a deferred producer
   // too, infers its shape at its own place); and how many edges read it.
-  std::array<bool, size> widening{};
+  bool widening[size]{};
   for (std::size_t w = 0; w < size; ++w) {
     if (f.stored[w] || !f.elementwise[w] || f.fetched[w] || f.force_root[w] || !plain_step(w))
       continue;
@@ -70,8 +70,8 @@ consteval void schedule(const placed<size, n_edges>& g, layout_table<size, slots
       all = all && f.stored[f.edges[e]];
     widening[w] = all;
   }
-  std::array<std::size_t, size> first{}, readers{};
-  first.fill(none);
+  std::size_t first[size]{}, readers[size]{};
+  fill_all(first, none);
   for (std::size_t n = 0; n < size; ++n)
     for (std::size_t e = f.edge_begin[n]; e < f.edge_begin[n + 1]; ++e) {
       const std::size_t k = f.edges[e];
@@ -156,10 +156,10 @@ consteval void schedule(const placed<size, n_edges>& g, layout_table<size, slots
   // The order: node order with each moved node at its place; at each place, the widenings
   // sunk before the node, the node, the stored copies hoisted after it, then the shrinking
   // kernels hoisted after it, each behind its own widenings (in node order within each list).
-  std::array<std::size_t, size> head_after{}, head_early{}, head_before{}, next{};
-  head_after.fill(none);
-  head_early.fill(none);
-  head_before.fill(none);
+  std::size_t head_after[size]{}, head_early[size]{}, head_before[size]{}, next[size]{};
+  fill_all(head_after, none);
+  fill_all(head_early, none);
+  fill_all(head_before, none);
   for (std::size_t j = size; j-- > 0;) {
     if (after[j] != none) {
       next[j] = head_after[after[j]];
@@ -190,7 +190,7 @@ consteval void schedule(const placed<size, n_edges>& g, layout_table<size, slots
     L.position[L.order[p]] = p;
   // The last use of every buffer a moved step reads, by run position (a buffer kept to the
   // end stays kept).
-  std::array<bool, slots> affected{}, seen{};
+  bool affected[slots]{}, seen[slots]{};
   for (std::size_t j = 0; j < size; ++j)
     if (after[j] != none || before[j] != none || early[j] != none)
       for (std::size_t i = L.input_begin[j]; i < L.input_begin[j + 1]; ++i)
@@ -222,7 +222,7 @@ consteval void release(const placed<size, n_edges>& g, layout_table<size, slots,
   for (std::size_t i = 0; i < size; ++i)
     if (f.fetched[i] || f.force_root[i])
       L.last_use[i] = none;
-  std::array<std::size_t, size + 1> per{};
+  std::size_t per[size + 1]{};
   for (std::size_t i = 0; i < slots; ++i)
     if (L.last_use[i] != none)
       ++per[L.last_use[i]];
@@ -232,14 +232,15 @@ consteval void release(const placed<size, n_edges>& g, layout_table<size, slots,
     run += per[s];
   }
   L.release_begin[size] = run;
-  std::array<std::size_t, size + 1> pos = L.release_begin;
+  std::size_t pos[size + 1]{};
+  copy_all(pos, L.release_begin);
   for (std::size_t i = 0; i < slots; ++i)
     if (L.last_use[i] != none)
       L.releases[pos[L.last_use[i]]++] = i;
   // A slot read on both sides of an all-reduce (by nodes that do and do not read one) is
   // kept past the towers of a replicated run (replication's read_once) after its last
   // reader by node order: never written over.
-  std::array<unsigned char, slots> sides{};
+  unsigned char sides[slots]{};
   for (std::size_t n = 0; n < size; ++n)
     for (std::size_t e = f.edge_begin[n]; e < f.edge_begin[n + 1]; ++e)
       sides[g.edge_slot(e)] |= f.after_reduce[n] ? 2 : 1;

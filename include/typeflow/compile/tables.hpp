@@ -32,22 +32,22 @@ struct print_entry {
 /// facts: what the ops of the nodes say (compile/facts.hpp), and the edges.
 template <std::size_t size, std::size_t n_edges>
 struct node_facts_t {
-  std::array<std::size_t, size + 1> edge_begin{};
-  std::array<std::size_t, n_edges + 1> edges{};
-  std::array<node_kind, size> kind{};
-  std::array<bool, size> elementwise{}, constant{}, fetched{}, force_root{}, no_buffer{},
-      placeholder{}, variable{}, group{}, leaf{};
-  std::array<epilogue_role, size> epilogue{};
-  std::array<bool, size> fused_input{}, pieces{}, products{}, stored{}, reduction{};
+  std::size_t edge_begin[size + 1]{};
+  std::size_t edges[n_edges + 1]{};
+  node_kind kind[size]{};
+  bool elementwise[size]{}, constant[size]{}, fetched[size]{}, force_root[size]{},
+      no_buffer[size]{}, placeholder[size]{}, variable[size]{}, group[size]{}, leaf[size]{};
+  epilogue_role epilogue[size]{};
+  bool fused_input[size]{}, pieces[size]{}, products[size]{}, stored[size]{}, reduction[size]{};
   /// shape_only[e]: edge e's reader reads only its operand's shape.
-  std::array<bool, n_edges + 1> shape_only{};
+  bool shape_only[n_edges + 1]{};
   /// after_reduce[i]: node i reads an all-reduce point (replica_mean), maybe not directly: in a
   /// replicated session it runs once, after the towers (device/replication.hpp's `once`).
-  std::array<bool, size> after_reduce{};
+  bool after_reduce[size]{};
   /// Each node's op name ("conv2d"; a leaf's is its kind: "variable", "placeholder", ...), dtype
   /// ("float32"; empty for a group) and static shape (`dyn` for a fed extent).
-  std::array<std::string_view, size> op{}, dtype{};
-  std::array<static_dims, size> shape{};
+  std::string_view op[size]{}, dtype[size]{};
+  static_dims shape[size]{};
 };
 
 /// fuse and schedule: regions, steps, the execution order and the memory plan.
@@ -55,46 +55,46 @@ template <std::size_t size, std::size_t slots, std::size_t n_edges>
 struct layout_table {
   /// root[i] == i: node i is materialized (a step); root[i] == r: node i is computed inside
   /// the fused loop of region r; root[i] == none: an inlined constant.
-  std::array<std::size_t, size> root{};
+  std::size_t root[size]{};
   /// Last step that reads slot i's buffer (none for never, or for fetched nodes).
-  std::array<std::size_t, slots> last_use{};
+  std::size_t last_use[slots]{};
   /// Region r's members are region_members[member_begin[r] .. member_begin[r+1]) (topological).
-  std::array<std::size_t, size + 1> member_begin{};
-  std::array<std::size_t, size + 1> members{};
+  std::size_t member_begin[size + 1]{};
+  std::size_t members[size + 1]{};
   /// Position of node i within its region's members.
-  std::array<std::size_t, size> local_pos{};
+  std::size_t local_pos[size]{};
   /// Region r's inputs (value slots of materialized nodes or transfers), deduplicated, and
   /// the node each one holds.
-  std::array<std::size_t, size + 1> input_begin{};
-  std::array<std::size_t, n_edges + 1> inputs{};
-  std::array<std::size_t, n_edges + 1> input_nodes{};
+  std::size_t input_begin[size + 1]{};
+  std::size_t inputs[n_edges + 1]{};
+  std::size_t input_nodes[n_edges + 1]{};
   /// What the executor does with node i.
-  std::array<graph::step_kind, size> step{};
+  graph::step_kind step[size]{};
   /// For an edge e inside a fused region: its operand kind (0 inlined constant, 1 member,
   /// 2 input) and position.
-  std::array<int, n_edges + 1> edge_kind{};
-  std::array<std::size_t, n_edges + 1> edge_pos{};
+  int edge_kind[n_edges + 1]{};
+  std::size_t edge_pos[n_edges + 1]{};
   /// The order the executor runs the nodes in: node order, except that a stored 16-bit copy
   /// (ops::save) runs right after what it copies, a region that only widens such copies right
   /// before its first reader, and a shrinking kernel (a weight or bias gradient) right after
   /// its operands (see compile/schedule.hpp). position[i]: node i's place in it.
-  std::array<std::size_t, size> order{}, position{};
+  std::size_t order[size]{}, position[size]{};
   /// dying[r], for a fused elementwise step r (plain or chained): bit k when its k-th region
   /// input's buffer is last read by r, and for a chained step bit (inputs + q) when its
   /// producer's q-th operand's is (its output may be written over it: the CPU backend's
   /// context::allocate_in_place). 0 elsewhere.
-  std::array<std::uint64_t, size> dying{};
+  std::uint64_t dying[size]{};
   /// Buffers dropped after step s: releases[release_begin[s] .. release_begin[s+1]).
-  std::array<std::size_t, size + 1> release_begin{};
-  std::array<std::size_t, slots + 1> releases{};
+  std::size_t release_begin[size + 1]{};
+  std::size_t releases[slots + 1]{};
   /// For an `epilogue` step r: its producer (a `deferred` step), the edge of its bias operand
   /// and whether relu follows; for a `chained` step r: its producer; none elsewhere.
-  std::array<std::size_t, size> producer{}, bias_edge{};
-  std::array<bool, size> relu{};
+  std::size_t producer[size]{}, bias_edge[size]{};
+  bool relu[size]{};
   /// For a `prologue` step: the region root it evaluates (a `deferred` step); none elsewhere.
-  std::array<std::size_t, size> source{};
+  std::size_t source[size]{};
   /// For a `chained` step r: which of its region's inputs its producer is; none elsewhere.
-  std::array<std::size_t, size> chain_input{};
+  std::size_t chain_input[size]{};
   std::size_t steps = 0, fused = 0, epilogues = 0, prologues = 0, chains = 0;
   /// Assignments computed and stored by another assignment's loop (`fused_output` steps).
   std::size_t merged_outputs = 0;
@@ -103,8 +103,8 @@ struct layout_table {
 /// frames: the value slots each step reads, in its local numbering (compile/frames.hpp).
 template <std::size_t size, std::size_t n_slots>
 struct frame_table {
-  std::array<std::size_t, size + 1> begin{};
-  std::array<std::size_t, n_slots> slot{};
+  std::size_t begin[size + 1]{};
+  std::size_t slot[n_slots]{};
 };
 
 /// A plan's tables as plain pointers and counts: what tools that read a whole plan (describe,

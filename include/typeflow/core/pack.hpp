@@ -106,4 +106,20 @@ constexpr std::array<V, N> indexed_table() {
       std::make_index_sequence<(N + detail::table_chunk - 1) / detail::table_chunk>{});
 }
 
+/// Plain arrays for tables that constant evaluation reads often (the compiler's stages, the
+/// placement): g++ evaluates std::array's operator[] as a call, which allocates (about 280
+/// bytes a read in a constant evaluation, against nearly nothing for a built-in subscript), and
+/// the stages read their tables hundreds of thousands of times for a large model
+/// (bench/README.md). Plain arrays are filled and assigned with these.
+template <class T, std::size_t N, class V>
+constexpr void fill_all(T (&a)[N], const V& v) {
+  for (std::size_t i = 0; i < N; ++i)
+    a[i] = v;
+}
+template <class T, std::size_t N, class Src>
+constexpr void copy_all(T (&a)[N], const Src& src) {
+  for (std::size_t i = 0; i < N; ++i)
+    a[i] = src[i];
+}
+
 } // namespace typeflow

@@ -27,29 +27,28 @@ namespace placement {
 /// The graph and what the policy asks, for N nodes (topological order) and E edges.
 template <std::size_t N, std::size_t E>
 struct request {
-  std::array<std::size_t, N + 1>
-      edge_begin{};                       ///< edges of node j: [edge_begin[j], edge_begin[j+1])
-  std::array<std::size_t, E + 1> edges{}; ///< the child each edge reads
-  std::array<bool, N> constant{}, fetched{}, elementwise{}, group{}, leaf{}, state{};
-  std::array<device_id, N> policy{};       ///< the policy's device of each node
-  std::array<bool, N> scope{};             ///< node is a with_device scope ...
-  std::array<device_id, N> scope_device{}; ///< ... of this device
-  std::array<bool, N> has_gpu_kernel{};
+  std::size_t edge_begin[N + 1]{}; ///< edges of node j: [edge_begin[j], edge_begin[j+1])
+  std::size_t edges[E + 1]{};      ///< the child each edge reads
+  bool constant[N]{}, fetched[N]{}, elementwise[N]{}, group[N]{}, leaf[N]{}, state[N]{};
+  device_id policy[N]{};       ///< the policy's device of each node
+  bool scope[N]{};             ///< node is a with_device scope ...
+  device_id scope_device[N]{}; ///< ... of this device
+  bool has_gpu_kernel[N]{};
   bool soft = true; ///< soft placement (else an op without a kernel is an error)
 };
 
 /// Devices and transfers.
 template <std::size_t N, std::size_t E>
 struct result {
-  std::array<device_id, N> device{};
-  std::array<bool, N> fell_back{};
+  device_id device[N]{};
+  bool fell_back[N]{};
   std::size_t strict_violation = static_cast<std::size_t>(-1);
-  std::array<std::size_t, E + 1> edge_transfer{};
-  std::array<std::size_t, E + 1> transfer_source{};
-  std::array<device_id, E + 1> transfer_device{};
+  std::size_t edge_transfer[E + 1]{};
+  std::size_t transfer_source[E + 1]{};
+  device_id transfer_device[E + 1]{};
   /// Transfers of source node k: by_source[source_begin[k] .. source_begin[k+1]).
-  std::array<std::size_t, N + 1> source_begin{};
-  std::array<std::size_t, E + 1> by_source{};
+  std::size_t source_begin[N + 1]{};
+  std::size_t by_source[E + 1]{};
   std::size_t transfers = 0;
 };
 
@@ -57,8 +56,8 @@ template <std::size_t N, std::size_t E>
 constexpr result<N, E> place(const request<N, E>& r) {
   constexpr std::size_t no = static_cast<std::size_t>(-1);
   result<N, E> p;
-  std::array<bool, N> scoped{};
-  std::array<device_id, N> sdev{};
+  bool scoped[N]{};
+  device_id sdev[N]{};
   for (std::size_t j = N; j-- > 0;) {
     if (r.scope[j]) {
       scoped[j] = true;
@@ -93,7 +92,7 @@ constexpr result<N, E> place(const request<N, E>& r) {
   // A constant is materialized (a host buffer, see compute_layout) when it is fetched or read
   // by an op other than an elementwise one; then its readers on other devices need a
   // transfer like any tensor. Otherwise it is inlined into the fused loops that read it.
-  std::array<bool, N> materialized{};
+  bool materialized[N]{};
   for (std::size_t j = 0; j < N; ++j) {
     materialized[j] = materialized[j] || (r.constant[j] && r.fetched[j]);
     for (std::size_t e = r.edge_begin[j]; e < r.edge_begin[j + 1]; ++e)
@@ -103,9 +102,9 @@ constexpr result<N, E> place(const request<N, E>& r) {
   std::array<std::size_t, N + 1> count{};
   // Each source's transfers as a list (head[k], then next[t]), so that finding the transfer of
   // (k, device) reads k's few transfers, not all of them (a scan of all was O(edges x transfers)).
-  std::array<std::size_t, N> head{};
-  head.fill(no);
-  std::array<std::size_t, E + 1> next{};
+  std::size_t head[N]{};
+  fill_all(head, no);
+  std::size_t next[E + 1]{};
   for (std::size_t j = 0; j < N; ++j)
     for (std::size_t e = r.edge_begin[j]; e < r.edge_begin[j + 1]; ++e) {
       const std::size_t k = r.edges[e];
@@ -125,8 +124,9 @@ constexpr result<N, E> place(const request<N, E>& r) {
       }
       p.edge_transfer[e] = t;
     }
-  p.source_begin = graph::bucket_begins(count);
-  std::array<std::size_t, N + 1> fill = p.source_begin;
+  copy_all(p.source_begin, graph::bucket_begins(count));
+  std::size_t fill[N + 1]{};
+  copy_all(fill, p.source_begin);
   for (std::size_t t = 0; t < p.transfers; ++t)
     p.by_source[fill[p.transfer_source[t]]++] = t;
   return p;

@@ -65,15 +65,21 @@ struct hash_entry {
 template <class Trie>
 struct hash_index {
   static constexpr std::size_t size = Trie::count;
-  static constexpr const std::array<std::uint64_t, size>& hashes = post_order<Trie>::value;
-  static constexpr std::array<hash_entry, size> sorted = [] {
-    std::array<hash_entry, size> a{};
+  // Plain arrays, read with built-in subscripts (see core/pack.hpp's fill_all): every
+  // node<I> and index_c<N> reads them in a constant evaluation.
+  static constexpr const std::uint64_t (&hashes)[size] = post_order<Trie>::value.v;
+  struct sorted_t {
+    hash_entry v[size];
+  };
+  static constexpr sorted_t sorted_entries = [] {
+    sorted_t a{};
     for (std::size_t i = 0; i < size; ++i)
-      a[i] = {hashes[i], i};
-    std::sort(a.begin(), a.end(),
+      a.v[i] = {hashes[i], i};
+    std::sort(a.v, a.v + size,
               [](const hash_entry& x, const hash_entry& y) { return x.hash < y.hash; });
     return a;
   }();
+  static constexpr const hash_entry (&sorted)[size] = sorted_entries.v;
   /// Position of the node with identity h, or size.
   static constexpr std::size_t find(std::uint64_t h) {
     std::size_t lo = 0, hi = size;
@@ -156,8 +162,8 @@ struct edge_count<type_list<Ns...>> {
 /// edges[edge_begin[i] + k].
 template <std::size_t size, std::size_t n_edges>
 struct edge_table {
-  std::array<std::size_t, size + 1> edge_begin{};
-  std::array<std::size_t, n_edges + 1> edges{};
+  std::size_t edge_begin[size + 1]{};
+  std::size_t edges[n_edges + 1]{};
 };
 
 /// The node table of the graph that Roots need (see the top of this file; in nvcc's device pass

@@ -349,14 +349,19 @@ struct row_views<row<Buckets...>> {
       bucket_view{bucket_entries<Buckets>::hashes, bucket_entries<Buckets>::places,
                   sizeof(bucket_entries<Buckets>::places) / sizeof(std::size_t) - 1}...};
 };
-/// The identities of C entries put at their places in post-order.
+/// The identities of C entries put at their places in post-order (a plain array: see
+/// core/pack.hpp's fill_all).
+template <std::size_t C>
+struct identities {
+  std::uint64_t v[C];
+};
 template <std::size_t C, class... Rows>
-consteval std::array<std::uint64_t, C> gather(const Rows&... rows) {
-  std::array<std::uint64_t, C> out{};
+consteval identities<C> gather(const Rows&... rows) {
+  identities<C> out{};
   for (const std::array<bucket_view, 16>* r : {&rows...})
     for (const bucket_view& b : *r)
       for (std::size_t k = 0; k < b.size; ++k)
-        out[b.places[k]] = b.hashes[k];
+        out.v[b.places[k]] = b.hashes[k];
   return out;
 }
 
@@ -365,7 +370,7 @@ template <class Trie>
 struct post_order;
 template <std::size_t C, class... Rows>
 struct post_order<trie<C, row<Rows...>>> {
-  static constexpr std::array<std::uint64_t, C> value = gather<C>(row_views<Rows>::value...);
+  static constexpr identities<C> value = gather<C>(row_views<Rows>::value...);
 };
 
 /// The node whose identity is H (registered): node_ref<H>, or the leaf itself.
@@ -382,7 +387,7 @@ template <class Trie, class Seq = std::make_index_sequence<Trie::count>>
 struct order_of;
 template <class Trie, std::size_t... I>
 struct order_of<Trie, std::index_sequence<I...>> {
-  using type = type_list<typename node_of<post_order<Trie>::value[I]>::type...>;
+  using type = type_list<typename node_of<post_order<Trie>::value.v[I]>::type...>;
 };
 } // namespace detail
 

@@ -285,7 +285,6 @@ private:
     (std::get<K>(towers_).name_devices(
          K > 0 && cpu_towers && same_plans<Fs>()
              ? compile::plan<Fs, Tower<std::tuple_element_t<K, std::tuple<D...>>>>::placement.device
-                   .data()
              : nullptr),
      ...);
     std::tuple<std::array<value, tower_plan<K, Fs>::slots>...> vals;
