@@ -17,6 +17,16 @@ constexpr auto step = ty::variable<"global_step", std::int64_t, ty::shape<>>;
 } // namespace
 
 TEST_SUITE("session") {
+  TEST_CASE("an empty fetch list compiles, returns nothing and makes no variable") {
+    // A plan of no nodes: its tables are zero-length arrays (compile/tables.hpp).
+    ty::session s;
+    auto r = s.run(ty::fetch());
+    static_assert(std::tuple_size_v<decltype(r)> == 0);
+    std::size_t held = 0;
+    s.for_each_variable([&](const ty::variable_entry&) { ++held; });
+    CHECK(held == 0);
+  }
+
   TEST_CASE("variables persist across runs and assignments update them") {
     ty::session s;
     CHECK(s.read(v)[0] == 1.5f);

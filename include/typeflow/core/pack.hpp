@@ -111,14 +111,16 @@ constexpr std::array<V, N> indexed_table() {
 /// bytes a read in a constant evaluation, against nearly nothing for a built-in subscript), and
 /// the stages read their tables hundreds of thousands of times for a large model
 /// (bench/README.md). Plain arrays are filled and assigned with these.
-template <class T, std::size_t N, class V>
-constexpr void fill_all(T (&a)[N], const V& v) {
-  for (std::size_t i = 0; i < N; ++i)
+/// (Over any array type A, not T (&)[N]: an empty fetch list makes a plan of no nodes, whose
+/// zero-length arrays, a GNU extension, deduce no N.)
+template <class A, class V>
+constexpr void fill_all(A& a, const V& v) {
+  for (std::size_t i = 0; i < std::extent_v<A>; ++i)
     a[i] = v;
 }
-template <class T, std::size_t N, class Src>
-constexpr void copy_all(T (&a)[N], const Src& src) {
-  for (std::size_t i = 0; i < N; ++i)
+template <class A, class Src>
+constexpr void copy_all(A& a, const Src& src) {
+  for (std::size_t i = 0; i < std::extent_v<A>; ++i)
     a[i] = src[i];
 }
 

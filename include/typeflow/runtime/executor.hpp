@@ -522,7 +522,7 @@ private:
   };
 
   template <class P, class... F>
-  auto fetch_all(value* vals) {
+  auto fetch_all([[maybe_unused]] value* vals) { // (unread for an empty fetch list)
     return std::tuple_cat(
         fetch_value<
             detail::group_or_value<F>,
