@@ -107,10 +107,10 @@ constexpr std::array<V, N> indexed_table() {
 }
 
 /// Plain arrays for tables that constant evaluation reads often (the compiler's stages, the
-/// placement): g++ evaluates std::array's operator[] as a call, which allocates (about 280
-/// bytes a read in a constant evaluation, against nearly nothing for a built-in subscript), and
-/// the stages read their tables hundreds of thousands of times for a large model
-/// (bench/README.md). Plain arrays are filled and assigned with these.
+/// placement): in a constant evaluation g++ evaluates std::array's operator[] as a call, which
+/// allocates, where a built-in subscript allocates nearly nothing, and the stages read their
+/// tables hundreds of thousands of times for a large model (bench/README.md, *Plain arrays in
+/// the compiler's tables*). Plain arrays are filled and assigned with these.
 /// (Over any array type A, not T (&)[N]: an empty fetch list makes a plan of no nodes, whose
 /// zero-length arrays, a GNU extension, deduce no N.)
 template <class A, class V>

@@ -81,8 +81,8 @@ namespace detail {
 /// A 64-bit hash of the compiler's spelling of T (the op's type: its name and attributes), eight
 /// characters a step. Constant evaluation pays per step and per value (g++ allocates a tree for
 /// each intermediate and each pointer step, and keeps them until its next collection): FNV-1a a
-/// character a step through a string_view cost g++ about 200 KB for a variable's spelling,
-/// eight a step on the array itself about 40 KB (bench/README.md, with the CPU).
+/// character a step through a string_view cost g++ five times the memory of eight a step on the
+/// array itself (bench/README.md, *Plain arrays in the compiler's tables*).
 template <class T>
 consteval std::uint64_t type_hash() {
   constexpr std::size_t n = sizeof(__PRETTY_FUNCTION__) - 1;

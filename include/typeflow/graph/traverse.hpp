@@ -204,8 +204,8 @@ using empty_trie = typename empty_trie_of<std::make_index_sequence<16>>::type;
 // a walk is its classes (a few KB each, all alive to the end), so a step instantiates as few as
 // it can: one walk_steps<S, 0> and either a walk_visit or a walk_pop (which adds to the trie
 // itself); a frame says whether its node has operands left, and a run of four steps costs a
-// third of a class per step where doubling cost one (a walk of the 12-block transformer's
-// training graph allocated 394 MB, now 313; bench/README.md).
+// third of a class per step where doubling cost one (figures in bench/README.md, *Plain arrays
+// in the compiler's tables*).
 template <class... Roots>
 struct walk_roots {};
 struct stack_end {};
