@@ -58,6 +58,28 @@ struct hash_entry {
   std::uint64_t hash = 0;
   std::size_t index = 0;
 };
+/// Orders entries by identity.
+struct hash_less {
+  constexpr bool operator()(const hash_entry& x, const hash_entry& y) const {
+    return x.hash < y.hash;
+  }
+};
+template <std::size_t N>
+struct sorted_hashes {
+  hash_entry v[N];
+};
+/// The identities h[0..N) with their positions, sorted: a function of N alone, and std::sort
+/// over hash_entry* with hash_less, one instantiation for every table. (In a lambda of
+/// hash_index<Trie>, each of std::sort's two dozen helper functions was named after the whole
+/// trie, and g++ mangles such a name in time quadratic in its length: bench/README.md.)
+template <std::size_t N, class H>
+constexpr sorted_hashes<N> sort_hashes(const H& h) {
+  sorted_hashes<N> a{};
+  for (std::size_t i = 0; i < N; ++i)
+    a.v[i] = {h[i], i};
+  std::sort(a.v, a.v + N, hash_less{});
+  return a;
+}
 /// The index of the nodes of a finished walk (traverse.hpp's walk_all<Roots...>, a trie): its
 /// identities in post-order are the table's, so nothing is hashed again, and the index is named
 /// by the trie, one type, never by a list of every node (a class or function templated on n
@@ -68,17 +90,7 @@ struct hash_index {
   // Plain arrays, read with built-in subscripts (see core/pack.hpp's fill_all): every
   // node<I> and index_c<N> reads them in a constant evaluation.
   static constexpr const std::uint64_t (&hashes)[size] = post_order<Trie>::value.v;
-  struct sorted_t {
-    hash_entry v[size];
-  };
-  static constexpr sorted_t sorted_entries = [] {
-    sorted_t a{};
-    for (std::size_t i = 0; i < size; ++i)
-      a.v[i] = {hashes[i], i};
-    std::sort(a.v, a.v + size,
-              [](const hash_entry& x, const hash_entry& y) { return x.hash < y.hash; });
-    return a;
-  }();
+  static constexpr sorted_hashes<size> sorted_entries = sort_hashes<size>(hashes);
   static constexpr const hash_entry (&sorted)[size] = sorted_entries.v;
   /// Position of the node with identity h, or size.
   static constexpr std::size_t find(std::uint64_t h) {
