@@ -20,9 +20,12 @@
 
 namespace typeflow {
 
+/// A list of types. Its size is an enumerator, not a static data member: g++ names every
+/// instantiated static member after its class, and a list of a model's variables or nodes is a
+/// long name (bench/README.md, *Where g++'s time per block grows*).
 template <class... T>
 struct type_list {
-  static constexpr std::size_t size = sizeof...(T);
+  enum : std::size_t { size = sizeof...(T) };
 };
 
 /// Result of an op's shape rule; the same constexpr rule runs at compile time (with `dyn`)

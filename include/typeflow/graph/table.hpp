@@ -69,9 +69,9 @@ struct sorted_hashes {
   hash_entry v[N];
 };
 /// The identities h[0..N) with their positions, sorted: a function of N alone, and std::sort
-/// over hash_entry* with hash_less, one instantiation for every table. (In a lambda of
-/// hash_index<Trie>, each of std::sort's two dozen helper functions was named after the whole
-/// trie, and g++ mangles such a name in time quadratic in its length: bench/README.md.)
+/// over hash_entry* with hash_less, one instantiation for every table. (Called with a lambda of
+/// the index, each of std::sort's two dozen helper functions was named after the index, which
+/// was then named after the walk's whole trie: bench/README.md.)
 template <std::size_t N, class H>
 constexpr sorted_hashes<N> sort_hashes(const H& h) {
   sorted_hashes<N> a{};
@@ -80,16 +80,17 @@ constexpr sorted_hashes<N> sort_hashes(const H& h) {
   std::sort(a.v, a.v + N, hash_less{});
   return a;
 }
-/// The index of the nodes of a finished walk (traverse.hpp's walk_all<Roots...>, a trie): its
+/// The index of the nodes of a finished walk (traverse.hpp's walk_order<Roots...>): its
 /// identities in post-order are the table's, so nothing is hashed again, and the index is named
-/// by the trie, one type, never by a list of every node (a class or function templated on n
-/// nodes costs the compilers O(n) per use of the list).
-template <class Trie>
+/// by the walk's roots, never by its trie or a list of every node (a class templated on n nodes
+/// costs the compilers O(n) per use of the list, and g++ mangles the names of its members in
+/// time quadratic in n).
+template <class... Roots>
 struct hash_index {
-  static constexpr std::size_t size = Trie::count;
+  static constexpr std::size_t size = walk_order<Roots...>::size;
   // Plain arrays, read with built-in subscripts (see core/pack.hpp's fill_all): every
   // node<I> and index_c<N> reads them in a constant evaluation.
-  static constexpr const std::uint64_t (&hashes)[size] = post_order<Trie>::value.v;
+  static constexpr const std::uint64_t (&hashes)[size] = walk_order<Roots...>::value.v;
   static constexpr sorted_hashes<size> sorted_entries = sort_hashes<size>(hashes);
   static constexpr const hash_entry (&sorted)[size] = sorted_entries.v;
   /// Position of the node with identity h, or size.
@@ -189,7 +190,7 @@ struct node_table {
 
 #if TYPEFLOW_NODE_REFS
 private:
-  using map = detail::hash_index<detail::walk_all<detail::root_t<Roots>...>>;
+  using map = detail::hash_index<detail::root_t<Roots>...>;
 
 public:
   /// Position of node N in the topological order: index_c<N>::value.

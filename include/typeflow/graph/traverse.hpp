@@ -109,7 +109,7 @@ template <class... B>
 struct row {};
 template <std::size_t Count, class Top>
 struct trie {
-  static constexpr std::size_t count = Count;
+  enum : std::size_t { count = Count }; // an enumerator: no symbol named after the trie
 };
 /// Entry I of a row of 16, by one partial specialization per position (std::tuple_element
 /// instantiated a chain of helpers per look-up).
@@ -365,12 +365,33 @@ consteval identities<C> gather(const Rows&... rows) {
   return out;
 }
 
-/// The identities of a finished walk in post-order.
+/// The top row of a trie (a member type: no symbol).
 template <class Trie>
-struct post_order;
-template <std::size_t C, class... Rows>
-struct post_order<trie<C, row<Rows...>>> {
-  static constexpr identities<C> value = gather<C>(row_views<Rows>::value...);
+struct trie_top;
+template <std::size_t C, class Top>
+struct trie_top<trie<C, Top>> {
+  using type = Top;
+};
+/// The identities of a finished walk in post-order, kept by a class named after the walk's
+/// roots. Nothing here is templated on the trie, which spells every node's identity: g++ names
+/// every function and static member it instantiates (immediate functions included), and mangles
+/// a name that long in time quadratic in the graph (bench/README.md, *Where g++'s time per block
+/// grows*). Its rows' views are named after one row each, and gather after their common type.
+template <class... Roots>
+struct walk_order {
+  using trie_type = walk_all<Roots...>;
+  static constexpr std::size_t size = trie_type::count;
+
+private:
+  using top = typename trie_top<trie_type>::type;
+  template <std::size_t K>
+  static constexpr const std::array<bucket_view, 16>& row_of =
+      row_views<typename row_at<top, K>::type>::value;
+
+public:
+  static constexpr identities<size> value = gather<size>(
+      row_of<0>, row_of<1>, row_of<2>, row_of<3>, row_of<4>, row_of<5>, row_of<6>, row_of<7>,
+      row_of<8>, row_of<9>, row_of<10>, row_of<11>, row_of<12>, row_of<13>, row_of<14>, row_of<15>);
 };
 
 /// The node whose identity is H (registered): node_ref<H>, or the leaf itself.
@@ -383,17 +404,17 @@ struct node_of<H, expr<Op>> {
   using type = expr<Op>;
 };
 
-template <class Trie, class Seq = std::make_index_sequence<Trie::count>>
+template <class Order, class Seq = std::make_index_sequence<Order::size>>
 struct order_of;
-template <class Trie, std::size_t... I>
-struct order_of<Trie, std::index_sequence<I...>> {
-  using type = type_list<typename node_of<post_order<Trie>::value.v[I]>::type...>;
+template <class Order, std::size_t... I>
+struct order_of<Order, std::index_sequence<I...>> {
+  using type = type_list<typename node_of<Order::value.v[I]>::type...>;
 };
 } // namespace detail
 
 /// `type_list` of the distinct nodes reachable from `Roots`, children before parents.
 template <class... Roots>
-using topological_order = typename detail::order_of<detail::walk_all<Roots...>>::type;
+using topological_order = typename detail::order_of<detail::walk_order<Roots...>>::type;
 #else
 namespace detail {
 /// The nested form's post-order, the same as the walk's above: the last root's nodes first.
