@@ -130,6 +130,14 @@ struct registry_shard;
     struct node_entry {                                                                            \
       friend constexpr auto node_def(node_key<H>) { return Def{}; }                                \
     };                                                                                             \
+    template <std::uint64_t H>                                                                     \
+    struct walk_key {                                                                              \
+      friend constexpr auto walk_def(walk_key);                                                    \
+    };                                                                                             \
+    template <std::uint64_t H, class Def>                                                          \
+    struct walk_entry {                                                                            \
+      friend constexpr auto walk_def(walk_key<H>) { return Def{}; }                                \
+    };                                                                                             \
   }                                                                                                \
   template <>                                                                                      \
   struct registry_shard<T * 16 + K> {                                                              \
@@ -137,6 +145,10 @@ struct registry_shard;
     using key = registry_##T##_##K::node_key<H>;                                                   \
     template <std::uint64_t H, class Def>                                                          \
     using entry = registry_##T##_##K::node_entry<H, Def>;                                          \
+    template <std::uint64_t H>                                                                     \
+    using walk_key = registry_##T##_##K::walk_key<H>;                                              \
+    template <std::uint64_t H, class Def>                                                          \
+    using walk_entry = registry_##T##_##K::walk_entry<H, Def>;                                     \
   };
 #define TYPEFLOW_REGISTRY_SHARDS16(T)                                                              \
   TYPEFLOW_REGISTRY_SHARD(T, 0)                                                                    \
@@ -183,6 +195,13 @@ using node_key = typename registry_shard<H & 255u>::template key<H>;
 /// Defines node_def(node_key<H>) as returning Def (instantiated by make_node).
 template <std::uint64_t H, class Def>
 using node_entry = typename registry_shard<H & 255u>::template entry<H, Def>;
+/// The same for the structures of graph/traverse.hpp's walk (its visited set's buckets and rows,
+/// its stack's frames), under a name of their own: walk_def(walk_key<H>{}) returns the structure
+/// registered as H by instantiating walk_entry<H, Def>.
+template <std::uint64_t H>
+using walk_key = typename registry_shard<H & 255u>::template walk_key<H>;
+template <std::uint64_t H, class Def>
+using walk_entry = typename registry_shard<H & 255u>::template walk_entry<H, Def>;
 } // namespace detail
 
 /// A node with operands, named by its identity H. It is its definition (it derives from
