@@ -69,7 +69,9 @@ def main() -> int:
     parser.add_argument("objects", nargs="+")
     args = parser.parse_args()
     failed = False
-    for obj in args.objects:
+    # CTest passes a target's several objects as one argument, separated by semicolons.
+    objects = [o for arg in args.objects for o in arg.split(";") if o]
+    for obj in objects:
         launched, compiled = kernels(obj, args.nm, args.cxxfilt)
         if not launched or not compiled:
             print(f"{obj}: no kernels found ({len(launched)} launched, {len(compiled)} compiled): "
