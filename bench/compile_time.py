@@ -24,10 +24,11 @@ With --transformer it is issue 43's series: N pre-norm transformer blocks writte
 (`ty::transformer_block`: layer_norm, one qkv layer, attention<causal>, a gelu MLP; default N:
 1 2 4 8 12 16). Series tables end with each row's cost per layer added since the row
 before. With --variables: N scalar variables, the sum of their squares minimised by Momentum (a
-training op of 2N + 1 assignments; default N: 50 100 200 300).
+training op of 2N + 1 assignments; default N: 50 100 200 300). With --debug a series compiles
+at -O0 -g, as a Debug build does, instead of -O2.
 Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --transformer |
                                       --transformer-fused | --variables | --quickstart | --mnist]
-                                      [--nvcc] [N ...]
+                                      [--nvcc | --debug] [N ...]
 (default N: 25 50 100 200).
 """
 import csv
@@ -252,8 +253,8 @@ def limit_flags(cxx: str) -> list:
 
 def compile_file(src: pathlib.Path, cxx: str, opt: str, out: pathlib.Path,
                  defs: list = ()) -> tuple[float, float]:
-    cmd = ["/usr/bin/time", "-f", "%e %M", cxx, "-std=c++20", opt, *defs, *limit_flags(cxx),
-           f"-I{INCLUDE}", "-c", str(src), "-o", str(out)]
+    cmd = ["/usr/bin/time", "-f", "%e %M", cxx, "-std=c++20", *opt.split(), *defs,
+           *limit_flags(cxx), f"-I{INCLUDE}", "-c", str(src), "-o", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"compile failed for {src.name}:\n{done.stderr[-4000:]}")
@@ -282,7 +283,7 @@ def compile_cuda(src: pathlib.Path, nvcc: str, out: pathlib.Path) -> tuple[float
     return float(secs), int(kb) / 1024, cicc_ms / 1000
 
 
-def measure(n: int, cxx: str, mode: str, nvcc: str = "") -> tuple:
+def measure(n: int, cxx: str, mode: str, nvcc: str = "", opt: str = "-O2") -> tuple:
     with tempfile.TemporaryDirectory() as tmp:
         src = pathlib.Path(tmp) / f"graph_{n}.{'cu' if nvcc else 'cpp'}"
         src.write_text(shared_source(n) if mode == "shared" else
@@ -294,7 +295,7 @@ def measure(n: int, cxx: str, mode: str, nvcc: str = "") -> tuple:
                        source(n, mode == "grad"))
         if nvcc:
             return compile_cuda(src, nvcc, pathlib.Path(tmp) / "graph.o")
-        return compile_file(src, cxx, "-O2", pathlib.Path(tmp) / "graph.o")
+        return compile_file(src, cxx, opt, pathlib.Path(tmp) / "graph.o")
 
 
 def main() -> None:
@@ -348,11 +349,14 @@ def main() -> None:
         return
     # The last two columns: what each layer added since the row before (the slope that must
     # stay flat for a linear front end).
-    print(f"| {what} | compile s ({cxx} -O2) | peak MiB | s per added layer | MiB per added layer |")
+    # --debug: as a Debug build compiles the program (-O0 -g), where debug records cost memory.
+    opt = "-O0 -g" if "--debug" in args else "-O2"
+    print(f"| {what} | compile s ({cxx} {opt}) | peak MiB | s per added layer "
+          "| MiB per added layer |")
     print("|---:|---:|---:|---:|---:|")
     prev = None
     for n in sizes:
-        secs, mib = measure(n, cxx, mode)
+        secs, mib = measure(n, cxx, mode, opt=opt)
         slope = "" if prev is None else (f"{(secs - prev[1]) / (n - prev[0]):.2f} | "
                                          f"{(mib - prev[2]) / (n - prev[0]):.0f}")
         print(f"| {n} | {secs:.1f} | {mib:.0f} | {slope or ' | '} |", flush=True)
