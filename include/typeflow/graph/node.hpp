@@ -120,24 +120,22 @@ namespace detail {
 #endif
 template <unsigned Shard>
 struct registry_shard;
+/// One registry in a shard: Key<H> declares Def(Key<H>), which Entry<H, D> defines as returning
+/// D{} when it is instantiated. Nodes and the walk's structures (graph/traverse.hpp) have one
+/// each, under names of their own, so that neither look-up scans the other's functions.
+#define TYPEFLOW_REGISTRY(Key, Entry, Def)                                                         \
+  template <std::uint64_t H>                                                                       \
+  struct Key {                                                                                     \
+    friend constexpr auto Def(Key);                                                                \
+  };                                                                                               \
+  template <std::uint64_t H, class D>                                                              \
+  struct Entry {                                                                                   \
+    friend constexpr auto Def(Key<H>) { return D{}; }                                              \
+  };
 #define TYPEFLOW_REGISTRY_SHARD(T, K)                                                              \
   namespace registry_##T##_##K {                                                                   \
-    template <std::uint64_t H>                                                                     \
-    struct node_key {                                                                              \
-      friend constexpr auto node_def(node_key);                                                    \
-    };                                                                                             \
-    template <std::uint64_t H, class Def>                                                          \
-    struct node_entry {                                                                            \
-      friend constexpr auto node_def(node_key<H>) { return Def{}; }                                \
-    };                                                                                             \
-    template <std::uint64_t H>                                                                     \
-    struct walk_key {                                                                              \
-      friend constexpr auto walk_def(walk_key);                                                    \
-    };                                                                                             \
-    template <std::uint64_t H, class Def>                                                          \
-    struct walk_entry {                                                                            \
-      friend constexpr auto walk_def(walk_key<H>) { return Def{}; }                                \
-    };                                                                                             \
+    TYPEFLOW_REGISTRY(node_key, node_entry, node_def)                                              \
+    TYPEFLOW_REGISTRY(walk_key, walk_entry, walk_def)                                              \
   }                                                                                                \
   template <>                                                                                      \
   struct registry_shard<T * 16 + K> {                                                              \
@@ -185,6 +183,7 @@ TYPEFLOW_REGISTRY_SHARDS16(14)
 TYPEFLOW_REGISTRY_SHARDS16(15)
 #undef TYPEFLOW_REGISTRY_SHARDS16
 #undef TYPEFLOW_REGISTRY_SHARD
+#undef TYPEFLOW_REGISTRY
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -195,8 +194,8 @@ using node_key = typename registry_shard<H & 255u>::template key<H>;
 /// Defines node_def(node_key<H>) as returning Def (instantiated by make_node).
 template <std::uint64_t H, class Def>
 using node_entry = typename registry_shard<H & 255u>::template entry<H, Def>;
-/// The same for the structures of graph/traverse.hpp's walk (its visited set's buckets and rows,
-/// its stack's frames), under a name of their own: walk_def(walk_key<H>{}) returns the structure
+/// The same for the structures of graph/traverse.hpp's walk (its visited set's rows and its
+/// stack's frames), under a name of their own: walk_def(walk_key<H>{}) returns the structure
 /// registered as H by instantiating walk_entry<H, Def>.
 template <std::uint64_t H>
 using walk_key = typename registry_shard<H & 255u>::template walk_key<H>;

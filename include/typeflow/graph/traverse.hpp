@@ -281,9 +281,9 @@ template <std::size_t C, class Top, class N, std::uint64_t Below, std::uint64_t 
 struct walk_pop<trie<C, Top>, N, Below, H> {
   // A leaf enters the registry here (a node with operands did as make_node made it).
   static_assert(sizeof(typeflow::detail::node_entry<H, def_t<N>>) > 0);
-  static constexpr std::uint64_t old_mid = row_at<Top, top_of(H)>::type::value;
-  static constexpr std::uint64_t new_mid = row_hash_add(old_mid, H, C);
-  using mid = typename row_at<Top, top_of(H)>::type::type;
+  using mid_ref = typename row_at<Top, top_of(H)>::type;
+  using mid = typename mid_ref::type;
+  static constexpr std::uint64_t new_mid = row_hash_add(mid_ref::value, H, C);
   static_assert(
       sizeof(typeflow::detail::walk_entry<
              new_mid, typename row_with<mid, mid_of(H),
