@@ -102,15 +102,16 @@ namespace detail {
 // those bases). The order comes back as the identities in post-order, the nodes from the
 // registry.
 //
-// The walk's structures are hash-consed as the nodes are: a row of buckets and a frame of the
-// stack are registered under a 64-bit hash of their contents (walk_entry, graph/node.hpp), and
-// what holds them names them by that number (ref<H>). A walk's state, a top row of 16 numbers
-// and the top frame, so spells neither the visited set nor the stack, and every class of the walk
-// has a name of bounded length: a bucket (n / 256 entries) is the longest. With -g, g++ writes
-// the name of every class it instantiates into its debug information; when the trie and the stack
-// were types, each step's name spelled the whole visited set and the stack (O(n^2) characters
-// per walk), and the 300-variable test needed 10 GB of g++ at -O0 -g where it needed 2.2 GB
-// without -g (bench/README.md, *Debug builds*).
+// The trie's rows are hash-consed as the nodes are: a row of buckets is registered under a
+// 64-bit hash of its contents (walk_entry, graph/node.hpp), and the top row names it by that
+// number (ref<H>). A walk's state, a top row of 16 numbers and the stack, so does not spell the
+// visited set: a bucket (n / 256 entries) is the longest part of a name. With -g, g++ writes the
+// name of every class it instantiates into its debug information; when the trie was a type,
+// each step's name spelled the whole visited set (O(n^2) characters per walk), and the
+// 300-variable test needed 10 GB of g++ at -O0 -g where it needed 2.2 GB without -g
+// (bench/README.md, *Debug builds*). The stack's frames nest (a name grows with the depth of the
+// walk, not with what it has visited): registered too, they cost g++ 3 % more memory at -O2 and
+// saved at most 3 % with -g (bench/README.md, *The stack's frames nest again*).
 template <std::uint64_t H, std::size_t I>
 struct entry {};
 template <class... E>
@@ -124,27 +125,22 @@ template <std::size_t Count, class Top>
 struct trie {
   enum : std::size_t { count = Count }; // an enumerator: no symbol named after the trie
 };
-/// The structure registered as H (a row or a frame), and H. The walk names it ref<H> before it
-/// reads it, and registers it first.
+/// The row registered as H, and H. The walk names it ref<H> before it reads it, and registers it
+/// first.
 template <std::uint64_t H>
 struct ref {
   static constexpr std::uint64_t value = H;
   using type = decltype(walk_def(typeflow::detail::walk_key<H>{}));
 };
-/// Hashes of contents, each updated in a few operations as the walk adds to a structure (g++
-/// keeps a tree for every value a constant evaluation makes: mixing the 16 members of a row at
-/// every step cost a fifth more time). A row's is the sum of a mix of its entries (identity and
-/// place), so adding one updates it in a few operations: a set of entries determines the row,
-/// since a bucket holds its entries in the order of their places. A frame's folds its node, the
-/// index of its next operand and the frame below. The parts are themselves hashes, so two
-/// different structures share a hash with probability about 2^-64; if they did, the second
-/// registration would be a redefinition error, never a silent mix-up.
+/// A row's hash, updated in a few operations as the walk adds to it (g++ keeps a tree for every
+/// value a constant evaluation makes: mixing the 16 members of a row at every step cost a fifth
+/// more time): the sum of a mix of its entries (identity and place); a set of entries determines
+/// the row, since a bucket holds its entries in the order of their places. The parts are
+/// themselves hashes, so two different rows share a hash with probability about 2^-64; if they
+/// did, the second registration would be a redefinition error, never a silent mix-up.
 constexpr std::uint64_t empty_row_hash = 0x726f770000000002ull;
 constexpr std::uint64_t row_hash_add(std::uint64_t row, std::uint64_t h, std::size_t i) {
   return row + (h ^ (i * 0xbf58476d1ce4e5b9ull)) * 0x9e3779b97f4a7c15ull;
-}
-constexpr std::uint64_t frame_hash(std::uint64_t node, std::size_t k, std::uint64_t below) {
-  return ((node ^ (below * 0xbf58476d1ce4e5b9ull)) * 0x9e3779b97f4a7c15ull) ^ k;
 }
 /// Member I of a row of 16, by one partial specialization per position (std::tuple_element
 /// instantiated a chain of helpers per look-up).
@@ -238,12 +234,10 @@ using empty_trie = empty_trie_def::type;
 // it can: one walk_steps<S, 0> and either a walk_visit or a walk_pop (which adds to the trie
 // itself); a frame says whether its node has operands left, and a run of four steps costs a
 // third of a class per step where doubling cost one (figures in bench/README.md, *Plain arrays
-// in the compiler's tables*). A frame names the frame below it by its registered hash (the
-// bottom frame by no_frame).
+// in the compiler's tables*). A frame holds the frame below it (the bottom frame stack_end).
 template <class... Roots>
 struct walk_roots {};
 struct stack_end {};
-constexpr std::uint64_t no_frame = 0;
 template <class Def>
 struct operands_of_def;
 template <class Op, class... Cs>
@@ -259,25 +253,17 @@ struct operands_of<walk_roots<Roots...>> {
   static constexpr std::size_t size = sizeof...(Roots);
 };
 
-template <class N, std::size_t K, std::uint64_t Below, bool More = (K < operands_of<N>::size)>
+template <class N, std::size_t K, class Below, bool More = (K < operands_of<N>::size)>
 struct frame {};
 template <class Trie, class Stack>
 struct walk_state {};
-/// The stack below a frame: the registered frame, or the empty stack.
-template <std::uint64_t Below>
-struct frame_below : ref<Below> {};
-template <>
-struct frame_below<no_frame> {
-  using type = stack_end;
-};
 
 /// After node N's operands: N enters the trie (the roots' frame only leaves the stack). The
 /// trie's rows are named here and in walk_visit, not through classes of their own (trie_has,
 /// trie_add): a class instantiated per edge or per node costs g++ a few KB each.
-template <class T, class N, std::uint64_t Below,
-          std::uint64_t H = typeflow::detail::node_hash<N>::value>
+template <class T, class N, class Below, std::uint64_t H = typeflow::detail::node_hash<N>::value>
 struct walk_pop;
-template <std::size_t C, class Top, class N, std::uint64_t Below, std::uint64_t H>
+template <std::size_t C, class Top, class N, class Below, std::uint64_t H>
 struct walk_pop<trie<C, Top>, N, Below, H> {
   // A leaf enters the registry here (a node with operands did as make_node made it).
   static_assert(sizeof(typeflow::detail::node_entry<H, def_t<N>>) > 0);
@@ -289,19 +275,16 @@ struct walk_pop<trie<C, Top>, N, Below, H> {
              new_mid, typename row_with<mid, mid_of(H),
                                         typename bucket_add<typename row_at<mid, mid_of(H)>::type,
                                                             H, C>::type>::type>) > 0);
-  using type = walk_state<trie<C + 1, typename row_with<Top, top_of(H), ref<new_mid>>::type>,
-                          typename frame_below<Below>::type>;
+  using type =
+      walk_state<trie<C + 1, typename row_with<Top, top_of(H), ref<new_mid>>::type>, Below>;
 };
-template <class T, class N, std::size_t K, std::uint64_t Below, class C, bool Seen>
+template <class T, class N, std::size_t K, class Below, class C, bool Seen>
 struct walk_visit {
   using type = walk_state<T, frame<N, K + 1, Below>>;
 };
-template <class T, class N, std::size_t K, std::uint64_t Below, class C>
+template <class T, class N, std::size_t K, class Below, class C>
 struct walk_visit<T, N, K, Below, C, false> {
-  static constexpr std::uint64_t pushed =
-      frame_hash(typeflow::detail::node_hash<N>::value, K + 1, Below);
-  static_assert(sizeof(typeflow::detail::walk_entry<pushed, frame<N, K + 1, Below>>) > 0);
-  using type = walk_state<T, frame<C, 0, pushed>>;
+  using type = walk_state<T, frame<C, 0, frame<N, K + 1, Below>>>;
 };
 /// Whether the trie whose top row is Top holds H.
 template <class Top, std::uint64_t H>
@@ -320,17 +303,17 @@ struct walk_steps<walk_state<T, stack_end>, 0> {
   using type = walk_state<T, stack_end>;
 };
 /// One step: N's next operand is visited (or skipped, if seen), or N is done.
-template <std::size_t Count, class Top, class N, std::size_t K, std::uint64_t Below>
+template <std::size_t Count, class Top, class N, std::size_t K, class Below>
 struct walk_steps<walk_state<trie<Count, Top>, frame<N, K, Below, true>>, 0>
     : walk_visit<trie<Count, Top>, N, K, Below, pack_element_t<K, typename operands_of<N>::type>,
                  top_has<Top, typeflow::detail::node_hash<pack_element_t<
                                   K, typename operands_of<N>::type>>::value>::value> {};
-template <std::size_t Count, class Top, class N, std::size_t K, std::uint64_t Below>
+template <std::size_t Count, class Top, class N, std::size_t K, class Below>
 struct walk_steps<walk_state<trie<Count, Top>, frame<N, K, Below, false>>, 0>
     : walk_pop<trie<Count, Top>, N, Below> {};
-template <std::size_t Count, class Top, class... Roots, std::size_t K, std::uint64_t Below>
+template <std::size_t Count, class Top, class... Roots, std::size_t K, class Below>
 struct walk_steps<walk_state<trie<Count, Top>, frame<walk_roots<Roots...>, K, Below, false>>, 0> {
-  using type = walk_state<trie<Count, Top>, typename frame_below<Below>::type>;
+  using type = walk_state<trie<Count, Top>, Below>;
 };
 template <class S>
 struct walk_done : std::false_type {};
@@ -354,7 +337,7 @@ struct walk_trie<walk_state<T, stack_end>> {
 /// The trie T extended by the nodes that Roots need, in one walk.
 template <class T, class... Roots>
 using walk_from = typename walk_trie<
-    typename walk_run<walk_state<T, frame<walk_roots<Roots...>, 0, no_frame>>, 0>::type>::type;
+    typename walk_run<walk_state<T, frame<walk_roots<Roots...>, 0, stack_end>>, 0>::type>::type;
 /// The last root is walked alone and all the roots then continue its trie: the walk of a root
 /// alone is then the start of every walk that ends with it, and the compiler instantiates it
 /// once. A session's `initialize(train)` walks `train`; its plan for `fetch(loss, train)` starts
