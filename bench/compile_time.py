@@ -25,10 +25,15 @@ With --transformer it is issue 43's series: N pre-norm transformer blocks writte
 1 2 4 8 12 16). Series tables end with each row's cost per layer added since the row
 before. With --variables: N scalar variables, the sum of their squares minimised by Momentum (a
 training op of 2N + 1 assignments; default N: 50 100 200 300). With --debug a series compiles
-at -O0 -g, as a Debug build does, instead of -O2.
+at -O0 -g, as a Debug build does, instead of -O2. With --rounds=R every size of a series is compiled
+R times, the rounds in turn (each round's order the reverse of the one before, so that a drift in
+the host's speed reaches every size alike), and the table gives each size's fastest run (user CPU
+seconds of the compiler, the least disturbed by a noisy host), every run's wall seconds, and the
+slopes between the fastest runs; it ends with issue 43's rule: the cost per layer of the last
+interval over that of the first, in time and in memory (linear: at most 1.2).
 Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --transformer |
                                       --transformer-fused | --variables | --quickstart | --mnist]
-                                      [--nvcc | --debug] [N ...]
+                                      [--nvcc | --debug] [--rounds=R] [N ...]
 (default N: 25 50 100 200).
 """
 import csv
@@ -252,14 +257,15 @@ def limit_flags(cxx: str) -> list:
 
 
 def compile_file(src: pathlib.Path, cxx: str, opt: str, out: pathlib.Path,
-                 defs: list = ()) -> tuple[float, float]:
-    cmd = ["/usr/bin/time", "-f", "%e %M", cxx, "-std=c++20", *opt.split(), *defs,
+                 defs: list = ()) -> tuple[float, float, float]:
+    """Wall seconds, user CPU seconds and peak resident MiB of one compile."""
+    cmd = ["/usr/bin/time", "-f", "%e %U %M", cxx, "-std=c++20", *opt.split(), *defs,
            *limit_flags(cxx), f"-I{INCLUDE}", "-c", str(src), "-o", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"compile failed for {src.name}:\n{done.stderr[-4000:]}")
-    secs, kb = done.stderr.strip().splitlines()[-1].split()
-    return float(secs), int(kb) / 1024
+    secs, user, kb = done.stderr.strip().splitlines()[-1].split()
+    return float(secs), float(user), int(kb) / 1024
 
 
 def compile_cuda(src: pathlib.Path, nvcc: str, out: pathlib.Path) -> tuple[float, float, float]:
@@ -311,15 +317,15 @@ def main() -> None:
                 # typeflow_src.cpp (TYPEFLOW_SEPARATE_COMPILATION, as its CMake targets define).
                 defs = ["-DTYPEFLOW_SEPARATE_COMPILATION"] if flag == "--mnist" else []
                 for opt in ("-O0", "-O2"):
-                    secs, mib = compile_file(ROOT / "examples" / path, cxx, opt,
-                                             pathlib.Path(tmp) / "q.o", defs)
+                    secs, _, mib = compile_file(ROOT / "examples" / path, cxx, opt,
+                                                pathlib.Path(tmp) / "q.o", defs)
                     print(f"| {opt} | {secs:.1f} | {mib:.0f} |", flush=True)
                 if flag == "--mnist":
                     # The main job's other translation units, at -O2: typeflow's out-of-line
                     # code, the data input, and the flags with CLI11.
                     for other in ("typeflow_src.cpp", "data.cpp", "flags.cpp"):
-                        secs, mib = compile_file(ROOT / "examples" / "mnist" / other, cxx, "-O2",
-                                                 pathlib.Path(tmp) / "f.o", defs)
+                        secs, _, mib = compile_file(ROOT / "examples" / "mnist" / other, cxx,
+                                                    "-O2", pathlib.Path(tmp) / "f.o", defs)
                         print(f"| {other} -O2 | {secs:.1f} | {mib:.0f} |", flush=True)
             return
     mode = ("grad" if "--grad" in args else "shared" if "--shared" in args else
@@ -327,6 +333,7 @@ def main() -> None:
             "transformer" if "--transformer" in args else
             "transformer-fused" if "--transformer-fused" in args else
             "variables" if "--variables" in args else "chain")
+    rounds = next((int(a.split("=", 1)[1]) for a in args if a.startswith("--rounds=")), 1)
     sizes = [int(a) for a in args if not a.startswith("--")] or (
         [2, 4, 8, 12, 16, 20] if mode == "residual" else [2, 50, 1000] if mode == "repeat" else
         [1, 2, 4, 8, 16] if mode == "transformer" else
@@ -351,16 +358,52 @@ def main() -> None:
     # stay flat for a linear front end).
     # --debug: as a Debug build compiles the program (-O0 -g), where debug records cost memory.
     opt = "-O0 -g" if "--debug" in args else "-O2"
+    if rounds > 1:
+        series_in_rounds(sizes, rounds, what, cxx, mode, opt)
+        return
     print(f"| {what} | compile s ({cxx} {opt}) | peak MiB | s per added layer "
           "| MiB per added layer |")
     print("|---:|---:|---:|---:|---:|")
     prev = None
     for n in sizes:
-        secs, mib = measure(n, cxx, mode, opt=opt)
+        secs, _, mib = measure(n, cxx, mode, opt=opt)
         slope = "" if prev is None else (f"{(secs - prev[1]) / (n - prev[0]):.2f} | "
                                          f"{(mib - prev[2]) / (n - prev[0]):.0f}")
         print(f"| {n} | {secs:.1f} | {mib:.0f} | {slope or ' | '} |", flush=True)
         prev = (n, secs, mib)
+
+
+def series_in_rounds(sizes: list, rounds: int, what: str, cxx: str, mode: str, opt: str) -> None:
+    """A series compiled `rounds` times in turn; each size's fastest run, and the linearity rule."""
+    runs: dict = {n: [] for n in sizes}
+    for r in range(rounds):
+        for n in (sizes if r % 2 == 0 else sizes[::-1]):
+            runs[n].append(measure(n, cxx, mode, opt=opt))
+            wall, user, mib = runs[n][-1]
+            print(f"round {r + 1}: {n}: {wall:.1f} s wall, {user:.1f} s user, {mib:.0f} MiB",
+                  file=sys.stderr, flush=True)
+    best = {n: (min(u for _, u, _ in runs[n]), max(m for _, _, m in runs[n])) for n in sizes}
+    print(f"| {what} | user s ({cxx} {opt}, fastest of {rounds}) | wall s, every run | peak MiB "
+          "| user s per added layer | MiB per added layer |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    slopes = []
+    for k, n in enumerate(sizes):
+        walls = ", ".join(f"{w:.1f}" for w, _, _ in runs[n])
+        slope = " | "
+        if k > 0:
+            m = sizes[k - 1]
+            slopes.append(((best[n][0] - best[m][0]) / (n - m), (best[n][1] - best[m][1]) / (n - m),
+                           f"{m} to {n}"))
+            slope = f"{slopes[-1][0]:.2f} | {slopes[-1][1]:.0f}"
+        print(f"| {n} | {best[n][0]:.1f} | {walls} | {best[n][1]:.0f} | {slope} |")
+    if len(slopes) >= 2:
+        (t0, m0, i0), (t1, m1, i1) = slopes[0], slopes[-1]
+
+        def ratio(last: float, first: float) -> str:
+            return (f"{last / first:.2f}x" if first > 0 else
+                    "no ratio (the first interval's cost is not above zero: within the noise)")
+        print(f"\nA layer from {i1} over one from {i0}: {ratio(t1, t0)} in time, {ratio(m1, m0)} in "
+              "memory (issue 43: linear is at most 1.2x).")
 
 
 if __name__ == "__main__":

@@ -269,7 +269,9 @@ struct walk_pop<trie<C, Top>, N, Below, H> {
   static_assert(sizeof(typeflow::detail::node_entry<H, def_t<N>>) > 0);
   using mid_ref = typename row_at<Top, top_of(H)>::type;
   using mid = typename mid_ref::type;
-  static constexpr std::uint64_t new_mid = row_hash_add(mid_ref::value, H, C);
+  // An enumerator, not a static member: g++ gives every static member it instantiates a symbol,
+  // and this class's name spells the stack.
+  enum : std::uint64_t { new_mid = row_hash_add(mid_ref::value, H, C) };
   static_assert(
       sizeof(typeflow::detail::walk_entry<
              new_mid, typename row_with<mid, mid_of(H),
