@@ -346,6 +346,8 @@ def main() -> None:
             "transformer": "pre-norm transformer, N blocks, gradient + Adam",
             "transformer-fused": "ty::transformer_block x N, gradient + Adam",
             "variables": "N scalar variables, Momentum"}[mode]
+    if "--nvcc" in args and rounds > 1:
+        sys.exit("--rounds times g++ or clang series, not --nvcc")
     if "--nvcc" in args:
         nvcc = os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc")
         print(f"| {what} | nvcc -O2 s | of which cicc s | peak MiB |")
