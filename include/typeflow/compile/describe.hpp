@@ -18,9 +18,9 @@ namespace typeflow::compile {
 /// its whole readable form (to_string); without, a short label (`conv2d(%3, conv1/weights)`:
 /// operands by index, leaves by name). Strings are built by appending: g++ 12 warns falsely
 /// (-Wrestrict, bug 105329) on `"literal" + std::string` at -O2.
-TYPEFLOW_DECL std::vector<std::string> node_texts(const print_entry* entries, std::size_t size,
-                                                  const std::size_t* edge_begin,
-                                                  const std::size_t* edges, bool spell)
+TYPEFLOW_DECL_DEFERRED std::vector<std::string>
+node_texts(const print_entry* entries, std::size_t size, const std::size_t* edge_begin,
+           const std::size_t* edges, bool spell)
 #if TYPEFLOW_BODIES
 {
   std::vector<std::string> out(size);
@@ -83,7 +83,7 @@ constexpr std::string_view kind_name(node_kind k) {
 }
 
 /// A readable listing of the steps: `%index = kind text`, with the number of fused ops.
-TYPEFLOW_DECL std::string describe(const plan_view& v)
+TYPEFLOW_DECL_DEFERRED std::string describe(const plan_view& v)
 #if TYPEFLOW_BODIES
 {
   using graph::step_kind;
@@ -122,8 +122,8 @@ TYPEFLOW_DECL std::string describe(const plan_view& v)
 /// (`gpu`), and whether the GPUs' float32 products may use TF32: its dtype, or, for a
 /// convolution or matmul (alone or with its epilogue) of float32 whose products follow a lower
 /// precision, that precision's products with float32 sums.
-TYPEFLOW_DECL std::string compute_dtype(const plan_view& v, std::size_t i, precision cpu,
-                                        bool gpu_tf32, precision gpu)
+TYPEFLOW_DECL_DEFERRED std::string compute_dtype(const plan_view& v, std::size_t i, precision cpu,
+                                                 bool gpu_tf32, precision gpu)
 #if TYPEFLOW_BODIES
 {
   const std::size_t p = v.step[i] == graph::step_kind::epilogue ? v.producer[i] : i;
@@ -145,8 +145,8 @@ TYPEFLOW_DECL std::string compute_dtype(const plan_view& v, std::size_t i, preci
 
 /// describe() with each step's device and compute dtype (see compute_dtype), and every transfer
 /// after the step that produces its tensor.
-TYPEFLOW_DECL std::string describe_placement(const plan_view& v, precision cpu, bool gpu_tf32,
-                                             precision gpu)
+TYPEFLOW_DECL_DEFERRED std::string describe_placement(const plan_view& v, precision cpu,
+                                                      bool gpu_tf32, precision gpu)
 #if TYPEFLOW_BODIES
 {
   std::string s;

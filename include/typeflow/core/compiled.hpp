@@ -16,6 +16,15 @@
 // source of the same target. Mixing the two modes in one program breaks the one-definition rule.
 #pragma once
 
+// Header-only, a non-template inline function is parsed in every translation unit, and g++ then
+// instantiates every template its body uses at the end of the unit, whether or not the program
+// calls it: nlohmann-json's DOM, parser and serializer for the checkpoint and trace files, the
+// containers of the graph pictures and descriptions. The free functions a program may never
+// call are therefore declared TYPEFLOW_DECL_DEFERRED (TYPEFLOW_INLINE_DEFERRED where they were
+// inline in both modes): header-only, a function template with one defaulted parameter, so a
+// call `f(args)` reads as before and nothing is instantiated until a program calls it
+// (bench/README.md, *Deferred bodies*).
+// With TYPEFLOW_SEPARATE_COMPILATION they are the ordinary functions TYPEFLOW_DECL declares.
 #if defined(TYPEFLOW_SEPARATE_COMPILATION)
 #define TYPEFLOW_DECL
 #if defined(TYPEFLOW_COMPILING_SOURCE)
@@ -23,9 +32,17 @@
 #else
 #define TYPEFLOW_BODIES 0
 #endif
+#define TYPEFLOW_DECL_DEFERRED
+#define TYPEFLOW_INLINE_DEFERRED inline
 #else
 /// How an out-of-line-capable function is declared: `inline` when header-only.
 #define TYPEFLOW_DECL inline
 /// Whether this translation unit compiles the bodies of those functions.
 #define TYPEFLOW_BODIES 1
+// clang-format off
+/// A TYPEFLOW_DECL free function instantiated only where a program calls it.
+#define TYPEFLOW_DECL_DEFERRED template <class = void> inline
+/// An inline free function instantiated only where a program calls it.
+#define TYPEFLOW_INLINE_DEFERRED template <class = void> inline
+// clang-format on
 #endif

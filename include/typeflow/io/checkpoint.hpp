@@ -181,10 +181,9 @@ inline std::string printable(std::string_view s) {
 /// header never holds: true, false, null, numbers other than 64-bit integers, nesting deeper than
 /// max_json_depth. Every error is a typeflow::error starting with `prefix`. (Not nlohmann's
 /// callback parser: it rescans the parent at the end of every object, quadratic in the tensors.)
+template <class json>
 class header_builder {
 public:
-  using json = nlohmann::json;
-
   header_builder(std::string prefix, std::vector<std::string>& top_keys)
       : prefix_(std::move(prefix)), top_keys_(top_keys) {}
 
@@ -223,7 +222,8 @@ public:
     return true;
   }
   bool key(json::string_t& k) {
-    const auto [at, inserted] = open_.back()->get_ref<json::object_t&>().emplace(k, nullptr);
+    const auto [at, inserted] =
+        open_.back()->template get_ref<typename json::object_t&>().emplace(k, nullptr);
     if (!inserted)
       throw fail("duplicate key " + quote_name(k));
     if (open_.size() == 1)
@@ -262,7 +262,7 @@ private:
     if (open_.empty())
       return &(root = std::move(v));
     if (auto& parent = *open_.back(); parent.is_array()) {
-      auto& items = parent.get_ref<json::array_t&>();
+      auto& items = parent.template get_ref<typename json::array_t&>();
       items.push_back(std::move(v));
       return &items.back(); // stable while it is open: nothing is added to `items` meanwhile
     }
@@ -277,9 +277,10 @@ private:
 
 /// Parses a safetensors header (see header_builder); `top_keys` gets the keys of the top-level
 /// object in header order.
-inline nlohmann::json parse_header(const std::string& header, const std::string& prefix,
-                                   std::vector<std::string>& top_keys) {
-  header_builder b(prefix, top_keys);
+TYPEFLOW_INLINE_DEFERRED nlohmann::json parse_header(const std::string& header,
+                                                     const std::string& prefix,
+                                                     std::vector<std::string>& top_keys) {
+  header_builder<nlohmann::json> b(prefix, top_keys);
   // nlohmann takes a NUL byte for the end of the input and skips a leading byte-order mark.
   if (const auto at = header.find('\0'); at != std::string::npos)
     throw b.fail_at("unexpected byte 0x00", at);
@@ -389,7 +390,7 @@ inline bool byte_count(std::span<const std::uint64_t> dims, std::size_t elem, st
 /// SIGKILL, a power cut): only those whose process no longer exists (kill(pid, 0) says ESRCH),
 /// so a live process's temporary is never touched. Best-effort: a file that cannot be removed
 /// stays. Returns how many were removed.
-TYPEFLOW_DECL std::size_t remove_stale_temporaries(const fs::path& file)
+TYPEFLOW_DECL_DEFERRED std::size_t remove_stale_temporaries(const fs::path& file)
 #if TYPEFLOW_BODIES
 {
   const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
@@ -423,9 +424,9 @@ TYPEFLOW_DECL std::size_t remove_stale_temporaries(const fs::path& file)
 /// as it was and the temporary removed; temporaries of dead writers are removed first (see
 /// remove_stale_temporaries). (Two threads of one process must not save to the same `file` at
 /// once.)
-TYPEFLOW_DECL void write_file(const fs::path& file, std::span<const tensor_ref> ts,
-                              const std::map<std::string, std::string>& metadata,
-                              std::string_view what)
+TYPEFLOW_DECL_DEFERRED void write_file(const fs::path& file, std::span<const tensor_ref> ts,
+                                       const std::map<std::string, std::string>& metadata,
+                                       std::string_view what)
 #if TYPEFLOW_BODIES
 {
   const std::string prefix = std::string(what) + " " + file.string() + ": ";
@@ -552,7 +553,7 @@ TYPEFLOW_DECL void write_file(const fs::path& file, std::span<const tensor_ref> 
 #endif
 
 /// Reads and fully validates a safetensors file; tensors come in the order of their data.
-TYPEFLOW_DECL std::vector<st_tensor>
+TYPEFLOW_DECL_DEFERRED std::vector<st_tensor>
 read_file(const fs::path& file, std::map<std::string, std::string>* metadata, std::string_view what)
 #if TYPEFLOW_BODIES
 {
@@ -717,8 +718,9 @@ read_file(const fs::path& file, std::map<std::string, std::string>* metadata, st
 /// Writes `ts` (data laid out in the given order) and `metadata` as a safetensors file,
 /// crash-safely (temporary file, fsync, atomic rename). Throws typeflow::error; on failure a
 /// previous `file` is intact. The directory of `file` must exist.
-inline void write_safetensors(const std::filesystem::path& file, const std::vector<st_tensor>& ts,
-                              const std::map<std::string, std::string>& metadata = {}) {
+TYPEFLOW_INLINE_DEFERRED void
+write_safetensors(const std::filesystem::path& file, const std::vector<st_tensor>& ts,
+                  const std::map<std::string, std::string>& metadata = {}) {
   std::vector<detail::tensor_ref> refs;
   refs.reserve(ts.size());
   for (const auto& t : ts)
@@ -729,7 +731,7 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
 /// Reads a safetensors file, validating it fully (typeflow::error on anything malformed or on a
 /// dtype typeflow lacks). The tensors come in the order their data lie in the file; the
 /// `__metadata__` entries go to `*metadata` if given.
-inline std::vector<st_tensor>
+TYPEFLOW_INLINE_DEFERRED std::vector<st_tensor>
 read_safetensors(const std::filesystem::path& file,
                  std::map<std::string, std::string>* metadata = nullptr) {
   return detail::read_file(file, metadata, "safetensors");

@@ -400,7 +400,7 @@ namespace detail {
 }
 
 /// what() of a typeflow::error without its "typeflow: example: " prefix.
-TYPEFLOW_DECL std::string bare(const error& e)
+TYPEFLOW_DECL_DEFERRED std::string bare(const error& e)
 #if TYPEFLOW_BODIES
 {
   std::string w = e.what();

@@ -85,7 +85,7 @@ inline std::string short_device(const device_id& d) {
 
 /// The part of the training graph each node belongs to (see the header comment). A gradient
 /// ends at a replica_mean (minimize() puts one on every gradient).
-TYPEFLOW_DECL std::vector<graph_part> graph_parts(const compile::plan_view& v)
+TYPEFLOW_DECL_DEFERRED std::vector<graph_part> graph_parts(const compile::plan_view& v)
 #if TYPEFLOW_BODIES
 {
   const std::size_t n = v.size;
@@ -139,7 +139,7 @@ TYPEFLOW_DECL std::vector<graph_part> graph_parts(const compile::plan_view& v)
 #endif
 
 /// The DOT text of a plan (see to_dot).
-TYPEFLOW_DECL std::string dot_text(const compile::plan_view& v, const dot_options& o)
+TYPEFLOW_DECL_DEFERRED std::string dot_text(const compile::plan_view& v, const dot_options& o)
 #if TYPEFLOW_BODIES
 {
   using graph::step_kind;
@@ -359,7 +359,7 @@ std::string to_dot(fetch_t<F...>, const dot_options& o = {}) {
 /// (Debian's graphviz) in the format the extension names (.svg, .png, .pdf). Throws
 /// typeflow::error when the file cannot be written or `dot` is missing or fails; a failed
 /// render leaves whatever was at `path` untouched.
-TYPEFLOW_DECL void save_graph(const std::string& dot, const std::filesystem::path& path)
+TYPEFLOW_DECL_DEFERRED void save_graph(const std::string& dot, const std::filesystem::path& path)
 #if TYPEFLOW_BODIES
 {
   namespace fs = std::filesystem;

@@ -328,8 +328,8 @@ private:
 
 /// Reads and validates an IDX file. want_type: required type code (0 = any); want_rank:
 /// required rank (0 = any).
-TYPEFLOW_DECL idx_array read_idx_checked(const std::string& path, std::uint8_t want_type,
-                                         std::size_t want_rank)
+TYPEFLOW_DECL_DEFERRED idx_array read_idx_checked(const std::string& path, std::uint8_t want_type,
+                                                  std::size_t want_rank)
 #if TYPEFLOW_BODIES
 {
   idx_byte_reader r(path);
@@ -462,7 +462,7 @@ inline idx_u8 read_idx_u8(const std::string& path, std::size_t expected_rank) {
 namespace detail {
 
 /// `dir/name` if it exists, else `dir/name.gz`, else an error naming dir and both candidates.
-TYPEFLOW_DECL std::string mnist_pick(const std::string& dir, const std::string& name)
+TYPEFLOW_DECL_DEFERRED std::string mnist_pick(const std::string& dir, const std::string& name)
 #if TYPEFLOW_BODIES
 {
   namespace fs = std::filesystem;
@@ -484,7 +484,7 @@ TYPEFLOW_DECL std::string mnist_pick(const std::string& dir, const std::string& 
 /// Loads the MNIST-format training (train = true: train-*) or test (t10k-*) split from `dir`,
 /// preferring the uncompressed files over the .gz ones. Pixels are preprocessed with
 /// preprocess_pixels; labels must be 0..9 and match the images in number.
-TYPEFLOW_DECL mnist_split load_mnist(const std::string& dir, bool train)
+TYPEFLOW_DECL_DEFERRED mnist_split load_mnist(const std::string& dir, bool train)
 #if TYPEFLOW_BODIES
 {
   const std::string prefix = train ? "train" : "t10k";

@@ -53,7 +53,8 @@ inline std::string trace_kernel(const trace_event& e) {
 
 /// Writes `events` as Chrome trace-event JSON (the "JSON Object Format": traceEvents plus
 /// metadata naming each process and track). Times are microseconds since the recorder was made.
-TYPEFLOW_DECL void write_chrome_trace(std::ostream& os, const std::vector<trace_event>& events)
+TYPEFLOW_DECL_DEFERRED void write_chrome_trace(std::ostream& os,
+                                               const std::vector<trace_event>& events)
 #if TYPEFLOW_BODIES
 {
   using json = nlohmann::ordered_json;
@@ -152,7 +153,8 @@ TYPEFLOW_DECL void write_chrome_trace(std::ostream& os, const std::vector<trace_
 
 /// Writes the recorder's events to `path` as Chrome trace-event JSON; throws typeflow::error
 /// when the file cannot be written.
-TYPEFLOW_DECL void save_chrome_trace(const trace_recorder& rec, const std::filesystem::path& path)
+TYPEFLOW_DECL_DEFERRED void save_chrome_trace(const trace_recorder& rec,
+                                              const std::filesystem::path& path)
 #if TYPEFLOW_BODIES
 {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -236,7 +238,8 @@ private:
 
 /// Summarizes the recorded runs of `events` against the machine's roofs. A run's time is its
 /// span; the kinds are the plan's (trace_plan::kind), plus "transfer" and "all-reduce".
-TYPEFLOW_DECL profile make_profile(const std::vector<trace_event>& events, const roofline& machine)
+TYPEFLOW_DECL_DEFERRED profile make_profile(const std::vector<trace_event>& events,
+                                            const roofline& machine)
 #if TYPEFLOW_BODIES
 {
   profile p;
@@ -294,7 +297,7 @@ TYPEFLOW_DECL profile make_profile(const std::vector<trace_event>& events, const
 #else
     ;
 #endif
-TYPEFLOW_DECL profile make_profile(const trace_recorder& rec, const roofline& machine)
+TYPEFLOW_DECL_DEFERRED profile make_profile(const trace_recorder& rec, const roofline& machine)
 #if TYPEFLOW_BODIES
 {
   return make_profile(rec.events(), machine);

@@ -38,7 +38,7 @@ struct trace_plan {
 namespace detail {
 /// The names of a plan's steps for traces (see trace_plan). Strings are built by appending only:
 /// g++ 12 warns falsely (-Wrestrict, bug 105329) on `"literal" + std::string` at -O2.
-TYPEFLOW_DECL trace_plan make_trace_plan(const compile::plan_view& v)
+TYPEFLOW_DECL_DEFERRED trace_plan make_trace_plan(const compile::plan_view& v)
 #if TYPEFLOW_BODIES
 {
   trace_plan t;
@@ -116,7 +116,8 @@ inline std::mutex& placement_log_mutex() {
 /// /job:localhost/replica:0/task:0/device:CPU:0`, and each transfer's send and receive. A node
 /// is named by `own[node]` where given (a CPU tower running tower 0's plan names its own plan's
 /// devices, which differ from tower 0's only in which CPU).
-TYPEFLOW_DECL std::string placement_log(const compile::plan_view& v, const device_id* own = nullptr)
+TYPEFLOW_DECL_DEFERRED std::string placement_log(const compile::plan_view& v,
+                                                 const device_id* own = nullptr)
 #if TYPEFLOW_BODIES
 {
   const auto node_device = [&](std::size_t i) { return (own ? own[i] : v.device[i]).name(); };
@@ -313,7 +314,7 @@ double timed_parallel(int n, F f) {
 } // namespace detail
 
 /// Measures the roofs (about a quarter of a second); 0 threads: one per hardware thread.
-TYPEFLOW_DECL roofline measure_roofline(int threads = 0)
+TYPEFLOW_DECL_DEFERRED roofline measure_roofline(int threads = 0)
 #if TYPEFLOW_BODIES
 {
   roofline r;

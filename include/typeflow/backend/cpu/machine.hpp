@@ -83,7 +83,7 @@ inline bool blas_core_is_generic(const std::string& core) {
 
 /// The CPU, the ISA each CPU engine uses on it, and any engine running a generic fallback on a
 /// CPU that can do better.
-TYPEFLOW_DECL machine_info describe_machine()
+TYPEFLOW_DECL_DEFERRED machine_info describe_machine()
 #if TYPEFLOW_BODIES
 {
   machine_info m;
