@@ -27,8 +27,8 @@ node_texts(const print_entry* entries, std::size_t size, const std::size_t* edge
   for (std::size_t i = 0; i < size; ++i) {
     const print_entry& e = entries[i];
     const bool no_operands = edge_begin[i] == edge_begin[i + 1];
-    if (e.leaf && no_operands) {
-      out[i] = e.leaf();
+    if ((e.leaf || e.named_leaf) && no_operands) {
+      out[i] = e.leaf ? e.leaf() : std::string(e.name);
       continue;
     }
     std::string s(e.name);
@@ -37,7 +37,8 @@ node_texts(const print_entry* entries, std::size_t size, const std::size_t* edge
       const std::size_t c = edges[k];
       if (k != edge_begin[i])
         s += ", ";
-      if (spell || (edge_begin[c] == edge_begin[c + 1] && entries[c].leaf)) {
+      if (spell ||
+          (edge_begin[c] == edge_begin[c + 1] && (entries[c].leaf || entries[c].named_leaf))) {
         s += out[c];
       } else {
         s += '%';

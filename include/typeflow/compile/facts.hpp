@@ -33,10 +33,14 @@ constexpr static_dims static_dims_of() {
 template <class Op>
 constexpr print_entry entry_for() {
   print_entry e{};
-  if constexpr (requires { Op::to_string(); })
-    e.leaf = &Op::to_string;
-  else
+  if constexpr (op_traits<Op>::placeholder || op_traits<Op>::variable) {
     e.name = Op::name;
+    e.named_leaf = true;
+  } else if constexpr (requires { Op::to_string(); }) {
+    e.leaf = &Op::to_string;
+  } else {
+    e.name = Op::name;
+  }
   if constexpr (requires { Op::attrs(); })
     e.attrs = &Op::attrs;
   return e;

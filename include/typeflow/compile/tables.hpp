@@ -27,6 +27,8 @@ struct print_entry {
   std::string_view name;
   std::string (*leaf)();
   std::string (*attrs)();
+  /// A leaf whose text is its name (a placeholder or a variable: no function per leaf).
+  bool named_leaf = false;
 };
 
 /// facts: what the ops of the nodes say (compile/facts.hpp), and the edges.

@@ -681,10 +681,7 @@ private:
     if constexpr (K == step_kind::placeholder) {
       // bound before the steps run
     } else if constexpr (K == step_kind::variable) {
-      var_record* rec = &vars_.template record<expr<Op>>();
-      v.data = device_backend<D>::bind_variable(st_, *rec);
-      v.variable = rec;
-      v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
+      bind_variable<D>(v, variable_desc_of<expr<Op>>);
     } else if constexpr (K == step_kind::inline_constant) {
       v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
     } else if constexpr (K == step_kind::constant) {
@@ -708,6 +705,15 @@ private:
                     K != step_kind::deferred)
         run_kernel<D, K, Op, T, Refs...>(vals, frame, self, name, region);
     }
+  }
+  /// A variable's step: its value is the variable's record, bound to device D. Out of line and
+  /// the same for every variable of D: each variable's step is a call with its description.
+  template <class D>
+  [[gnu::noinline]] void bind_variable(value& v, const variable_desc& d) {
+    var_record* rec = &vars_.record(d);
+    v.data = device_backend<D>::bind_variable(st_, *rec);
+    v.variable = rec;
+    v.dims = backend::rt_dims::from(d.dims, d.rank);
   }
   /// A step that runs a kernel: on a frame gathered from the values (see step).
   template <class D, graph::step_kind K, class Op, class T, class... Refs, class Region>

@@ -32,6 +32,51 @@ struct variable_entry {
   std::size_t bytes;                     ///< the size of `data`
 };
 
+/// A variable op as the run time needs it, as data: one constant per variable
+/// (variable_desc_of), and one initializing function per (initializer, dtype, shape), shared by
+/// every variable that has them. A session's code per variable is then a few instructions, not
+/// a record lookup, an initializer and a step of its own (bench/README.md, *Variables as data*).
+struct variable_desc {
+  std::string_view name;    ///< the variable's name, as declared
+  std::string_view dtype;   ///< its dtype's name ("float32", ...)
+  const std::int64_t* dims; ///< `rank` extents (null for a scalar)
+  std::size_t rank;         ///< how many extents
+  std::size_t elem_bytes;   ///< the size of one element
+  /// Fills `data` with the initializer's values, drawn from a generator seeded by the
+  /// variable's name and the session's seed.
+  void (*init)(std::string_view name, std::uint64_t seed, void* data);
+};
+
+namespace detail {
+template <class Init, class T, class Shape>
+void initialize_variable(std::string_view name, std::uint64_t seed, void* data) {
+  std::mt19937_64 rng(hash_name(name, seed));
+  if constexpr (requires { Init::shaped; })
+    Init::template init<T>(static_cast<T*>(data), Shape::dims, rng);
+  else
+    Init::template init<T>(static_cast<T*>(data), numel(Shape::dims), rng);
+}
+} // namespace detail
+
+/// Variable V's (`expr<ops::variable<...>>`) description.
+template <class V>
+inline constexpr variable_desc variable_desc_of{
+    V::op::name,
+    dtype_name<typename V::value_type>,
+    V::shape_type::dims.data(),
+    V::shape_type::dims.size(),
+    sizeof(typename V::value_type),
+    &detail::initialize_variable<typename V::op::initializer, typename V::value_type,
+                                 typename V::shape_type>};
+
+namespace detail {
+/// The description of a node whose op is Op if it is a variable, else null.
+template <bool IsVariable, class Op>
+inline constexpr const variable_desc* variable_desc_if = nullptr;
+template <class Op>
+inline constexpr const variable_desc* variable_desc_if<true, Op> = &variable_desc_of<expr<Op>>;
+} // namespace detail
+
 /// The store of named variables and how a variable node's record is found in it.
 class variable_set {
 public:
@@ -47,11 +92,11 @@ public:
   /// V's record, created and initialized on first use (its value may be on a GPU).
   template <class V>
   record_type& record() {
-    using T = typename V::value_type;
-    constexpr auto& dims = V::shape_type::dims;
-    return record_of(V::op::name, dtype_name<T>, dims.data(), dims.size(), sizeof(T),
-                     [](const variable_set& s, void* data) { s.initialize_into<V>(data); });
+    return record(variable_desc_of<V>);
   }
+  /// The record of the variable `d` describes, created and initialized on first use; throws
+  /// if the set holds a variable of that name with another dtype or shape.
+  record_type& record(const variable_desc& d);
   /// V's record with its host copy up to date.
   template <class V>
   record_type& host() {
@@ -63,12 +108,20 @@ public:
   /// (Re)initializes every variable among the nodes of table T (`T::size`, `T::node<I>`).
   template <class T>
   void initialize_all() {
-    run_all<T, initializer_of>(std::make_index_sequence<T::size>{});
+    for (const variable_desc* d : variables_of<T>(std::make_index_sequence<T::size>{}))
+      if (d) {
+        record_type& rec = record(*d);
+        d->init(d->name, seed_, rec.data.get());
+        rec.host_valid = true;
+        rec.device_valid = false;
+      }
   }
   /// Creates (and initializes) the variables among the nodes of table T that do not exist yet.
   template <class T>
   void create_all() {
-    run_all<T, creator_of>(std::make_index_sequence<T::size>{});
+    for (const variable_desc* d : variables_of<T>(std::make_index_sequence<T::size>{}))
+      if (d)
+        record(*d);
   }
 
   /// A copy of variable V's current value.
@@ -112,56 +165,15 @@ public:
   const std::shared_ptr<backend::variable_store>& store() const { return store_; }
 
 private:
-  template <class V>
-  void initialize_into(void* data) const {
-    using T = typename V::value_type;
-    std::mt19937_64 rng(detail::hash_name(V::op::name, seed_));
-    using Init = typename V::op::initializer;
-    if constexpr (requires { Init::shaped; })
-      Init::template init<T>(static_cast<T*>(data), V::shape_type::dims, rng);
-    else
-      Init::template init<T>(static_cast<T*>(data), numel(V::shape_type::dims), rng);
-  }
-
-  /// The record of the variable `name` (dtype, extents), created with `init` on first use; the
-  /// part of record<V> that does not depend on V.
-  record_type& record_of(std::string_view name, std::string_view dtype, const std::int64_t* dims,
-                         std::size_t rank, std::size_t elem_bytes,
-                         void (*init)(const variable_set&, void*));
-
-  // One function per variable op (nullptr for other nodes), in tables over a graph's nodes.
-  template <bool IsVariable, class Op>
-  struct initializer_of {
-    static constexpr void (*fn)(variable_set&) = nullptr;
-  };
-  template <class Op>
-  struct initializer_of<true, Op> {
-    static void run(variable_set& s) {
-      record_type& rec = s.record<expr<Op>>();
-      s.initialize_into<expr<Op>>(rec.data.get());
-      rec.host_valid = true;
-      rec.device_valid = false;
-    }
-    static constexpr void (*fn)(variable_set&) = &run;
-  };
-  template <bool IsVariable, class Op>
-  struct creator_of {
-    static constexpr void (*fn)(variable_set&) = nullptr;
-  };
-  template <class Op>
-  struct creator_of<true, Op> {
-    static void run(variable_set& s) { s.record<expr<Op>>(); }
-    static constexpr void (*fn)(variable_set&) = &run;
-  };
-  template <class T, template <bool, class> class Action, std::size_t... I>
-  void run_all(std::index_sequence<I...>) {
-    static constexpr void (*table[])(variable_set&) = {
-        Action<is_variable_t<typename T::template node<I>>::value,
-               typename T::template node<I>::op>::fn...,
+  /// The descriptions of table T's variables, null for its other nodes (data: no code per
+  /// variable).
+  template <class T, std::size_t... I>
+  static const auto& variables_of(std::index_sequence<I...>) {
+    static constexpr const variable_desc* table[] = {
+        detail::variable_desc_if<is_variable_t<typename T::template node<I>>::value,
+                                 typename T::template node<I>::op>...,
         nullptr};
-    for (auto* fn : table)
-      if (fn)
-        fn(*this);
+    return table;
   }
 
   std::uint64_t seed_;
@@ -170,9 +182,10 @@ private:
 
 #if TYPEFLOW_BODIES
 [[gnu::noinline]] TYPEFLOW_DECL variable_set::record_type&
-variable_set::record_of(std::string_view name, std::string_view dtype, const std::int64_t* dims,
-                        std::size_t rank, std::size_t elem_bytes,
-                        void (*init)(const variable_set&, void*)) {
+variable_set::record(const variable_desc& d) {
+  const std::string_view name = d.name, dtype = d.dtype;
+  const std::int64_t* dims = d.dims;
+  const std::size_t rank = d.rank;
   auto it = store_->find(name);
   // Loops, not std::equal (see write): a rank-0 variable's `dims` is null.
   const auto same_dims = [&](const std::vector<std::int64_t>& have) {
@@ -185,13 +198,13 @@ variable_set::record_of(std::string_view name, std::string_view dtype, const std
     std::int64_t n = 1;
     for (std::size_t k = 0; k < rank; ++k)
       n *= dims[k];
-    const std::size_t bytes = elem_bytes * static_cast<std::size_t>(n);
+    const std::size_t bytes = d.elem_bytes * static_cast<std::size_t>(n);
     record_type rec;
     rec.dtype = dtype;
     rec.dims.assign(dims, dims + rank);
     rec.data.reset(detail::aligned_bytes(bytes));
     rec.bytes = bytes;
-    init(*this, rec.data.get());
+    d.init(name, seed_, rec.data.get());
     it = store_->emplace(std::string(name), std::move(rec)).first;
   } else if (it->second.dtype != dtype || !same_dims(it->second.dims)) {
     throw error("variable \"" + std::string(name) + "\" exists as " +

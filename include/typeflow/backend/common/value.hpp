@@ -66,6 +66,14 @@ struct rt_dims {
       r.d[i] = a[i];
     return r;
   }
+  /// The extents `a[0..rank)` (rank at most max_rank).
+  static rt_dims from(const std::int64_t* a, std::size_t rank) {
+    rt_dims r;
+    r.rank = rank;
+    for (std::size_t i = 0; i < rank; ++i)
+      r.d[i] = a[i];
+    return r;
+  }
   std::string str() const { return dims_string(d.begin(), d.begin() + rank); }
   std::vector<std::int64_t> vec() const { return {d.begin(), d.begin() + rank}; }
 };
