@@ -553,7 +553,15 @@ private:
   /// A step: the session, the values, the step's frame (its value slots, see compile::plan's
   /// local forms), the plan's node names. A plain function pointer: g++'s -fsanitize=bounds
   /// miscompiles calls through arrays of pointers to member functions.
-  using step_fn = void (*)(executor&, value*, const std::size_t*, name_fn);
+  /// What every step of a plan is given beside its frame: how to name a node (for errors) and
+  /// the plan's variables (variable_table, indexed by node).
+  struct step_info {
+    name_fn name;
+    const variable_desc* const* variables;
+  };
+  template <class P>
+  static constexpr step_info step_info_of{&P::node_string, variable_table<P>.data()};
+  using step_fn = void (*)(executor&, value*, const std::size_t*, const step_info&);
   template <class P, std::size_t... I>
   static const step_fn* step_table(std::index_sequence<I...>) {
     // The plan's frame table and the executor's local forms count each frame independently.
@@ -572,14 +580,14 @@ private:
         "typeflow internal error: a step's frame in compile::plan::frames and its local form "
         "disagree");
     static constexpr step_fn table[] = {
-        &executor::step_entry<typename P::template device<I>, typename P::template local_flat<I>,
-                              typename detail::step_region_of<P, I>::type>...,
+        entry_of<typename P::template device<I>, typename P::template local_flat<I>,
+                 typename detail::step_region_of<P, I>::type>::value...,
         nullptr};
     return table;
   }
   template <class P>
   void run_step(const step_fn* table, value* vals, std::size_t i) {
-    table[i](*this, vals, &P::frames.slot[P::frames.begin[i]], &P::node_string);
+    table[i](*this, vals, &P::frames.slot[P::frames.begin[i]], step_info_of<P>);
   }
 
   // The steps run from a table of member-function pointers, one per node: a single fold
@@ -598,9 +606,26 @@ private:
   }
 
   template <class D, class Flat, class Region>
-  static void step_entry(executor& s, value* vals, const std::size_t* frame, name_fn name) {
-    s.step<D>(static_cast<Flat*>(nullptr), vals, frame, name, static_cast<Region>(nullptr));
+  static void step_entry(executor& s, value* vals, const std::size_t* frame,
+                         const step_info& info) {
+    s.step<D>(static_cast<Flat*>(nullptr), vals, frame, info.name, static_cast<Region>(nullptr));
   }
+  /// Every variable's step on device D: its value is the variable's record, bound to D.
+  template <class D>
+  static void variable_entry(executor& s, value* vals, const std::size_t* frame,
+                             const step_info& info) {
+    s.bind_variable<D>(vals[frame[0]], *info.variables[frame[0]]);
+  }
+  /// A node's entry in the step table: its local form's step, or for a variable the one
+  /// variable step of its device (no code per variable).
+  template <class D, class Flat, class Region>
+  struct entry_of {
+    static constexpr step_fn value = &executor::step_entry<D, Flat, Region>;
+  };
+  template <class D, class Op, class T, std::size_t R, class... Refs, class Region>
+  struct entry_of<D, graph::flat_node<graph::step_kind::variable, Op, T, R, Refs...>, Region> {
+    static constexpr step_fn value = &executor::variable_entry<D>;
+  };
 
   /// Sends node `from`'s value to device `to` into slot `slot`: the destination's backend
   /// receives it (between CPU devices, one host memory, the buffer is shared).
@@ -706,10 +731,9 @@ private:
         run_kernel<D, K, Op, T, Refs...>(vals, frame, self, name, region);
     }
   }
-  /// A variable's step: its value is the variable's record, bound to device D. Out of line and
-  /// the same for every variable of D: each variable's step is a call with its description.
+  /// A variable's step: its value is the variable's record, bound to device D.
   template <class D>
-  [[gnu::noinline]] void bind_variable(value& v, const variable_desc& d) {
+  void bind_variable(value& v, const variable_desc& d) {
     var_record* rec = &vars_.record(d);
     v.data = device_backend<D>::bind_variable(st_, *rec);
     v.variable = rec;

@@ -3,6 +3,7 @@
 // or is initialized, kept across runs, and shared by the towers of a replicated session. The
 // executor binds the records to its steps; the session reads, writes and checkpoints them.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "../backend/common/value.hpp"
 #include "../core/compiled.hpp"
 #include "../core/error.hpp"
+#include "../core/pack.hpp"
 #include "../core/shape.hpp"
 #include "../core/tensor.hpp"
 #include "../graph/node.hpp"
@@ -75,7 +77,23 @@ template <bool IsVariable, class Op>
 inline constexpr const variable_desc* variable_desc_if = nullptr;
 template <class Op>
 inline constexpr const variable_desc* variable_desc_if<true, Op> = &variable_desc_of<expr<Op>>;
+/// Node I of table T: its description if it is a variable (indexed_table's generator).
+template <class T>
+struct variable_desc_at {
+  template <std::size_t I>
+  struct at {
+    using N = typename T::template node<I>;
+    static constexpr const variable_desc* value =
+        variable_desc_if<is_variable_t<N>::value, typename N::op>;
+  };
+};
 } // namespace detail
+
+/// The descriptions of node table T's variables, null for its other nodes (`T::size`,
+/// `T::node<I>`): data, no code per variable.
+template <class T>
+inline constexpr std::array<const variable_desc*, T::size> variable_table =
+    indexed_table<const variable_desc*, T::size, detail::variable_desc_at<T>::template at>();
 
 /// The store of named variables and how a variable node's record is found in it.
 class variable_set {
@@ -108,7 +126,7 @@ public:
   /// (Re)initializes every variable among the nodes of table T (`T::size`, `T::node<I>`).
   template <class T>
   void initialize_all() {
-    for (const variable_desc* d : variables_of<T>(std::make_index_sequence<T::size>{}))
+    for (const variable_desc* d : variable_table<T>)
       if (d) {
         record_type& rec = record(*d);
         d->init(d->name, seed_, rec.data.get());
@@ -119,7 +137,7 @@ public:
   /// Creates (and initializes) the variables among the nodes of table T that do not exist yet.
   template <class T>
   void create_all() {
-    for (const variable_desc* d : variables_of<T>(std::make_index_sequence<T::size>{}))
+    for (const variable_desc* d : variable_table<T>)
       if (d)
         record(*d);
   }
@@ -165,17 +183,6 @@ public:
   const std::shared_ptr<backend::variable_store>& store() const { return store_; }
 
 private:
-  /// The descriptions of table T's variables, null for its other nodes (data: no code per
-  /// variable).
-  template <class T, std::size_t... I>
-  static const auto& variables_of(std::index_sequence<I...>) {
-    static constexpr const variable_desc* table[] = {
-        detail::variable_desc_if<is_variable_t<typename T::template node<I>>::value,
-                                 typename T::template node<I>::op>...,
-        nullptr};
-    return table;
-  }
-
   std::uint64_t seed_;
   std::shared_ptr<backend::variable_store> store_;
 };
