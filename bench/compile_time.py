@@ -25,15 +25,21 @@ With --transformer it is issue 43's series: N pre-norm transformer blocks writte
 1 2 4 8 12 16). Series tables end with each row's cost per layer added since the row
 before. With --variables: N scalar variables, the sum of their squares minimised by Momentum (a
 training op of 2N + 1 assignments; default N: 50 100 200 300). With --debug a series compiles
-at -O0 -g, as a Debug build does, instead of -O2. With --rounds=R every size of a series is compiled
+at -O0 -g, as a Debug build does, instead of -O2; with --syntax-only at -O2 -fsyntax-only: every
+template instantiated, no code generated, so the peak is the front end's alone. With --deep it
+times test/deep/transformer_model.cpp (CTest's build.deep_transformer: 12 fused blocks, 150
+variables, Adam, header-only) with that test's flags (-O2 -Wall -Wextra -Wpedantic -Werror
+-fopenmp) and the TYPEFLOW_HAS_* definitions of the dependencies found under /usr/include and
+/usr/local/cuda, as CMake would give it; --rounds=R compiles it R times. With --rounds=R every size of a series is compiled
 R times, the rounds in turn (each round's order the reverse of the one before, so that a drift in
 the host's speed reaches every size alike), and the table gives each size's fastest run (user CPU
 seconds of the compiler, the least disturbed by a noisy host), every run's wall seconds, and the
 slopes between the fastest runs; it ends with issue 43's rule: the cost per layer of the last
 interval over that of the first, in time and in memory (linear: at most 1.2).
 Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --transformer |
-                                      --transformer-fused | --variables | --quickstart | --mnist]
-                                      [--nvcc | --debug] [--rounds=R] [N ...]
+                                      --transformer-fused | --variables | --quickstart | --mnist |
+                                      --deep] [--nvcc | --debug | --syntax-only] [--rounds=R]
+                                      [N ...]
 (default N: 25 50 100 200).
 """
 import csv
@@ -328,6 +334,10 @@ def main() -> None:
                                                     "-O2", pathlib.Path(tmp) / "f.o", defs)
                         print(f"| {other} -O2 | {secs:.1f} | {mib:.0f} |", flush=True)
             return
+    if "--deep" in args:
+        deep_transformer(cxx, next((int(a.split("=", 1)[1]) for a in args
+                                    if a.startswith("--rounds=")), 1))
+        return
     mode = ("grad" if "--grad" in args else "shared" if "--shared" in args else
             "residual" if "--residual" in args else "repeat" if "--repeat" in args else
             "transformer" if "--transformer" in args else
@@ -359,7 +369,10 @@ def main() -> None:
     # The last two columns: what each layer added since the row before (the slope that must
     # stay flat for a linear front end).
     # --debug: as a Debug build compiles the program (-O0 -g), where debug records cost memory.
-    opt = "-O0 -g" if "--debug" in args else "-O2"
+    # --syntax-only: the front end alone (its peak is not lowered by what the back end frees).
+    if "--debug" in args and "--syntax-only" in args:
+        sys.exit("--debug and --syntax-only are two different compiles: pick one")
+    opt = "-O0 -g" if "--debug" in args else "-O2 -fsyntax-only" if "--syntax-only" in args else "-O2"
     if rounds > 1:
         series_in_rounds(sizes, rounds, what, cxx, mode, opt)
         return
@@ -373,6 +386,32 @@ def main() -> None:
                                          f"{(mib - prev[2]) / (n - prev[0]):.0f}")
         print(f"| {n} | {secs:.1f} | {mib:.0f} | {slope or ' | '} |", flush=True)
         prev = (n, secs, mib)
+
+
+def deep_transformer(cxx: str, rounds: int) -> None:
+    """test/deep/transformer_model.cpp compiled as CTest's build.deep_transformer compiles it."""
+    defs = []
+    found = {"TYPEFLOW_HAS_ONEDNN": pathlib.Path("/usr/include/oneapi/dnnl/dnnl.h"),
+             "TYPEFLOW_HAS_ZLIB": pathlib.Path("/usr/include/zlib.h"),
+             "TYPEFLOW_HAS_CUDA": pathlib.Path("/usr/local/cuda/include/cuda_runtime.h"),
+             "TYPEFLOW_HAS_CUDNN": pathlib.Path("/usr/local/cuda/include/cudnn_version.h")}
+    for name, header in found.items():
+        if header.exists():
+            defs.append(f"-D{name}=1")
+    blas = pathlib.Path("/usr/include/x86_64-linux-gnu/openblas-pthread")
+    if (blas / "cblas.h").exists():
+        defs += ["-DTYPEFLOW_HAS_CBLAS=1", f"-isystem{blas}"]
+    if found["TYPEFLOW_HAS_CUDA"].exists():
+        defs.append("-isystem/usr/local/cuda/include")
+    opt = "-O2 -Wall -Wextra -Wpedantic -Werror -fopenmp"
+    print(f"| test/deep/transformer_model.cpp ({cxx} {opt}) | wall s | user s | peak MiB |")
+    print("|---|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            wall, user, mib = compile_file(ROOT / "test" / "deep" / "transformer_model.cpp", cxx,
+                                           opt, pathlib.Path(tmp) / "deep.o", defs)
+            print(f"| run {r + 1} | {wall:.1f} | {user:.1f} | {mib:.0f} |", flush=True)
+    print(f"\n({' '.join(d for d in defs if d.startswith('-D')) or 'no optional dependency'})")
 
 
 def series_in_rounds(sizes: list, rounds: int, what: str, cxx: str, mode: str, opt: str) -> None:

@@ -706,7 +706,8 @@ private:
     if constexpr (K == step_kind::placeholder) {
       // bound before the steps run
     } else if constexpr (K == step_kind::variable) {
-      bind_variable<D>(v, variable_desc_of<expr<Op>>);
+      static_assert(K != step_kind::variable,
+                    "typeflow internal error: a variable's step is variable_entry (entry_of)");
     } else if constexpr (K == step_kind::inline_constant) {
       v.dims = backend::rt_dims::from(expr<Op>::shape_type::dims);
     } else if constexpr (K == step_kind::constant) {

@@ -60,11 +60,7 @@ struct rt_dims {
   }
   template <std::size_t R>
   static rt_dims from(const dims_t<R>& a) {
-    rt_dims r;
-    r.rank = R;
-    for (std::size_t i = 0; i < R; ++i)
-      r.d[i] = a[i];
-    return r;
+    return from(a.data(), R);
   }
   /// The extents `a[0..rank)` (rank at most max_rank).
   static rt_dims from(const std::int64_t* a, std::size_t rank) {
