@@ -739,66 +739,51 @@ read_safetensors(const std::filesystem::path& file,
 
 } // namespace io
 
-/// Saves every variable of `s` to `file` (safetensors, metadata {"format": "typeflow"}). Crash-
-/// safe: a temporary file next to `file` is fsynced and renamed over it, so `file` holds either
-/// the old or the new checkpoint. Throws typeflow::error; the directory must exist. A session
-/// replicated across processes writes on rank 0 only (the ranks hold the same variables).
-template <class Session>
-void save_checkpoint(Session& s, const std::filesystem::path& file) {
-  if constexpr (requires { s.rank(); })
-    if (s.rank() != 0)
-      return;
-  std::vector<io::detail::tensor_ref> refs;
-  refs.reserve(s.variable_count());
-  s.for_each_variable([&](const auto& v) {
-    refs.push_back({v.name, v.dtype, v.dims, v.data, v.bytes});
-  });
-  io::detail::write_file(file, refs, {{"format", "typeflow"}}, "checkpoint");
-}
+namespace io::detail {
 
-/// Restores every variable of `s` from `file`. All or nothing: the file is read and validated
-/// first, then every variable must be in it with the same dtype and shape and the file must hold
-/// nothing else; only then are the variables overwritten. Throws typeflow::error otherwise,
-/// leaving the variables untouched. Temporaries next to `file` left by dead writers are removed.
-template <class Session>
-void restore_checkpoint(Session& s, const std::filesystem::path& file) {
-  io::detail::remove_stale_temporaries(file);
-  const std::vector<io::st_tensor> ts = io::detail::read_file(file, nullptr, "checkpoint");
-  std::map<std::string_view, const io::st_tensor*> by_name;
+/// restore_checkpoint's work, one function for every session type: the file is read and
+/// validated against the session's variables `vars` (in name order) and, only when every one
+/// matches, variable i's bytes are copied into `dest[i]`.
+TYPEFLOW_DECL_DEFERRED void restore_variables(const fs::path& file,
+                                              std::span<const tensor_ref> vars,
+                                              std::span<void* const> dest)
+#if TYPEFLOW_BODIES
+{
+  remove_stale_temporaries(file);
+  const std::vector<st_tensor> ts = read_file(file, nullptr, "checkpoint");
+  std::map<std::string_view, const st_tensor*> by_name;
   for (const auto& t : ts)
     by_name.emplace(t.name, &t);
 
   std::vector<std::string> problems;
   std::set<std::string_view> matched;
-  s.for_each_variable([&](const auto& v) {
-    const std::string which = "variable " + io::detail::quote_name(v.name);
+  for (const tensor_ref& v : vars) {
+    const std::string which = "variable " + quote_name(v.name);
     const auto it = by_name.find(v.name);
     if (it == by_name.end()) {
-      problems.push_back(which + " (" + std::string(v.dtype) + " " +
-                         io::detail::shape_string(v.dims) + ") is missing from the file");
-      return;
+      problems.push_back(which + " (" + std::string(v.dtype) + " " + shape_string(v.shape) +
+                         ") is missing from the file");
+      continue;
     }
     matched.insert(it->first);
-    const io::st_tensor& t = *it->second;
+    const st_tensor& t = *it->second;
     if (t.dtype != v.dtype)
       problems.push_back(which + " is " + std::string(v.dtype) + " in the session but " + t.dtype +
                          " in the file");
-    else if (!std::ranges::equal(t.shape, v.dims))
-      problems.push_back(which + " has shape " + io::detail::shape_string(v.dims) +
-                         " in the session but " + io::detail::shape_string(t.shape) +
-                         " in the file");
+    else if (!std::ranges::equal(t.shape, v.shape))
+      problems.push_back(which + " has shape " + shape_string(v.shape) + " in the session but " +
+                         shape_string(t.shape) + " in the file");
     else if (t.bytes.size() != v.bytes)
       problems.push_back(which + " has " + std::to_string(v.bytes) + " bytes in the session but " +
                          std::to_string(t.bytes.size()) + " in the file");
-  });
+  }
   for (const auto& t : ts)
     if (!matched.count(t.name))
-      problems.push_back("the file has tensor " + io::detail::quote_name(t.name) + " (" + t.dtype +
-                         " " + io::detail::shape_string(t.shape) +
-                         "), which is not a variable of the session" +
-                         (s.variable_count() == 0 ? " (the session has no variables yet: run or "
-                                                    "initialize a graph that uses them first)"
-                                                  : ""));
+      problems.push_back("the file has tensor " + quote_name(t.name) + " (" + t.dtype + " " +
+                         shape_string(t.shape) + "), which is not a variable of the session" +
+                         (vars.empty() ? " (the session has no variables yet: run or "
+                                         "initialize a graph that uses them first)"
+                                       : ""));
   if (!problems.empty()) {
     std::string msg = "checkpoint " + file.string() + ": ";
     constexpr std::size_t shown = 10;
@@ -808,11 +793,51 @@ void restore_checkpoint(Session& s, const std::filesystem::path& file) {
       msg += "; and " + std::to_string(problems.size() - shown) + " more problems";
     throw error(msg);
   }
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    if (vars[i].bytes > 0)
+      std::memcpy(dest[i], by_name.at(vars[i].name)->bytes.data(), vars[i].bytes);
+}
+#else
+    ;
+#endif
+
+/// Every variable of session `s`, in name order (`dest`: their writable storage).
+template <class Session>
+std::vector<tensor_ref> session_variables(Session& s, std::vector<void*>* dest = nullptr) {
+  std::vector<tensor_ref> refs;
+  refs.reserve(s.variable_count());
   s.for_each_variable([&](const auto& v) {
-    const io::st_tensor& t = *by_name.at(v.name);
-    if (v.bytes > 0)
-      std::memcpy(v.data, t.bytes.data(), v.bytes);
+    refs.push_back({v.name, v.dtype, v.dims, v.data, v.bytes});
+    if (dest)
+      dest->push_back(v.data);
   });
+  return refs;
+}
+
+} // namespace io::detail
+
+/// Saves every variable of `s` to `file` (safetensors, metadata {"format": "typeflow"}). Crash-
+/// safe: a temporary file next to `file` is fsynced and renamed over it, so `file` holds either
+/// the old or the new checkpoint. Throws typeflow::error; the directory must exist. A session
+/// replicated across processes writes on rank 0 only (the ranks hold the same variables).
+template <class Session>
+void save_checkpoint(Session& s, const std::filesystem::path& file) {
+  if constexpr (requires { s.rank(); })
+    if (s.rank() != 0)
+      return;
+  io::detail::write_file(file, io::detail::session_variables(s), {{"format", "typeflow"}},
+                         "checkpoint");
+}
+
+/// Restores every variable of `s` from `file`. All or nothing: the file is read and validated
+/// first, then every variable must be in it with the same dtype and shape and the file must hold
+/// nothing else; only then are the variables overwritten. Throws typeflow::error otherwise,
+/// leaving the variables untouched. Temporaries next to `file` left by dead writers are removed.
+template <class Session>
+void restore_checkpoint(Session& s, const std::filesystem::path& file) {
+  std::vector<void*> dest;
+  const std::vector<io::detail::tensor_ref> vars = io::detail::session_variables(s, &dest);
+  io::detail::restore_variables(file, vars, dest);
 }
 
 } // namespace typeflow

@@ -155,6 +155,75 @@ struct feed_batch {
 #else
     ;
 #endif
+/// A step's frame (executor::run_kernel): copies of the values its kernel reads, in `local`'s
+/// uninitialized storage for n values, position 0 the step's own value moved in. Gathered,
+/// returned and released out of line: one function for every step, where the frame's copies
+/// and releases of shared buffers were code in every step's instantiation.
+[[gnu::noinline]] TYPEFLOW_DECL void gather_frame(backend::rt_value* local, backend::rt_value* vals,
+                                                  const std::size_t* frame, std::size_t n) noexcept
+#if TYPEFLOW_BODIES
+{
+  std::construct_at(local, std::move(vals[frame[0]]));
+  for (std::size_t k = 1; k < n; ++k)
+    std::construct_at(local + k, vals[frame[k]]);
+}
+#else
+    ;
+#endif
+/// Destroys a frame's n values (a step whose kernel threw: its value stays moved out).
+[[gnu::noinline]] TYPEFLOW_DECL void destroy_frame(backend::rt_value* local, std::size_t n) noexcept
+#if TYPEFLOW_BODIES
+{
+  std::destroy_n(local, n);
+}
+#else
+    ;
+#endif
+/// Returns a frame's step value (position 0) and its stored outputs (positions first..n) to
+/// their slots, and destroys the frame.
+[[gnu::noinline]] TYPEFLOW_DECL void
+scatter_frame(backend::rt_value* local, backend::rt_value* vals, const std::size_t* frame,
+              std::size_t n, std::size_t first) noexcept
+#if TYPEFLOW_BODIES
+{
+  vals[frame[0]] = std::move(local[0]);
+  for (std::size_t k = first; k < n; ++k)
+    vals[frame[k]] = std::move(local[k]);
+  std::destroy_n(local, n);
+}
+#else
+    ;
+#endif
+/// The frame of a step of N values over the run's values `vals` (see gather_frame).
+template <std::size_t N>
+class step_frame {
+public:
+  step_frame(backend::rt_value* vals, const std::size_t* frame) : vals_(vals), frame_(frame) {
+    gather_frame(v_, vals, frame, N);
+  }
+  step_frame(const step_frame&) = delete;
+  step_frame& operator=(const step_frame&) = delete;
+  ~step_frame() {
+    if (live_)
+      destroy_frame(v_, N);
+  }
+  backend::rt_value* data() { return v_; }
+  static constexpr std::size_t size() { return N; }
+  /// The step's value and the stored outputs from position `first` on go back to their slots.
+  void commit(std::size_t first) {
+    live_ = false;
+    scatter_frame(v_, vals_, frame_, N, first);
+  }
+
+private:
+  union {
+    backend::rt_value v_[N];
+  };
+  backend::rt_value* vals_;
+  const std::size_t* frame_;
+  bool live_ = true;
+};
+
 /// What placeholder Ph expects of its feed.
 template <class Ph>
 inline constexpr feed_expectation feed_expectation_of{Ph::op::name,
@@ -745,10 +814,7 @@ private:
   void run_kernel(value* vals, const std::size_t* frame, std::size_t self, name_fn name,
                   Region* region) {
     using graph::step_kind;
-    std::array<value, 1 + sizeof...(Refs) + frame_extra<Region*>::value> local;
-    for (std::size_t k = 1; k < local.size(); ++k)
-      local[k] = vals[frame[k]];
-    local[0] = std::move(vals[self]);
+    detail::step_frame<1 + sizeof...(Refs) + frame_extra<Region*>::value> local(vals, frame);
     value* fr = local.data();
     using B = device_backend<D>;
     if constexpr (K == step_kind::kernel && control_flow_op<Op>) {
@@ -769,13 +835,11 @@ private:
       tr_.bytes = cost::bytes(fr);
       tr_.flops = cost::flops(fr);
     }
-    vals[self] = std::move(local[0]);
-    if constexpr (K == step_kind::kernel && stored_outputs<Region*>::value > 0) {
-      // A region's merged outputs (assignments stored by this loop) go back to their slots.
-      constexpr std::size_t first = local.size() - stored_outputs<Region*>::value;
-      for (std::size_t k = first; k < local.size(); ++k)
-        vals[frame[k]] = std::move(local[k]);
-    }
+    // The step's value goes back to its slot, and a region's merged outputs (assignments
+    // stored by this loop) to theirs.
+    constexpr std::size_t stored =
+        K == step_kind::kernel ? stored_outputs<Region*>::value : std::size_t{0};
+    local.commit(local.size() - stored);
     note_step(self, name);
   }
   /// The run-time shape of a step from its operands' extents (dims[k]: frame position k).

@@ -167,6 +167,24 @@ struct frame_tail<graph::chained<graph::flat_node<K, Op, T, R, PRefs...>, Region
       }();
   static constexpr std::size_t members = Region::members::size;
 };
+/// The bytes of the distinct buffers of a frame of n values of elem[k]-byte elements (a loop's
+/// output, `loop`, counted apart from its inputs even when written over one). Out of line: one
+/// function for every step's trace.
+[[gnu::noinline]] inline std::uint64_t
+distinct_bytes(const rt_value* frame, const std::size_t* elem, std::size_t n, bool loop) {
+  std::uint64_t b = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!frame[k].data)
+      continue;
+    bool seen = false;
+    for (std::size_t j = loop && k > 0 ? 1 : 0; j < k && !seen; ++j)
+      seen = frame[j].data == frame[k].data;
+    if (!seen)
+      b += elem[k] * static_cast<std::uint64_t>(frame[k].dims.numel());
+  }
+  return b;
+}
+
 } // namespace cost_detail
 
 /// The cost of one step from its local form (see compile::plan's local forms): its frame is its
@@ -199,17 +217,7 @@ struct step_cost {
       for (std::size_t k = 1; k < size; ++k)
         if (frame[0].data && frame[k].data == frame[0].data)
           return 0;
-    std::uint64_t b = 0;
-    for (std::size_t k = 0; k < size; ++k) {
-      if (!frame[k].data)
-        continue;
-      bool seen = false;
-      for (std::size_t j = loop && k > 0 ? 1 : 0; j < k && !seen; ++j)
-        seen = frame[j].data == frame[k].data;
-      if (!seen)
-        b += elem[k] * static_cast<std::uint64_t>(frame[k].dims.numel());
-    }
-    return b;
+    return cost_detail::distinct_bytes(frame, elem.data(), size, loop);
   }
 
   static double flops(const rt_value* frame) {

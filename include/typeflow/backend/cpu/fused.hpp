@@ -194,10 +194,11 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
   // context::allocate_in_place.)
   static void inner(out_t* out, std::int64_t len, const pack<const Ins*...>& p, bool stream,
                     std::index_sequence<K...>, const outs_t& so = {}) {
-    if constexpr (n_out > 0)
-      return inner_stores(out, so, len, p, stream, std::index_sequence<K...>{});
+    if constexpr (n_out > 0) {
+      inner_stores(out, so, len, p, stream, std::index_sequence<K...>{});
+    }
 #if defined(TYPEFLOW_HAS_XSIMD)
-    if constexpr (vectorized) {
+    else if constexpr (vectorized) {
       using B = simd::vec<out_t>;
       constexpr std::int64_t W = B::size;
       const auto members = std::index_sequence_for<Ms...>{};
@@ -220,12 +221,13 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
         beval(bin_tuple{{load_rest(pack_get<K>(p))}...}, members).store_aligned(res.data());
         std::copy_n(res.data(), rest, out + j);
       }
-      return;
     }
 #endif
-    (void)stream;
-    for (std::int64_t j = 0; j < len; ++j)
-      out[j] = eval(pack_get<K>(p)[j]...);
+    else { // the scalar loop, instantiated only for a region that does not run on vectors
+      (void)stream;
+      for (std::int64_t j = 0; j < len; ++j)
+        out[j] = eval(pack_get<K>(p)[j]...);
+    }
   }
 
   /// inner() for a region with merged outputs: every output stored per element.
@@ -270,18 +272,19 @@ struct fused_kernel<Out, type_list<Ins...>, type_list<Ms...>, std::index_sequenc
         for (std::size_t q = 0; q < n_out; ++q)
           std::copy_n(lanes[q], rest, so[q] + j);
       }
-      return;
-    }
+    } else
 #endif
-    (void)stream;
-    using eval_t = backend::element_eval<Out, type_list<Ins...>, type_list<Ms...>>;
-    for (std::int64_t j = 0; j < len; ++j) {
-      const auto v = eval_t::eval_all(pack_get<K>(p)[j]...);
-      out[j] = pack_get<sizeof...(Ms) - 1>(v);
-      [&]<std::size_t... Q>(std::index_sequence<Q...>) {
-        [[maybe_unused]] const int seq[] = {((so[Q][j] = pack_get<store_member[Q]>(v)), 0)..., 0};
+    { // the scalar loop, instantiated only for a region that does not run on vectors
+      (void)stream;
+      using eval_t = backend::element_eval<Out, type_list<Ins...>, type_list<Ms...>>;
+      for (std::int64_t j = 0; j < len; ++j) {
+        const auto v = eval_t::eval_all(pack_get<K>(p)[j]...);
+        out[j] = pack_get<sizeof...(Ms) - 1>(v);
+        [&]<std::size_t... Q>(std::index_sequence<Q...>) {
+          [[maybe_unused]] const int seq[] = {((so[Q][j] = pack_get<store_member[Q]>(v)), 0)..., 0};
+        }
+        (outs);
       }
-      (outs);
     }
   }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -211,8 +212,7 @@ struct reduce_geometry {
   std::array<std::int64_t, max_rank> dims{};
   std::array<bool, max_rank> reduced{};
   std::int64_t out_n = 1, red_n = 1;
-  template <std::size_t R>
-  reduce_geometry(const backend::rt_dims& in, const std::array<bool, R>& mask) {
+  reduce_geometry(const backend::rt_dims& in, std::span<const bool> mask) {
     for (std::size_t a = 0; a < in.rank; ++a) {
       (mask[a] ? red_n : out_n) *= in.d[a];
       if (in.d[a] == 1)
@@ -245,10 +245,11 @@ struct buffer_input {
 /// `piece(offset, n, scratch)` writes elements [offset, offset + n) of the row-major input into
 /// scratch and returns it, and `materialize()` returns a pointer to all of it (for the
 /// patterns that read across rows). A contiguous reduction (over trailing axes) reads such a
-/// source in the pieces it reduces, with the same arithmetic as from memory.
-template <class R, class Input, class Out, std::size_t Rank>
+/// source in the pieces it reduces, with the same arithmetic as from memory. (The mask is a
+/// span: one instantiation per reducer and dtypes, whatever the rank.)
+template <class R, class Input, class Out>
 void reduce_from(thread_pool& pool, const Input& input, const backend::rt_dims& in_dims,
-                 const std::array<bool, Rank>& mask, Out* out) {
+                 std::span<const bool> mask, Out* out) {
   using T = typename Input::value_type;
   using acc_t = detail::accum_t<T>;
   const detail::reduce_geometry g(in_dims, mask);
