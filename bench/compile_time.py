@@ -30,9 +30,10 @@ template instantiated, no code generated, so the peak is the front end's alone. 
 times test/deep/transformer_model.cpp (CTest's build.deep_transformer: 12 fused blocks, 150
 variables, Adam, header-only) with that test's flags (-O2 -Wall -Wextra -Wpedantic -Werror
 -fopenmp) and the TYPEFLOW_HAS_* definitions of the dependencies found under /usr/include and
-/usr/local/cuda, as CMake would give it; --rounds=R compiles it R times. With --rounds=R every size of a series is compiled
-R times, the rounds in turn (each round's order the reverse of the one before, so that a drift in
-the host's speed reaches every size alike), and the table gives each size's fastest run (user CPU
+/usr/local/cuda, as CMake would give it; --rounds=R compiles it R times (so --mnist and
+--quickstart too: every wall time, the fastest user time). With --rounds=R every size of a
+series is compiled R times, the rounds in turn (each round's order the reverse of the one
+before, so that a drift in the host's speed reaches every size alike), and the table gives each size's fastest run (user CPU
 seconds of the compiler, the least disturbed by a noisy host), every run's wall seconds, and the
 slopes between the fastest runs; it ends with issue 43's rule: the cost per layer of the last
 interval over that of the first, in time and in memory (linear: at most 1.2).
@@ -316,23 +317,27 @@ def main() -> None:
     examples = {"--quickstart": "quickstart.cpp", "--mnist": "mnist/main.cpp"}
     for flag, path in examples.items():
         if flag in args:
-            print(f"| examples/{path} | compile s ({cxx}) | peak MiB |")
-            print("|---|---:|---:|")
+            rounds = next((int(a.split("=", 1)[1]) for a in args if a.startswith("--rounds=")), 1)
+            print(f"| examples/{path} | wall s ({cxx}), every run | user s, fastest | peak MiB |")
+            print("|---|---:|---:|---:|")
             with tempfile.TemporaryDirectory() as tmp:
                 # The main job's build compiles typeflow's non-template code once, in
                 # typeflow_src.cpp (TYPEFLOW_SEPARATE_COMPILATION, as its CMake targets define).
                 defs = ["-DTYPEFLOW_SEPARATE_COMPILATION"] if flag == "--mnist" else []
                 for opt in ("-O0", "-O2"):
-                    secs, _, mib = compile_file(ROOT / "examples" / path, cxx, opt,
-                                                pathlib.Path(tmp) / "q.o", defs)
-                    print(f"| {opt} | {secs:.1f} | {mib:.0f} |", flush=True)
+                    runs = [compile_file(ROOT / "examples" / path, cxx, opt,
+                                         pathlib.Path(tmp) / "q.o", defs) for _ in range(rounds)]
+                    walls = ", ".join(f"{r[0]:.1f}" for r in runs)
+                    print(f"| {opt} | {walls} | {min(r[1] for r in runs):.1f} | "
+                          f"{max(r[2] for r in runs):.0f} |", flush=True)
                 if flag == "--mnist":
                     # The main job's other translation units, at -O2: typeflow's out-of-line
                     # code, the data input, and the flags with CLI11.
                     for other in ("typeflow_src.cpp", "data.cpp", "flags.cpp"):
-                        secs, _, mib = compile_file(ROOT / "examples" / "mnist" / other, cxx,
-                                                    "-O2", pathlib.Path(tmp) / "f.o", defs)
-                        print(f"| {other} -O2 | {secs:.1f} | {mib:.0f} |", flush=True)
+                        secs, user, mib = compile_file(ROOT / "examples" / "mnist" / other, cxx,
+                                                       "-O2", pathlib.Path(tmp) / "f.o", defs)
+                        print(f"| {other} -O2 | {secs:.1f} | {user:.1f} | {mib:.0f} |",
+                              flush=True)
             return
     if "--deep" in args:
         deep_transformer(cxx, next((int(a.split("=", 1)[1]) for a in args

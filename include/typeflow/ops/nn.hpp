@@ -52,6 +52,15 @@ constexpr std::string_view padding_name(padding p) {
   return p == padding::same ? "SAME" : "VALID";
 }
 
+/// A window's attributes as text ("same, strides 2,2"): one function for every window op.
+inline std::string window_text(std::string_view padding, std::string_view label,
+                               const std::int64_t* values, std::size_t n) {
+  std::string s = std::string(padding) + ", " + std::string(label) + " ";
+  for (std::size_t k = 0; k < n; ++k)
+    s += (k ? "," : "") + std::to_string(values[k]);
+  return s;
+}
+
 template <padding P, std::int64_t... V>
 struct window_attrs {
   static constexpr void message(msg_buf& b, std::string_view label) {
@@ -62,10 +71,8 @@ struct window_attrs {
     b << std::string_view(")");
   }
   static std::string text(std::string_view label) {
-    std::string s = std::string(padding_name(P)) + ", " + std::string(label) + " ";
-    bool first = true;
-    ((s += first ? "" : ",", s += std::to_string(V), first = false), ...);
-    return s;
+    static constexpr std::int64_t values[] = {V...};
+    return window_text(padding_name(P), label, values, sizeof...(V));
   }
 };
 
