@@ -56,8 +56,11 @@ constexpr std::string_view padding_name(padding p) {
 inline std::string window_text(std::string_view padding, std::string_view label,
                                const std::int64_t* values, std::size_t n) {
   std::string s = std::string(padding) + ", " + std::string(label) + " ";
-  for (std::size_t k = 0; k < n; ++k)
-    s += (k ? "," : "") + std::to_string(values[k]);
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k > 0)
+      s += ',';
+    s += std::to_string(values[k]);
+  }
   return s;
 }
 
