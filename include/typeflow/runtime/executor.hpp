@@ -324,12 +324,12 @@ public:
           replay_.template run<P>(*this, vals.data());
           return fetch_all<P, F...>(vals.data());
         }
-      run_steps<P, 0>(vals.data());
+      run_steps<P, 0>(vals.data(), std::make_index_sequence<P::size>{});
       backend::end_steps(st_); // device-side checks (a bad label): throws before any commit
       if (opts_.check_numerics)
-        check_numerics<P>(vals.data());
+        check_numerics<P>(vals.data(), std::make_index_sequence<P::size>{});
       auto out = fetch_all<P, F...>(vals.data());
-      commit_steps<P>(vals.data());
+      commit_steps<P>(vals.data(), std::make_index_sequence<P::size>{});
       backend::end_commits(st_);
       return out;
     } catch (const std::bad_alloc&) { // from a library under a kernel (typeflow's own: error)
@@ -350,12 +350,7 @@ public:
   /// no examples is NaN, and a step counter would count a step that learned nothing.
   template <class P, class... Feeds>
   static void check_empty_batch(const Feeds&... feeds) {
-    static constexpr bool assigns = [] {
-      for (bool b : node_tables<P>::state)
-        if (b)
-          return true;
-      return false;
-    }();
+    static constexpr bool assigns = assigns_any<P>(std::make_index_sequence<P::size>{});
     if constexpr (assigns && sizeof...(Feeds) > 0) {
       auto one = [](const auto& f) {
         using Ph = typename std::remove_cvref_t<decltype(f)>::placeholder;
@@ -370,10 +365,14 @@ public:
     }
   }
 
-  template <class P>
-  void check_numerics(const value* vals) {
+  template <class P, std::size_t... I>
+  void check_numerics(const value* vals, std::index_sequence<I...>) {
     // One function per device and dtype: a table of a few instantiations, not one per node.
-    constexpr auto& table = node_tables<P>::numerics;
+    static constexpr numerics_fn table[] = {
+        numerics_of<typename P::template device<I>, typename P::template node<I>::value_type,
+                    ((P::fact.fetched[I] || op_traits<typename P::template node<I>::op>::state) &&
+                     finite_dtype<typename P::template node<I>::value_type>)>::fn...,
+        nullptr};
     for (std::size_t i = 0; i < P::size; ++i)
       if (table[i])
         table[i](*this, vals[i], i, &P::node_string);
@@ -401,11 +400,12 @@ public:
      ...);
   }
 
-  template <class P, int Phase>
-  void run_steps(value* vals, const bool* skip = nullptr) {
-    const step_fn* table = step_table<P>();
+  template <class P, int Phase, std::size_t... I>
+  void run_steps(value* vals, std::index_sequence<I...> seq, const bool* skip = nullptr) {
+    const step_fn* table = step_table<P>(seq);
     constexpr auto& L = P::layout;
-    constexpr auto& elem_bytes = node_tables<P>::elem_bytes;
+    static constexpr std::size_t elem_bytes[] = {
+        backend::value_bytes<typename P::template node<I>::value_type>()..., 0};
     for (std::size_t q = 0; q < P::size; ++q) {
       const std::size_t i = L.order[q]; // node order, but for the moves of compile::plan::schedule
       if constexpr (Phase != 0) {
@@ -442,11 +442,14 @@ public:
     }
   }
 
-  template <class P>
-  void commit_steps(value* vals) {
+  template <class P, std::size_t... I>
+  void commit_steps(value* vals, std::index_sequence<I...>) {
     // The function of an assignment depends on its device, dtype and whether it is fetched, not
     // on the node: a table of a few instantiations, and the variable's slot from the plan's edges.
-    constexpr auto& table = node_tables<P>::commit;
+    static constexpr commit_fn table[] = {
+        commit_of<typename P::template device<I>, typename P::template node<I>::value_type,
+                  P::fact.fetched[I], op_traits<typename P::template node<I>::op>::state>::fn...,
+        nullptr};
     static constexpr std::array<std::size_t, P::size> var = [] {
       std::array<std::size_t, P::size> v{};
       for (std::size_t i = 0; i < P::size; ++i)
@@ -477,7 +480,7 @@ public:
   /// host's is newer): what a captured run (graph_replay.hpp) does outside its capture.
   template <class P>
   void bind_variables(value* vals) {
-    const step_fn* table = step_table<P>();
+    const step_fn* table = step_table<P>(std::make_index_sequence<P::size>{});
     for (std::size_t i = 0; i < P::size; ++i)
       if (P::layout.step[i] == graph::step_kind::variable)
         run_step<P>(table, vals, i);
@@ -495,7 +498,7 @@ public:
     tr_.run.reset();
     st_.runs = runs ^ (static_cast<std::uint64_t>(layer + 1) * 0x9E3779B97F4A7C15ull);
     try {
-      run_steps<P, 0>(v.data(), skip);
+      run_steps<P, 0>(v.data(), std::make_index_sequence<P::size>{}, skip);
     } catch (...) {
       tr_.run = traced;
       st_.runs = runs;
@@ -550,6 +553,16 @@ public:
 
 private:
   // ---- feeds ---------------------------------------------------------------------------------
+
+  template <class P, std::size_t... I>
+  static consteval bool assigns_any(std::index_sequence<I...>) {
+    const bool state[] = {op_traits<typename P::template node<I>::op>::state...,
+                          false}; // not a fold
+    for (bool b : state)
+      if (b)
+        return true;
+    return false;
+  }
 
   /// check_numerics: every fetched floating value and every assignment's new value is finite.
   using numerics_fn = void (*)(executor&, const value&, std::size_t, name_fn);
@@ -618,19 +631,28 @@ private:
   template <class P>
   static constexpr step_info step_info_of{&P::node_string, variable_table<P>.data()};
   using step_fn = void (*)(executor&, value*, const std::size_t*, const step_info&);
-  template <class P>
-  static const step_fn* step_table() {
+  template <class P, std::size_t... I>
+  static const step_fn* step_table(std::index_sequence<I...>) {
     // The plan's frame table and the executor's local forms count each frame independently.
+    // An array, not a fold: clang limits a fold expression to 256 operands.
+    static constexpr std::size_t sizes[] = {
+        frame_size<typename P::template local_flat<I>,
+                   typename detail::step_region_of<P, I>::type>::value...,
+        0};
     static_assert(
         [] {
           for (std::size_t i = 0; i < P::size; ++i)
-            if (P::frames.begin[i + 1] - P::frames.begin[i] != node_tables<P>::frame_sizes[i])
+            if (P::frames.begin[i + 1] - P::frames.begin[i] != sizes[i])
               return false;
           return true;
         }(),
         "typeflow internal error: a step's frame in compile::plan::frames and its local form "
         "disagree");
-    return node_tables<P>::steps.data();
+    static constexpr step_fn table[] = {
+        entry_of<typename P::template device<I>, typename P::template local_flat<I>,
+                 typename detail::step_region_of<P, I>::type>::value...,
+        nullptr};
+    return table;
   }
   template <class P>
   void run_step(const step_fn* table, value* vals, std::size_t i) {
@@ -867,55 +889,6 @@ private:
   template <class D, class T, bool Fetched>
   struct commit_of<D, T, Fetched, true> {
     static constexpr commit_fn fn = &commit_assignment<D, Fetched, T>;
-  };
-
-  /// Plan P's tables with an entry per node: element size, step, frame size, commit and
-  /// numerics functions, whether the node assigns. Built by indexed_table, in chunks of 64
-  /// nodes: no function is templated on the plan's node indices (a pack of N indices costs the
-  /// compilers O(N) per element, and its name spells every index).
-  template <class P>
-  struct node_tables {
-    template <std::size_t I>
-    struct elem_bytes_at {
-      static constexpr std::size_t value =
-          backend::value_bytes<typename P::template node<I>::value_type>();
-    };
-    template <std::size_t I>
-    struct step_at {
-      static constexpr step_fn value =
-          entry_of<typename P::template device<I>, typename P::template local_flat<I>,
-                   typename detail::step_region_of<P, I>::type>::value;
-    };
-    template <std::size_t I>
-    struct frame_size_at {
-      static constexpr std::size_t value =
-          frame_size<typename P::template local_flat<I>,
-                     typename detail::step_region_of<P, I>::type>::value;
-    };
-    template <std::size_t I>
-    struct commit_at {
-      static constexpr commit_fn value =
-          commit_of<typename P::template device<I>, typename P::template node<I>::value_type,
-                    P::fact.fetched[I], op_traits<typename P::template node<I>::op>::state>::fn;
-    };
-    template <std::size_t I>
-    struct numerics_at {
-      using T = typename P::template node<I>::value_type;
-      static constexpr numerics_fn value =
-          numerics_of<typename P::template device<I>, T,
-                      ((P::fact.fetched[I] || op_traits<typename P::template node<I>::op>::state) &&
-                       finite_dtype<T>)>::fn;
-    };
-    template <std::size_t I>
-    struct state_at {
-      static constexpr bool value = op_traits<typename P::template node<I>::op>::state;
-    };
-    static constexpr auto elem_bytes = indexed_table<std::size_t, P::size, elem_bytes_at>();
-    static constexpr auto steps = indexed_table<step_fn, P::size, step_at>();
-    static constexpr auto frame_sizes = indexed_table<std::size_t, P::size, frame_size_at>();
-    static constexpr auto commit = indexed_table<commit_fn, P::size, commit_at>();
-    static constexpr auto numerics = indexed_table<numerics_fn, P::size, numerics_at>();
-    static constexpr auto state = indexed_table<bool, P::size, state_at>();
   };
 
   // ---- traces and logs -------------------------------------------------------------------

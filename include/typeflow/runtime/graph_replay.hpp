@@ -100,23 +100,15 @@ private:
   }
   /// Whether an op of plan P draws random numbers per run.
   template <class P>
-  struct node_facts {
-    template <std::size_t I>
-    struct draws_at {
-      static constexpr bool value = op_traits<typename P::template node<I>::op>::draws;
-    };
-    template <std::size_t I>
-    struct bytes_at {
-      static constexpr std::size_t value =
-          backend::value_bytes<typename P::template node<I>::value_type>();
-    };
-  };
-  template <class P>
   static consteval bool draws() {
-    for (bool b : indexed_table<bool, P::size, node_facts<P>::template draws_at>())
-      if (b)
-        return true;
-    return false;
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      const bool d[] = {op_traits<typename P::template node<I>::op>::draws..., false};
+      for (bool b : d)
+        if (b)
+          return true;
+      return false;
+    }
+    (std::make_index_sequence<P::size>{});
   }
 
   /// A captured run: the graph, the feed extents and variable buffers it was captured with,
@@ -156,8 +148,8 @@ public:
       device_backend<D>::begin_capture(st);
       st.capturing = true;
       try {
-        ex.template run_steps<P, 0>(vals);
-        ex.template commit_steps<P>(vals);
+        ex.template run_steps<P, 0>(vals, std::make_index_sequence<P::size>{});
+        ex.template commit_steps<P>(vals, std::make_index_sequence<P::size>{});
         backend::end_commits(st);
       } catch (...) {
         // The graph keeps the capture's buffers until the next capture replaces it: values of
@@ -176,7 +168,7 @@ public:
     } else {
       st.replaying = true;
       // the variables' flags only
-      ex.template commit_steps<P>(vals);
+      ex.template commit_steps<P>(vals, std::make_index_sequence<P::size>{});
       st.replaying = false;
     }
     st.stats = rec.stats;
@@ -201,8 +193,11 @@ private:
   }
   template <class P>
   static std::size_t value_bytes_of(std::size_t node) {
-    static constexpr auto table =
-        indexed_table<std::size_t, P::size, node_facts<P>::template bytes_at>();
+    static constexpr auto table = []<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array<std::size_t, P::size>{
+          backend::value_bytes<typename P::template node<I>::value_type>()...};
+    }
+    (std::make_index_sequence<P::size>{});
     return table[node];
   }
 

@@ -299,7 +299,7 @@ private:
         using PJ = tower_plan<J, Fs>;
         value* v = std::get<J>(vals).data();
         t.template begin_run<PJ>(v, slice_feed(feeds, parts[J])...);
-        t.template run_steps<PJ, 1>(v);
+        t.template run_steps<PJ, 1>(v, std::make_index_sequence<PJ::size>{});
         backend::end_steps(t.state()); // device-side checks of the tower's steps
       } catch (...) {
         failed[J] = std::current_exception();
@@ -335,18 +335,19 @@ private:
     }
     // Phase 2 in tower 0, then the fetches and the commits.
     value* v0 = std::get<0>(vals).data();
-    t0.template run_steps<P, 2>(v0);
+    t0.template run_steps<P, 2>(v0, std::make_index_sequence<P::size>{});
     backend::end_steps(t0.state());
     if (opts_.check_numerics) // every tower's fetched values, and the updates (tower 0's)
       (
           [&] {
             using PK = tower_plan<K, Fs>;
             if (parts[K].rows > 0)
-              std::get<K>(towers_).template check_numerics<PK>(std::get<K>(vals).data());
+              std::get<K>(towers_).template check_numerics<PK>(
+                  std::get<K>(vals).data(), std::make_index_sequence<PK::size>{});
           }(),
           ...);
     auto out = std::tuple_cat(combine_fetch<P, F>(tower_vals, parts, batch)...);
-    t0.template commit_steps<P>(v0);
+    t0.template commit_steps<P>(v0, std::make_index_sequence<P::size>{});
     backend::end_commits(t0.state());
     return out;
   }
