@@ -33,9 +33,9 @@ variables, Adam, header-only) with that test's flags (-O2 -Wall -Wextra -Wpedant
 /usr/local/cuda, as CMake would give it; --rounds=R compiles it R times (so --mnist and
 --quickstart too: every wall time, the fastest user time). With --rounds=R every size of a
 series is compiled R times, the rounds in turn (each round's order the reverse of the one
-before, so that a drift in the host's speed reaches every size alike), and the table gives each size's fastest run (user CPU
-seconds of the compiler, the least disturbed by a noisy host), every run's wall seconds, and the
-slopes between the fastest runs; it ends with issue 43's rule: the cost per layer of the last
+before, so that a drift in the host's speed reaches every size alike), and the table gives each
+size's fastest run (user CPU seconds of the compiler, the least disturbed by a noisy host),
+every run's wall seconds, and the slopes between the fastest runs; it ends with issue 43's rule: the cost per layer of the last
 interval over that of the first, in time and in memory (linear: at most 1.2).
 Usage: python3 bench/compile_time.py [--grad | --shared | --residual | --repeat | --transformer |
                                       --transformer-fused | --variables | --quickstart | --mnist |
@@ -311,13 +311,18 @@ def measure(n: int, cxx: str, mode: str, nvcc: str = "", opt: str = "-O2") -> tu
         return compile_file(src, cxx, opt, pathlib.Path(tmp) / "graph.o")
 
 
+def rounds_of(args: list) -> int:
+    """R of --rounds=R (1 without it)."""
+    return next((int(a.split("=", 1)[1]) for a in args if a.startswith("--rounds=")), 1)
+
+
 def main() -> None:
     args = sys.argv[1:]
+    rounds = rounds_of(args)
     cxx = os.environ.get("CXX", "g++")
     examples = {"--quickstart": "quickstart.cpp", "--mnist": "mnist/main.cpp"}
     for flag, path in examples.items():
         if flag in args:
-            rounds = next((int(a.split("=", 1)[1]) for a in args if a.startswith("--rounds=")), 1)
             print(f"| examples/{path} | wall s ({cxx}), every run | user s, fastest | peak MiB |")
             print("|---|---:|---:|---:|")
             with tempfile.TemporaryDirectory() as tmp:
@@ -340,15 +345,13 @@ def main() -> None:
                               flush=True)
             return
     if "--deep" in args:
-        deep_transformer(cxx, next((int(a.split("=", 1)[1]) for a in args
-                                    if a.startswith("--rounds=")), 1))
+        deep_transformer(cxx, rounds)
         return
     mode = ("grad" if "--grad" in args else "shared" if "--shared" in args else
             "residual" if "--residual" in args else "repeat" if "--repeat" in args else
             "transformer" if "--transformer" in args else
             "transformer-fused" if "--transformer-fused" in args else
             "variables" if "--variables" in args else "chain")
-    rounds = next((int(a.split("=", 1)[1]) for a in args if a.startswith("--rounds=")), 1)
     sizes = [int(a) for a in args if not a.startswith("--")] or (
         [2, 4, 8, 12, 16, 20] if mode == "residual" else [2, 50, 1000] if mode == "repeat" else
         [1, 2, 4, 8, 16] if mode == "transformer" else
